@@ -1,0 +1,40 @@
+# Quick start: `make demo` runs the built-in demo, `make test` runs the test suite.
+# Both create .venv from requirements*.txt when needed, or use the virtual environment that is already active.
+
+ifdef VIRTUAL_ENV
+ENV_DIR := $(VIRTUAL_ENV)
+PYTHON := $(VIRTUAL_ENV)/bin/python
+else
+ENV_DIR := .venv
+PYTHON := .venv/bin/python
+endif
+SYSTEM_PYTHON ?= python3
+
+.PHONY: demo test lint install install-dev clean-venv
+
+$(PYTHON):
+	$(SYSTEM_PYTHON) -m venv $(ENV_DIR)
+
+$(ENV_DIR)/.petr-runtime: requirements.txt | $(PYTHON)
+	$(PYTHON) -m pip install -q --disable-pip-version-check -r requirements.txt
+	touch $@
+
+$(ENV_DIR)/.petr-dev: requirements-dev.txt $(ENV_DIR)/.petr-runtime
+	$(PYTHON) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+install: $(ENV_DIR)/.petr-runtime
+
+install-dev: $(ENV_DIR)/.petr-dev
+
+demo: install
+	PYTHON=$(PYTHON) bash scripts/demo.sh
+
+test: install-dev
+	$(PYTHON) -m pytest -q
+
+lint: install-dev
+	$(PYTHON) -m ruff check .
+
+clean-venv:
+	rm -rf .venv

@@ -1,0 +1,179 @@
+"""Checkpoint files with Dassl's layout (``<dir>/model.pth.tar-<E>``, ``checkpoint`` pointer file).
+
+Writes are atomic (temporary file + ``os.replace``); contents are tensors and plain Python values only, so
+every load uses ``torch.load(weights_only=True)``. Pickled third-party files need an explicit opt-in.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import shutil
+import tempfile
+import warnings
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .utils import atomic_write_text, mkdir_if_missing
+
+_PLAIN = (bool, int, float, str, bytes, type(None), torch.Tensor, torch.Size, torch.dtype, torch.device)
+
+
+def check_plain(obj: Any, where: str = "checkpoint") -> None:
+    """Raise TypeError naming the entry when ``obj`` holds anything but tensors and plain values."""
+    if isinstance(obj, _PLAIN):
+        return
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if not isinstance(key, (str, int, float, bool, type(None))):
+                raise TypeError(f"{where}: key {key!r} has type {type(key).__name__}; use str or int keys")
+            check_plain(value, f"{where}.{key}")
+        return
+    if isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            check_plain(value, f"{where}[{i}]")
+        return
+    raise TypeError(
+        f"{where} is a {type(obj).__module__}.{type(obj).__name__} object; checkpoints hold tensors and plain "
+        "values only (store its state_dict() or convert it to a list/tensor)"
+    )
+
+
+def atomic_torch_save(obj: Any, fpath: str) -> None:
+    """``torch.save`` to a temporary file in the same folder, then rename it over ``fpath``."""
+    dirname = os.path.dirname(os.path.abspath(fpath))
+    mkdir_if_missing(dirname)
+    fd, tmp = tempfile.mkstemp(dir=dirname, prefix=".tmp-", suffix=os.path.basename(fpath))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+        os.replace(tmp, fpath)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def save_checkpoint(
+    state: dict,
+    save_dir: str,
+    is_best: bool = False,
+    remove_module_from_keys: bool = True,
+    model_name: str = "",
+) -> str:
+    """Write ``state`` to ``<save_dir>/model.pth.tar-<epoch>`` (or ``model_name``) and update ``checkpoint``."""
+    if remove_module_from_keys and "state_dict" in state:
+        state = dict(state)
+        state["state_dict"] = OrderedDict(
+            (k[len("module."):] if k.startswith("module.") else k, v) for k, v in state["state_dict"].items()
+        )
+    check_plain(state)
+    mkdir_if_missing(save_dir)
+    fpath = os.path.join(save_dir, model_name or f"model.pth.tar-{state['epoch']}")
+    atomic_torch_save(state, fpath)
+    print(f"Checkpoint saved to {fpath}")
+    atomic_write_text(f"{os.path.basename(fpath)}\n", os.path.join(save_dir, "checkpoint"))
+    if is_best:
+        best = os.path.join(save_dir, "model-best.pth.tar")
+        fd, tmp = tempfile.mkstemp(dir=save_dir, prefix=".tmp-", suffix="model-best.pth.tar")
+        os.close(fd)
+        shutil.copyfile(fpath, tmp)
+        os.replace(tmp, best)
+    return fpath
+
+
+def load_checkpoint(fpath: str, trust_pickle: bool = False) -> Any:
+    """Load a checkpoint on CPU with ``weights_only=True``; ``trust_pickle=True`` unpickles a trusted file."""
+    if fpath is None:
+        raise ValueError("load_checkpoint: file path is None")
+    if not os.path.exists(fpath):
+        raise FileNotFoundError(f'Checkpoint file not found: "{fpath}"')
+    if trust_pickle:
+        return torch.load(fpath, map_location="cpu", weights_only=False)
+    try:
+        return torch.load(fpath, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise pickle.UnpicklingError(
+            f'{fpath} contains pickled Python objects ({reason}); refusing to unpickle it. If you trust this file '
+            "(e.g. a checkpoint saved by upstream Dassl/CoOp/PromptKD), load it with "
+            "load_checkpoint(path, trust_pickle=True)"
+        ) from None
+
+
+def get_rng_state() -> dict:
+    """RNG states of Python, NumPy and torch (CPU and every CUDA device) as tensors and plain values."""
+    version, internal, gauss = random.getstate()
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    state = {
+        "python": [version, list(internal), gauss],
+        "numpy": [np_name, torch.from_numpy(np_keys.astype(np.int64)), int(np_pos), int(np_has_gauss),
+                  float(np_gauss)],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore the RNG states saved by ``get_rng_state``."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = state["numpy"]
+    np.random.set_state((np_name, np_keys.numpy().astype(np.uint32), np_pos, np_has_gauss, np_gauss))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        if len(state["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(state["cuda"])
+        else:
+            warnings.warn("CUDA RNG states not restored: the number of GPUs differs from the saved run", stacklevel=2)
+
+
+def resume_from_checkpoint(fdir: str, model: nn.Module, optimizer=None, scheduler=None,
+                           restore_rng: bool = True) -> int:
+    """Restore model/optimizer/scheduler (and RNG states) from the file named in ``<fdir>/checkpoint``."""
+    with open(os.path.join(fdir, "checkpoint")) as f:
+        fname = f.readline().strip()
+    fpath = os.path.join(fdir, fname)
+    print(f'Loading checkpoint from "{fpath}"')
+    checkpoint = load_checkpoint(fpath)
+    model.load_state_dict(checkpoint["state_dict"])
+    print("Loaded model weights")
+    if optimizer is not None and checkpoint.get("optimizer") is not None:
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        print("Loaded optimizer")
+    if scheduler is not None and checkpoint.get("scheduler") is not None:
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        print("Loaded scheduler")
+    if restore_rng and checkpoint.get("rng_state") is not None:
+        set_rng_state(checkpoint["rng_state"])
+        print("Restored random number generator states")
+    start_epoch = checkpoint["epoch"]
+    print(f"Previous epoch: {start_epoch}")
+    return start_epoch
+
+
+def load_pretrained_weights(model: nn.Module, weight_path: str) -> None:
+    """Load the matching (same name and shape) entries of a checkpoint into ``model``."""
+    checkpoint = load_checkpoint(weight_path)
+    state_dict = checkpoint.get("state_dict", checkpoint) if isinstance(checkpoint, dict) else checkpoint
+    model_dict = model.state_dict()
+    matched, discarded = OrderedDict(), []
+    for k, v in state_dict.items():
+        k = k[len("module."):] if k.startswith("module.") else k
+        if k in model_dict and model_dict[k].size() == v.size():
+            matched[k] = v
+        else:
+            discarded.append(k)
+    if not matched:
+        warnings.warn(f'Cannot load "{weight_path}" (check the key names manually)', stacklevel=2)
+        return
+    model_dict.update(matched)
+    model.load_state_dict(model_dict)
+    print(f'Successfully loaded pretrained weights from "{weight_path}"')
+    if discarded:
+        print(f"Layers discarded due to unmatched keys or size: {discarded}")

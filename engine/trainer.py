@@ -1,0 +1,473 @@
+"""Dassl's trainer lifecycle: TrainerBase → SimpleTrainer → TrainerX (labelled) / TrainerXU (labelled + unlabelled).
+
+Differences from Dassl, all on purpose: checkpoints also store RNG states (an interrupted run resumed with
+``--resume`` or from OUTPUT_DIR ends with the same weights as an uninterrupted one), ``load_model`` works for
+last-step checkpoints, tensorboard is optional, and every test split evaluated outside the training loop is
+written to ``<OUTPUT_DIR>/results.json`` (trainers that override ``test`` call ``save_results`` themselves).
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from collections import OrderedDict
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from .checkpoint import get_rng_state, load_checkpoint, resume_from_checkpoint, save_checkpoint
+from .data_manager import DataManager
+from .evaluator import build_evaluator
+from .meters import AverageMeter, MetricMeter
+from .registry import TRAINER_REGISTRY, check_availability
+from .utils import write_json
+
+
+def _as_list(names) -> list[str]:
+    return [names] if isinstance(names, str) else list(names)
+
+
+class TrainerBase:
+    """Registered models/optimisers/schedulers, checkpointing and the generic ``train`` loop."""
+
+    def __init__(self) -> None:
+        self._models: OrderedDict[str, nn.Module] = OrderedDict()
+        self._optims: OrderedDict[str, torch.optim.Optimizer | None] = OrderedDict()
+        self._scheds: OrderedDict[str, object] = OrderedDict()
+        self._writer = None
+        self.scaler: torch.amp.GradScaler | None = None
+
+    # ----- models -----------------------------------------------------------------------------------------
+    def register_model(self, name: str = "model", model: nn.Module | None = None, optim=None, sched=None) -> None:
+        """Register a model with its optimiser and scheduler under ``name`` (its checkpoint folder)."""
+        if self.__dict__.get("_models") is None:
+            raise AttributeError("Cannot assign model before super().__init__() call")
+        if self.__dict__.get("_optims") is None or self.__dict__.get("_scheds") is None:
+            raise AttributeError("Cannot assign optim/sched before super().__init__() call")
+        assert name not in self._models, f"Found duplicate model name {name!r}"
+        self._models[name] = model
+        self._optims[name] = optim
+        self._scheds[name] = sched
+
+    def get_model_names(self, names=None) -> list[str]:
+        real = list(self._models.keys())
+        if names is None:
+            return real
+        names = _as_list(names)
+        for name in names:
+            assert name in real, f"Unknown model name {name!r}; registered: {real}"
+        return names
+
+    def set_model_mode(self, mode: str = "train", names=None) -> None:
+        for name in self.get_model_names(names):
+            if mode == "train":
+                self._models[name].train()
+            elif mode in ("test", "eval"):
+                self._models[name].eval()
+            else:
+                raise KeyError(f"Unknown model mode {mode!r} (train, test or eval)")
+
+    def update_lr(self, names=None) -> None:
+        """Step every registered scheduler once (trainers call it at the last batch of an epoch)."""
+        for name in self.get_model_names(names):
+            if self._scheds[name] is not None:
+                self._scheds[name].step()
+
+    def get_current_lr(self, names=None) -> float:
+        """lr of the first param group of the first registered optimiser (0.0 when none)."""
+        for name in self.get_model_names(names):
+            if self._optims[name] is not None:
+                return self._optims[name].param_groups[0]["lr"]
+        return 0.0
+
+    # ----- checkpoints ------------------------------------------------------------------------------------
+    def save_model(self, epoch: int, directory: str, is_best: bool = False, val_result: float | None = None,
+                   model_name: str = "") -> None:
+        """Write ``<directory>/<name>/model.pth.tar-<epoch+1>`` (or ``model_name``) for every registered model."""
+        rng_state = get_rng_state()
+        for name in self.get_model_names():
+            optim, sched = self._optims[name], self._scheds[name]
+            state = {
+                "state_dict": self._models[name].state_dict(),
+                "epoch": epoch + 1,
+                "optimizer": optim.state_dict() if optim is not None else None,
+                "scheduler": sched.state_dict() if sched is not None else None,
+                "val_result": val_result,
+                "rng_state": rng_state,
+            }
+            save_checkpoint(state, os.path.join(directory, name), is_best=is_best, model_name=model_name)
+
+    def resume_model_if_exist(self, directory: str) -> int:
+        """Resume every model from ``<directory>/<name>/checkpoint``; return the epoch to start from (0 if none)."""
+        names = self.get_model_names()
+        if not names or any(not os.path.isfile(os.path.join(directory, n, "checkpoint")) for n in names):
+            print("No checkpoint found, train from scratch")
+            return 0
+        print(f'Found checkpoint at "{directory}" (will resume training)')
+        start_epoch = 0
+        for i, name in enumerate(names):
+            start_epoch = resume_from_checkpoint(os.path.join(directory, name), self._models[name],
+                                                 self._optims[name], self._scheds[name], restore_rng=i == 0)
+        return start_epoch
+
+    def load_model(self, directory: str, epoch: int | None = None) -> None:
+        """Load ``model-best.pth.tar`` (default) or ``model.pth.tar-<epoch>`` of every model from ``directory``."""
+        if not directory:
+            print("Note that load_model() is skipped as no pretrained model is given")
+            return
+        model_file = "model-best.pth.tar" if epoch is None else f"model.pth.tar-{epoch}"
+        for name in self.get_model_names():
+            path = os.path.join(directory, name, model_file)
+            if not os.path.exists(path):
+                hint = " (pass --load-epoch N to load model.pth.tar-N)" if epoch is None else ""
+                raise FileNotFoundError(f'Model not found at "{path}"{hint}')
+            checkpoint = load_checkpoint(path)
+            val_result = checkpoint.get("val_result")
+            extra = f", val_result={val_result:.2f}" if val_result is not None else ""
+            print(f'Load {path} to {name} (epoch={checkpoint["epoch"]}{extra})')
+            self._models[name].load_state_dict(checkpoint["state_dict"])
+
+    # ----- tensorboard (optional) -------------------------------------------------------------------------
+    def init_writer(self, log_dir: str) -> None:
+        """Create a tensorboard writer when tensorboard is installed; silently skip otherwise."""
+        if self._writer is not None:
+            return
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            return
+        print(f"Initialize tensorboard (log_dir={log_dir})")
+        self._writer = SummaryWriter(log_dir=log_dir)
+
+    def close_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def write_scalar(self, tag: str, scalar_value, global_step: int | None = None) -> None:
+        if self._writer is not None:
+            self._writer.add_scalar(tag, scalar_value, global_step)
+
+    # ----- loop -------------------------------------------------------------------------------------------
+    def train(self, start_epoch: int, max_epoch: int) -> None:
+        """``before_train``; per epoch ``before_epoch → run_epoch → after_epoch``; ``after_train``."""
+        self.start_epoch = start_epoch
+        self.max_epoch = max_epoch
+        self.before_train()
+        for epoch in range(self.start_epoch, self.max_epoch):
+            self.epoch = epoch
+            self.before_epoch()
+            self.run_epoch()
+            self.after_epoch()
+        self.after_train()
+
+    def before_train(self) -> None:
+        pass
+
+    def after_train(self) -> None:
+        pass
+
+    def before_epoch(self) -> None:
+        pass
+
+    def after_epoch(self) -> None:
+        pass
+
+    def run_epoch(self) -> None:
+        raise NotImplementedError
+
+    def test(self, split: str | None = None):
+        raise NotImplementedError
+
+    def parse_batch_train(self, batch):
+        raise NotImplementedError
+
+    def parse_batch_test(self, batch):
+        raise NotImplementedError
+
+    def forward_backward(self, batch):
+        raise NotImplementedError
+
+    def model_inference(self, input):
+        raise NotImplementedError
+
+    # ----- optimisation -----------------------------------------------------------------------------------
+    def detect_anomaly(self, loss: torch.Tensor) -> None:
+        """Raise FloatingPointError naming the epoch/batch/step when ``loss`` is NaN or infinite."""
+        if torch.isfinite(loss).all():
+            return
+        epoch, batch = getattr(self, "epoch", 0), getattr(self, "batch_idx", 0)
+        num_batches = getattr(self, "num_batches", 0)
+        where = f"epoch {epoch + 1}/{getattr(self, 'max_epoch', '?')}, batch {batch + 1}/{num_batches or '?'}"
+        raise FloatingPointError(
+            f"Loss is infinite or NaN ({loss.detach().float().flatten()[:4].tolist()}) at {where} "
+            f"(step {epoch * num_batches + batch}); stopping. Lower OPTIM.LR, use PREC fp32/amp, or check this batch"
+        )
+
+    def model_zero_grad(self, names=None) -> None:
+        for name in self.get_model_names(names):
+            if self._optims[name] is not None:
+                self._optims[name].zero_grad()
+
+    def model_backward(self, loss: torch.Tensor) -> None:
+        self.detect_anomaly(loss)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    def model_update(self, names=None) -> None:
+        for name in self.get_model_names(names):
+            if self._optims[name] is not None:
+                if self.scaler is not None:
+                    self.scaler.step(self._optims[name])
+                else:
+                    self._optims[name].step()
+        if self.scaler is not None:
+            self.scaler.update()
+
+    def model_backward_and_update(self, loss: torch.Tensor, names=None) -> None:
+        """zero_grad → (scaled) backward with the NaN check → optimiser step."""
+        self.model_zero_grad(names)
+        self.model_backward(loss)
+        self.model_update(names)
+
+
+class SimpleTrainer(TrainerBase):
+    """Data, model and evaluator of one run, checkpoint/resume around ``train`` and the ``test`` loop."""
+
+    def __init__(self, cfg) -> None:
+        super().__init__()
+        self.check_cfg(cfg)
+        use_cuda = torch.cuda.is_available() and cfg.USE_CUDA
+        self.device = torch.device("cuda" if use_cuda else "cpu")
+        self.start_epoch = self.epoch = 0
+        self.max_epoch = cfg.OPTIM.MAX_EPOCH
+        self.output_dir = cfg.OUTPUT_DIR
+        self.cfg = cfg
+        self._validating = False
+        self.build_data_loader()
+        self.build_model()
+        self.evaluator = build_evaluator(cfg, lab2cname=self.lab2cname)
+        self.best_result = -np.inf
+
+    def check_cfg(self, cfg) -> None:
+        """Hook to validate trainer-specific settings (CoOp asserts its PREC here)."""
+
+    def build_data_loader(self) -> None:
+        """Create ``self.dm`` and the loader/label attributes trainers use."""
+        dm = DataManager(self.cfg)
+        self.train_loader_x = dm.train_loader_x
+        self.train_loader_u = dm.train_loader_u
+        self.val_loader = dm.val_loader
+        self.test_loader = dm.test_loader
+        self.num_classes = dm.num_classes
+        self.num_source_domains = dm.num_source_domains
+        self.lab2cname = dm.lab2cname
+        self.dm = dm
+
+    def build_model(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement build_model() and register its models")
+
+    def train(self) -> None:
+        super().train(self.start_epoch, self.max_epoch)
+
+    def before_train(self) -> None:
+        directory = self.cfg.RESUME or self.cfg.OUTPUT_DIR
+        if self.cfg.RESUME and not all(
+            os.path.isfile(os.path.join(directory, n, "checkpoint")) for n in self.get_model_names()
+        ):
+            raise FileNotFoundError(f'RESUME "{directory}" has no checkpoint for the models '
+                                    f"{self.get_model_names()} (expected <dir>/<model>/checkpoint)")
+        self.start_epoch = self.resume_model_if_exist(directory)
+        if self.start_epoch > 0:
+            self._restore_best_result(directory)
+        self.init_writer(os.path.join(self.output_dir, "tensorboard"))
+        self.time_start = time.time()
+
+    def _restore_best_result(self, directory: str) -> None:
+        """On resume with best_val, recover the best val result so far from ``model-best.pth.tar``."""
+        if self.cfg.TEST.FINAL_MODEL != "best_val":
+            return
+        names = self.get_model_names()
+        path = os.path.join(directory, names[0], "model-best.pth.tar")
+        if os.path.exists(path):
+            val_result = load_checkpoint(path).get("val_result")
+            if val_result is not None:
+                self.best_result = val_result
+
+    def after_epoch(self) -> None:
+        last_epoch = (self.epoch + 1) == self.max_epoch
+        freq = self.cfg.TRAIN.CHECKPOINT_FREQ
+        meet_checkpoint_freq = freq > 0 and (self.epoch + 1) % freq == 0
+        if not self.cfg.TEST.NO_TEST and self.cfg.TEST.FINAL_MODEL == "best_val":
+            self._validating = True
+            try:
+                curr_result = self.test(split="val")
+            finally:
+                self._validating = False
+            if curr_result > self.best_result:
+                self.best_result = curr_result
+                self.save_model(self.epoch, self.output_dir, val_result=curr_result, model_name="model-best.pth.tar")
+        if meet_checkpoint_freq or last_epoch:
+            self.save_model(self.epoch, self.output_dir)
+
+    def after_train(self) -> None:
+        print("Finish training")
+        if not self.cfg.TEST.NO_TEST:
+            if self.cfg.TEST.FINAL_MODEL == "best_val":
+                print("Deploy the model with the best val performance")
+                self.load_model(self.output_dir)
+            else:
+                print("Deploy the last-epoch model")
+            self.test()
+        elapsed = round(time.time() - self.time_start)
+        print(f"Elapsed: {datetime.timedelta(seconds=elapsed)}")
+        self.close_writer()
+
+    @torch.no_grad()
+    def test(self, split: str | None = None) -> float:
+        """Evaluate on ``split`` (default TEST.SPLIT; "val" falls back to test when there is no val set)."""
+        self.set_model_mode("eval")
+        self.evaluator.reset()
+        split = split or self.cfg.TEST.SPLIT
+        if split == "val" and self.val_loader is not None:
+            data_loader = self.val_loader
+        else:
+            split = "test"
+            data_loader = self.test_loader
+        print(f"Evaluate on the *{split}* set")
+        for batch in tqdm(data_loader, desc=f"eval {split}"):
+            input, label = self.parse_batch_test(batch)
+            output = self.model_inference(input)
+            self.evaluator.process(output, label)
+        results = self.evaluator.evaluate()
+        for k, v in results.items():
+            self.write_scalar(f"{split}/{k}", v, self.epoch)
+        self.save_results(split, results)
+        return list(results.values())[0]
+
+    def extra_results(self) -> dict:
+        """Hook: extra JSON-serialisable entries for results.json (e.g. PETR's routing statistics)."""
+        return {}
+
+    def save_results(self, split: str, results: dict) -> None:
+        """Write ``<OUTPUT_DIR>/results.json`` for a final evaluation (skipped for per-epoch validation)."""
+        if self._validating:
+            return
+        cfg = self.cfg
+        record = {
+            "dataset": cfg.DATASET.NAME,
+            "trainer": cfg.TRAINER.NAME,
+            "config": cfg.get("CONFIG_NAME", ""),
+            "backbone": cfg.MODEL.BACKBONE.NAME,
+            "seed": cfg.SEED,
+            "num_shots": cfg.DATASET.NUM_SHOTS,
+            "split": split,
+            "subsample_classes": cfg.DATASET.get("SUBSAMPLE_CLASSES", "all"),
+            "accuracy": float(results["accuracy"]),
+            "error": float(results["error_rate"]),
+            "macro_f1": float(results["macro_f1"]),
+        }
+        if "perclass_accuracy" in results:
+            record["perclass_accuracy"] = float(results["perclass_accuracy"])
+        record.update(self.extra_results())
+        write_json(record, os.path.join(self.output_dir, "results.json"))
+
+    def parse_batch_test(self, batch: dict):
+        return batch["img"].to(self.device), batch["label"].to(self.device)
+
+    def model_inference(self, input: torch.Tensor) -> torch.Tensor:
+        return self.model(input)
+
+    def _log_iteration(self, batch_time: AverageMeter, data_time: AverageMeter, losses: MetricMeter) -> None:
+        """Print Dassl's epoch/batch line every PRINT_FREQ batches and write the running averages."""
+        nb = self.num_batches
+        freq = self.cfg.TRAIN.PRINT_FREQ
+        if (self.batch_idx + 1) % freq == 0 or nb < freq:
+            remaining = nb - self.batch_idx - 1 + (self.max_epoch - self.epoch - 1) * nb
+            eta = datetime.timedelta(seconds=int(batch_time.avg * remaining))
+            print(
+                f"epoch [{self.epoch + 1}/{self.max_epoch}] batch [{self.batch_idx + 1}/{nb}] "
+                f"time {batch_time.val:.3f} ({batch_time.avg:.3f}) data {data_time.val:.3f} ({data_time.avg:.3f}) "
+                f"{losses} lr {self.get_current_lr():.4e} eta {eta}"
+            )
+        n_iter = self.epoch * nb + self.batch_idx
+        for name, meter in losses.meters.items():
+            self.write_scalar("train/" + name, meter.avg, n_iter)
+        self.write_scalar("train/lr", self.get_current_lr(), n_iter)
+
+
+class TrainerX(SimpleTrainer):
+    """Training on labelled data only: ``forward_backward(batch)`` per batch of ``train_loader_x``."""
+
+    def run_epoch(self) -> None:
+        self.set_model_mode("train")
+        losses, batch_time, data_time = MetricMeter(), AverageMeter(), AverageMeter()
+        self.num_batches = len(self.train_loader_x)
+        end = time.time()
+        for batch_idx, batch in enumerate(self.train_loader_x):
+            self.batch_idx = batch_idx
+            data_time.update(time.time() - end)
+            loss_summary = self.forward_backward(batch)
+            batch_time.update(time.time() - end)
+            losses.update(loss_summary)
+            self._log_iteration(batch_time, data_time, losses)
+            end = time.time()
+
+    def parse_batch_train(self, batch: dict):
+        return batch["img"].to(self.device), batch["label"].to(self.device), batch["domain"].to(self.device)
+
+
+class TrainerXU(SimpleTrainer):
+    """Training on labelled + unlabelled data: ``forward_backward(batch_x, batch_u)``.
+
+    ``TRAIN.COUNT_ITER`` sets the epoch length: ``train_x``, ``train_u`` or ``smaller_one``; the shorter loader
+    restarts when exhausted.
+    """
+
+    def run_epoch(self) -> None:
+        if self.train_loader_u is None:
+            raise ValueError(f"{type(self).__name__} needs unlabelled data, but the dataset has an empty train_u")
+        self.set_model_mode("train")
+        losses, batch_time, data_time = MetricMeter(), AverageMeter(), AverageMeter()
+        len_x, len_u = len(self.train_loader_x), len(self.train_loader_u)
+        count_iter = self.cfg.TRAIN.COUNT_ITER
+        lengths = {"train_x": len_x, "train_u": len_u, "smaller_one": min(len_x, len_u)}
+        if count_iter not in lengths:
+            raise ValueError(f"Unknown TRAIN.COUNT_ITER {count_iter!r}; choose one of {', '.join(lengths)}")
+        self.num_batches = lengths[count_iter]
+        iter_x, iter_u = iter(self.train_loader_x), iter(self.train_loader_u)
+        end = time.time()
+        for batch_idx in range(self.num_batches):
+            self.batch_idx = batch_idx
+            try:
+                batch_x = next(iter_x)
+            except StopIteration:
+                iter_x = iter(self.train_loader_x)
+                batch_x = next(iter_x)
+            try:
+                batch_u = next(iter_u)
+            except StopIteration:
+                iter_u = iter(self.train_loader_u)
+                batch_u = next(iter_u)
+            data_time.update(time.time() - end)
+            loss_summary = self.forward_backward(batch_x, batch_u)
+            batch_time.update(time.time() - end)
+            losses.update(loss_summary)
+            self._log_iteration(batch_time, data_time, losses)
+            end = time.time()
+
+    def parse_batch_train(self, batch_x: dict, batch_u: dict):
+        return (batch_x["img"].to(self.device), batch_x["label"].to(self.device), batch_u["img"].to(self.device))
+
+
+def build_trainer(cfg) -> SimpleTrainer:
+    """Instantiate ``cfg.TRAINER.NAME`` from the trainer registry (with a "did you mean" hint when unknown)."""
+    name = cfg.TRAINER.NAME
+    check_availability(name, TRAINER_REGISTRY.registered_names(), kind="trainer (TRAINER.NAME / --trainer)")
+    if cfg.VERBOSE:
+        print(f"Loading trainer: {name}")
+    return TRAINER_REGISTRY.get(name)(cfg)

@@ -1,0 +1,98 @@
+"""Small file and reproducibility helpers with Dassl's names (mkdir_if_missing, read_json, ...)."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+
+
+def mkdir_if_missing(dirname: str) -> None:
+    """Create ``dirname`` (and parents) if it does not exist."""
+    if dirname:
+        os.makedirs(dirname, exist_ok=True)
+
+
+def check_isfile(fpath: str) -> bool:
+    """True when ``fpath`` is an existing file; warns otherwise (Dassl behaviour)."""
+    isfile = os.path.isfile(fpath)
+    if not isfile:
+        warnings.warn(f'No file found at "{fpath}"', stacklevel=2)
+    return isfile
+
+
+def read_json(fpath: str) -> Any:
+    """Read a JSON file, naming the file in the error when it is missing or malformed."""
+    try:
+        with open(fpath) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"JSON file not found: {fpath}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"Malformed JSON in {fpath}: {e}") from None
+
+
+def atomic_write_text(text: str, fpath: str) -> None:
+    """Write ``text`` to ``fpath`` through a temporary file and a rename, so readers never see half a file."""
+    dirname = os.path.dirname(os.path.abspath(fpath))
+    mkdir_if_missing(dirname)
+    fd, tmp = tempfile.mkstemp(dir=dirname, prefix=".tmp-", suffix=os.path.basename(fpath))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, fpath)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def write_json(obj: Any, fpath: str) -> None:
+    """Write ``obj`` as indented JSON (atomically), creating the parent folder."""
+    atomic_write_text(json.dumps(obj, indent=4, separators=(",", ": ")), fpath)
+
+
+def listdir_nohidden(path: str, sort: bool = False) -> list[str]:
+    """List a folder without names starting with a dot."""
+    items = [f for f in os.listdir(path) if not f.startswith(".")]
+    if sort:
+        items.sort()
+    return items
+
+
+def read_image(path: str) -> Image.Image:
+    """Open an image as RGB; a missing or corrupt file raises an error naming it."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Image not found: {path}")
+    try:
+        with Image.open(path) as img:
+            return img.convert("RGB")
+    except (UnidentifiedImageError, OSError) as e:
+        raise OSError(f"Cannot read image {path} (corrupt or not an image: {e}); re-download or remove it") from None
+
+
+def set_random_seed(seed: int) -> None:
+    """Seed Python, NumPy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+
+
+def count_num_param(model: torch.nn.Module, trainable_only: bool = False) -> int:
+    """Number of parameters of ``model`` (only those with requires_grad when ``trainable_only``)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def collect_env_info() -> str:
+    """torch's environment report plus the Pillow version (slow: about a second)."""
+    import PIL
+    from torch.utils.collect_env import get_pretty_env_info
+
+    return f"{get_pretty_env_info()}\n        Pillow ({PIL.__version__})"

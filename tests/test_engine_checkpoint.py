@@ -1,0 +1,82 @@
+"""Checkpoints: Dassl layout, atomic writes, weights_only loads, pickled-object refusal, RNG state round trip."""
+from __future__ import annotations
+
+import os
+import pickle
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from engine import load_checkpoint, load_pretrained_weights, save_checkpoint
+from engine.checkpoint import get_rng_state, set_rng_state
+
+
+def _state(epoch: int, value: float) -> dict:
+    return {"state_dict": {"module.w": torch.full((2,), value)}, "epoch": epoch, "optimizer": None,
+            "scheduler": {"last_epoch": epoch, "successor": {"T_max": 5.0}}, "val_result": None}
+
+
+def test_layout_and_weights_only_load(tmp_path, capsys):
+    path = save_checkpoint(_state(3, 1.5), str(tmp_path / "prompt_learner"))
+    assert path == str(tmp_path / "prompt_learner" / "model.pth.tar-3")
+    assert f"Checkpoint saved to {path}" in capsys.readouterr().out
+    assert (tmp_path / "prompt_learner" / "checkpoint").read_text().strip() == "model.pth.tar-3"
+    raw = torch.load(path, weights_only=True)  # loads without any allow-list
+    assert list(raw["state_dict"]) == ["w"] and torch.equal(raw["state_dict"]["w"], torch.full((2,), 1.5))
+    ckpt = load_checkpoint(path)
+    assert ckpt["epoch"] == 3 and ckpt["scheduler"]["successor"] == {"T_max": 5.0}
+    save_checkpoint(_state(3, 2.0), str(tmp_path / "prompt_learner"), is_best=True, model_name="model-best.pth.tar")
+    best = torch.load(tmp_path / "prompt_learner" / "model-best.pth.tar", weights_only=True)
+    assert best["state_dict"]["w"][0].item() == 2.0
+
+
+def test_failed_writes_leave_old_checkpoint_and_no_temp_files(tmp_path):
+    d = tmp_path / "m"
+    save_checkpoint(_state(1, 1.0), str(d))
+    bad = _state(2, 2.0)
+    bad["scheduler"] = torch.optim.lr_scheduler.StepLR(torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1), 1)
+    with pytest.raises(TypeError, match=r"checkpoint\.scheduler is a torch\.optim\.lr_scheduler\.StepLR object"):
+        save_checkpoint(bad, str(d))
+    os.mkdir(d / "model.pth.tar-2")  # the final rename onto a directory fails after the data was written
+    with pytest.raises(OSError):
+        save_checkpoint(_state(2, 2.0), str(d))
+    assert sorted(os.listdir(d)) == ["checkpoint", "model.pth.tar-1", "model.pth.tar-2"]
+    assert (d / "checkpoint").read_text().strip() == "model.pth.tar-1"
+    assert torch.equal(load_checkpoint(str(d / "model.pth.tar-1"))["state_dict"]["w"], torch.ones(2))
+
+
+def test_pickled_objects_are_refused_unless_trusted(tmp_path):
+    path = tmp_path / "upstream.pth.tar"
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1)
+    torch.save({"scheduler": {"successor": torch.optim.lr_scheduler.CosineAnnealingLR(opt, 5)}}, path)
+    with pytest.raises(pickle.UnpicklingError, match="contains pickled Python objects") as e:
+        load_checkpoint(str(path))
+    assert str(path) in str(e.value) and "trust_pickle=True" in str(e.value)
+    trusted = load_checkpoint(str(path), trust_pickle=True)
+    assert trusted["scheduler"]["successor"].T_max == 5
+    with pytest.raises(FileNotFoundError, match="missing.pth"):
+        load_checkpoint(str(tmp_path / "missing.pth"))
+
+
+def test_load_pretrained_weights_keeps_matching_entries(tmp_path, capsys):
+    src = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    dst = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 5))
+    before = dst[1].weight.detach().clone()
+    save_checkpoint({"state_dict": nn.DataParallel(src).state_dict(), "epoch": 1}, str(tmp_path))
+    load_pretrained_weights(dst, str(tmp_path / "model.pth.tar-1"))
+    assert torch.equal(dst[0].weight, src[0].weight) and torch.equal(dst[0].bias, src[0].bias)
+    assert torch.equal(dst[1].weight, before)
+    assert "['1.weight', '1.bias']" in capsys.readouterr().out
+
+
+def test_rng_state_round_trip(tmp_path):
+    random.seed(3)
+    np.random.seed(3)
+    torch.manual_seed(3)
+    torch.save(get_rng_state(), tmp_path / "rng.pt")
+    first = (random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist())
+    set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))
+    assert (random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist()) == first

@@ -1,0 +1,135 @@
+"""Logger (tee, never overwrites, restorable), meters' text, precision helpers and the optional Dassl bridge."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+from engine import (
+    AverageMeter,
+    MetricMeter,
+    autocast,
+    dassl_bridge,
+    get_cfg_default,
+    make_grad_scaler,
+    resolve_precision,
+    setup_logger,
+)
+from engine.dataset_base import build_dataset
+from engine.registry import DATASET_REGISTRY, TRAINER_REGISTRY
+from tests.helpers_engine import EngineLinearProbe, EngineTinyDataset
+
+
+def test_logger_tees_never_overwrites_and_restores(tmp_path, capsys):
+    original = sys.stdout
+    (tmp_path / "log.txt").write_text("previous run\n")
+    logger = setup_logger(str(tmp_path))
+    try:
+        assert sys.stdout is logger
+        print("hello log")
+    finally:
+        logger.close()
+    assert sys.stdout is original
+    assert (tmp_path / "log.txt").read_text() == "previous run\n"
+    assert logger.fpath.startswith(str(tmp_path / "log.txt-")) and len(os.listdir(tmp_path)) == 2
+    assert open(logger.fpath).read() == "hello log\n"
+    assert "hello log" in capsys.readouterr().out
+    explicit = setup_logger(str(tmp_path / "custom.log"))
+    explicit.close()
+    assert explicit.fpath == str(tmp_path / "custom.log")
+
+
+def test_meters_format():
+    m = AverageMeter()
+    for v in (1.0, torch.tensor(2.0), 6.0):
+        m.update(v)
+    assert (m.val, m.avg, m.sum, m.count) == (6.0, 3.0, 9.0, 3)
+    mm = MetricMeter()
+    mm.update({"loss": 1.5, "acc": torch.tensor(50.0)})
+    mm.update({"loss": 0.5, "acc": 100.0})
+    assert str(mm) == "loss 0.5000 (1.0000) acc 100.0000 (75.0000)"
+    with pytest.raises(TypeError, match="expects a dict"):
+        mm.update(1.0)
+
+
+def test_precision_helpers(capsys):
+    assert resolve_precision("fp16", "cpu") == "fp32"
+    assert "not supported on CPU" in capsys.readouterr().out
+    assert resolve_precision("amp", "cpu") == "amp" and resolve_precision("fp32", torch.device("cpu")) == "fp32"
+    with pytest.raises(ValueError, match="fp33"):
+        resolve_precision("fp33", "cpu")
+    a = torch.randn(4, 4)
+    with autocast("amp", "cpu"):
+        assert (a @ a).dtype == torch.bfloat16
+    with autocast("fp32", "cpu"):
+        assert (a @ a).dtype == torch.float32
+    assert not make_grad_scaler("amp", "cpu").is_enabled()
+
+
+@pytest.fixture
+def stand_in_dassl(tmp_path, monkeypatch):
+    """A minimal package named ``dassl`` exposing Dassl's two registries (built from our Registry class)."""
+    pkg = tmp_path / "dassl"
+    (pkg / "engine").mkdir(parents=True)
+    (pkg / "data" / "datasets").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "data" / "__init__.py").write_text("")
+    (pkg / "engine" / "__init__.py").write_text(
+        "from engine.registry import Registry\nTRAINER_REGISTRY = Registry('TRAINER')\n")
+    (pkg / "data" / "datasets" / "__init__.py").write_text(
+        "from engine.registry import Registry\nDATASET_REGISTRY = Registry('DATASET')\n"
+        "@DATASET_REGISTRY.register()\nclass DasslOnlySet:\n    def __init__(self, cfg):\n        self.cfg = cfg\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "dassl" or m.startswith("dassl.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(dassl_bridge, "_dassl_checked", False)
+    monkeypatch.setattr(dassl_bridge, "_dassl_registries", None)
+    yield
+    for name in [m for m in sys.modules if m == "dassl" or m.startswith("dassl.")]:
+        del sys.modules[name]
+
+
+def test_bridge_with_a_dassl_package(stand_in_dassl):
+    from dassl.data.datasets import DATASET_REGISTRY as theirs_ds
+    from dassl.engine import TRAINER_REGISTRY as theirs_tr
+
+    added = dassl_bridge.register_into_dassl()
+    assert "EngineLinearProbe" in added and "EngineTinyDataset" in added
+    assert theirs_tr.get("EngineLinearProbe") is EngineLinearProbe
+    assert theirs_ds.get("EngineTinyDataset") is EngineTinyDataset
+    assert dassl_bridge.register_into_dassl() == []  # idempotent
+    assert dassl_bridge.dassl_dataset_class("EngineTinyDataset") is None  # ours wins
+    cls = dassl_bridge.dassl_dataset_class("DasslOnlySet")
+    assert cls is theirs_ds.get("DasslOnlySet")
+
+    cfg = get_cfg_default()
+    cfg.DATASET.NAME = "DasslOnlySet"
+    assert isinstance(build_dataset(cfg), cls)
+    theirs_tr.register(type("EngineXURecorderClash", (), {}))
+    TRAINER_REGISTRY.register(type("EngineXURecorderClash", (), {}), force=True)
+    try:
+        with pytest.raises(KeyError, match="different object named 'EngineXURecorderClash'"):
+            dassl_bridge.register_into_dassl()
+    finally:
+        TRAINER_REGISTRY._obj_map.pop("EngineXURecorderClash")
+
+
+def test_bridge_without_dassl(monkeypatch):
+    monkeypatch.setitem(sys.modules, "dassl", None)  # makes `import dassl` fail as if it were not installed
+    monkeypatch.setattr(dassl_bridge, "_dassl_checked", False)
+    monkeypatch.setattr(dassl_bridge, "_dassl_registries", None)
+    assert not dassl_bridge.dassl_available()
+    assert dassl_bridge.register_into_dassl() == [] and dassl_bridge.dassl_dataset_class("PACS") is None
+    assert "EngineTinyDataset" in DATASET_REGISTRY
+
+
+@pytest.mark.dassl
+def test_bridge_with_real_dassl():
+    pytest.importorskip("dassl")
+    from dassl.engine import TRAINER_REGISTRY as theirs
+
+    dassl_bridge.register_into_dassl()
+    assert theirs.get("EngineLinearProbe") is EngineLinearProbe
+    assert dassl_bridge.register_into_dassl() == []

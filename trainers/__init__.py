@@ -1,0 +1,2 @@
+"""Trainers of the project; importing this package registers them in ``engine.TRAINER_REGISTRY``."""
+from . import config  # noqa: F401
