@@ -1,0 +1,72 @@
+"""Learnable deep prompts for the frozen CLIP, and batching of several prompt sets into one forward."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from .clip import tokenize
+from .model import CLIP
+
+
+class DeepPrompts(nn.Module):
+    """``depth`` learnable [n_ctx, width] prompt tensors (layer 0 first); ``forward()`` gives the prompts list."""
+
+    def __init__(self, n_ctx: int, width: int, depth: int, init_std: float = 0.02):
+        super().__init__()
+        if n_ctx < 1 or depth < 1:
+            raise ValueError(f"DeepPrompts needs n_ctx >= 1 and depth >= 1, got n_ctx={n_ctx}, depth={depth}")
+        self.n_ctx = n_ctx
+        self.width = width
+        self.depth = depth
+        self.prompts = nn.ParameterList([nn.Parameter(torch.randn(n_ctx, width) * init_std) for _ in range(depth)])
+
+    @classmethod
+    def from_text_init(cls, clip_model: CLIP, init_text: str, depth: int, init_std: float = 0.02) -> DeepPrompts:
+        """Text prompts whose layer 0 is the token embedding of ``init_text`` (e.g. CTX_INIT "a photo of a").
+
+        n_ctx is the number of BPE tokens of ``init_text``; deeper layers start from N(0, init_std).
+        """
+        tokens = tokenize(init_text.replace("_", " "))
+        n_ctx = int(tokens.argmax(dim=-1)) - 1
+        if n_ctx < 1:
+            raise ValueError(f"prompt init text {init_text!r} has no tokens; give words such as 'a photo of a'")
+        prompts = cls(n_ctx, clip_model.text_width, depth, init_std)
+        weight = clip_model.token_embedding.weight
+        with torch.no_grad():
+            embedding = clip_model.token_embedding(tokens.to(weight.device))
+            prompts.prompts[0].copy_(embedding[0, 1 : 1 + n_ctx])
+        return prompts
+
+    def forward(self) -> list[torch.Tensor]:
+        return list(self.prompts)
+
+
+def stack_prompt_sets(prompt_sets: Sequence[Sequence[torch.Tensor]], batch_sizes: Sequence[int]) -> list[torch.Tensor]:
+    """Per-sample prompts for one forward over consecutive sample groups, group i using ``prompt_sets[i]``.
+
+    Each layer's [n_ctx, w] tensor is expanded to its group's size (per-sample [b, n_ctx, w] tensors are kept)
+    and the groups are concatenated, so the result is [sum(batch_sizes), n_ctx, w] per layer.
+    """
+    if len(prompt_sets) != len(batch_sizes):
+        raise ValueError(f"{len(prompt_sets)} prompt sets but {len(batch_sizes)} batch sizes; give one size per set")
+    depths = {len(s) for s in prompt_sets}
+    if len(depths) != 1:
+        raise ValueError(f"prompt sets have depths {[len(s) for s in prompt_sets]}; only equal depths can share "
+                         "a forward")
+    layers = []
+    for layer in range(depths.pop()):
+        parts = []
+        for i, (prompt_set, size) in enumerate(zip(prompt_sets, batch_sizes)):
+            p = prompt_set[layer]
+            if p.dim() == 3 and p.shape[0] != size:
+                raise ValueError(f"prompt set {i} layer {layer} is per sample for {p.shape[0]} samples, "
+                                 f"but its batch size is {size}")
+            parts.append(p.expand(size, -1, -1) if p.dim() == 2 else p)
+        shapes = {tuple(p.shape[1:]) for p in parts}
+        if len(shapes) != 1:
+            raise ValueError(f"prompt sets differ at layer {layer}: [n_ctx, width] shapes {sorted(shapes)}; "
+                             "prompts batched together need the same n_ctx and width")
+        layers.append(torch.cat(parts, dim=0))
+    return layers

@@ -1,0 +1,59 @@
+"""Shared fixtures: tiny student/teacher CLIP weight files (OpenAI key names) built from open_clip, no downloads."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+# The tests run tiny models, for which torch's intra-op threads cost more than they bring (and contend badly
+# when the machine is busy); one thread keeps the suite fast and its timings stable.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_openclip_model():
+    """Seeded tiny open_clip student (vision 64x9, text 64x9, embed 32, 32px images, patch 8); do not modify."""
+    from tests.helpers_clip import STUDENT_CFG, make_tiny_openclip
+
+    return make_tiny_openclip(**STUDENT_CFG, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_teacher_openclip_model():
+    """Seeded tiny open_clip teacher (vision 128x10, text 128x9, embed 64, 32px images, patch 16); do not modify."""
+    from tests.helpers_clip import TEACHER_CFG, make_tiny_openclip
+
+    return make_tiny_openclip(**TEACHER_CFG, seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_clip_file(tmp_path_factory, tiny_openclip_model) -> str:
+    """Path of a plain .pt state dict of the tiny student CLIP, readable by clip.load."""
+    path = tmp_path_factory.mktemp("clip_weights") / "tiny-student.pt"
+    torch.save(tiny_openclip_model.state_dict(), path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_teacher_clip_file(tmp_path_factory, tiny_teacher_openclip_model) -> str:
+    """Path of the tiny teacher state dict, with OpenAI's extra integer keys as in the released checkpoints."""
+    path = tmp_path_factory.mktemp("clip_weights") / "tiny-teacher.pt"
+    state_dict = dict(tiny_teacher_openclip_model.state_dict())
+    state_dict.update(input_resolution=32, context_length=77, vocab_size=49408)
+    torch.save(state_dict, path)
+    return str(path)
+
+
+@pytest.fixture
+def tiny_clip(tiny_clip_file):
+    """A fresh frozen tiny student CLIP (clip.CLIP) loaded through clip.load."""
+    import clip
+
+    return clip.load(tiny_clip_file)
+
+
+@pytest.fixture
+def tiny_teacher_clip(tiny_teacher_clip_file):
+    """A fresh frozen tiny teacher CLIP (clip.CLIP) loaded through clip.load."""
+    import clip
+
+    return clip.load(tiny_teacher_clip_file)

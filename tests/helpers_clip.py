@@ -1,0 +1,73 @@
+"""Tiny open_clip CLIPs with OpenAI key names, and straightforward reference forwards for prompted encoders."""
+from __future__ import annotations
+
+import open_clip
+import torch
+
+IMAGE_SIZE = 32
+
+# Student: ViT-B/16-like roles at toy size; teacher: wider and deeper, like ViT-L/14 next to ViT-B/16.
+STUDENT_CFG = dict(embed_dim=32, vision_width=64, vision_layers=9, patch_size=8, text_width=64, text_layers=9)
+TEACHER_CFG = dict(embed_dim=64, vision_width=128, vision_layers=10, patch_size=16, text_width=128, text_layers=9)
+
+
+def make_tiny_openclip(embed_dim: int, vision_width: int, vision_layers: int, patch_size: int, text_width: int,
+                       text_layers: int, seed: int = 0) -> open_clip.CLIP:
+    """Seeded open_clip CLIP (quick_gelu, heads = width // 64) with non-trivial LayerNorm and bias values."""
+    torch.manual_seed(seed)
+    model = open_clip.CLIP(
+        embed_dim=embed_dim,
+        quick_gelu=True,
+        vision_cfg=dict(image_size=IMAGE_SIZE, patch_size=patch_size, width=vision_width, layers=vision_layers,
+                        head_width=64),
+        text_cfg=dict(context_length=77, vocab_size=49408, width=text_width, heads=text_width // 64,
+                      layers=text_layers),
+    )
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def per_sample(prompt: torch.Tensor, batch: int) -> torch.Tensor:
+    """[n_ctx, w] -> [batch, n_ctx, w]; per-sample tensors pass through."""
+    return prompt.unsqueeze(0).repeat(batch, 1, 1) if prompt.dim() == 2 else prompt
+
+
+def reference_encode_image(model: open_clip.CLIP, images: torch.Tensor, prompts: list[torch.Tensor]) -> torch.Tensor:
+    """Deep visual prompts done by hand on open_clip's own modules (append after pos-emb, overwrite tail)."""
+    v = model.visual
+    batch = images.shape[0]
+    x = v.conv1(images).flatten(2).transpose(1, 2)
+    x = torch.cat([v.class_embedding.reshape(1, 1, -1).repeat(batch, 1, 1), x], dim=1) + v.positional_embedding
+    n_ctx = prompts[0].shape[-2]
+    x = torch.cat([x, per_sample(prompts[0], batch)], dim=1)
+    x = v.ln_pre(x)
+    for i, block in enumerate(v.transformer.resblocks):
+        if 1 <= i < len(prompts):
+            x = x.clone()
+            x[:, x.shape[1] - n_ctx:] = per_sample(prompts[i], batch)
+        x = block(x)
+    return v.ln_post(x[:, 0]) @ v.proj
+
+
+def reference_encode_text(model: open_clip.CLIP, tokens: torch.Tensor, prompts: list[torch.Tensor]) -> torch.Tensor:
+    """Deep text prompts done by hand on open_clip's own modules (overwrite positions 1..n_ctx)."""
+    batch = tokens.shape[0]
+    n_ctx = prompts[0].shape[-2]
+    x = model.token_embedding(tokens).clone()
+    x[:, 1 : 1 + n_ctx] = per_sample(prompts[0], batch)
+    x = x + model.positional_embedding
+    for i, block in enumerate(model.transformer.resblocks):
+        if 1 <= i < len(prompts):
+            x = x.clone()
+            x[:, 1 : 1 + n_ctx] = per_sample(prompts[i], batch)
+        x = block(x, attn_mask=model.attn_mask)
+    x = model.ln_final(x)
+    return x[torch.arange(batch), tokens.argmax(dim=-1)] @ model.text_projection
+
+
+def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """max |a - e| / max |e|."""
+    return float((actual - expected).abs().max() / expected.abs().max())
