@@ -1,0 +1,18 @@
+"""ImageNet-R (test only, 200 classes): ``imagenet-rendition/imagenet-r/<wnid>/*.jpg`` + ``classnames.txt``."""
+from __future__ import annotations
+
+from engine.registry import DATASET_REGISTRY
+
+from .protocols import ProtocolDataset
+from .splits import SplitData, read_wnid_folder_dataset
+
+
+@DATASET_REGISTRY.register()
+class ImageNetR(ProtocolDataset):
+    """ImageNet-R reader: labels 0..199 index the sorted wnid folders present (README.txt is skipped)."""
+
+    dataset_dir = "imagenet-rendition"
+
+    @classmethod
+    def read(cls, dataset_dir: str) -> SplitData:
+        return read_wnid_folder_dataset(cls.__name__, dataset_dir, "imagenet-r")

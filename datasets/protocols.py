@@ -1,0 +1,215 @@
+"""The data roles of DESIGN §5 in one place: which images a trainer learns from, routes on and is evaluated on.
+
+Every dataset reader subclasses :class:`ProtocolDataset`: the reader only returns the full dataset
+(:class:`datasets.splits.SplitData`); :func:`build_splits` turns it into the splits of the configured role.
+
+* role = ``DATA_ROLE`` of the trainer class registered under ``TRAINER.NAME`` ("standard" when it has none or is
+  not registered); protocol = ``TRAINER.MODAL`` ("base2novel" when the key is absent); the evaluated classes come
+  from ``DATASET.SUBSAMPLE_CLASSES`` (base = first ceil(n/2) sorted labels, new = the rest).
+* ``standard`` (CoOp, ZeroshotCLIP, PromptSRC teacher; any protocol): CoOp's dataset: few-shot train/val, then
+  class subsampling with new classes relabelled from 0. ImageNet: val = test. ImageNet variants: train_x = test,
+  no val, NUM_SHOTS ignored (as CoOp); SUBSAMPLE_CLASSES does apply to them (CoOp ignores it there).
+* ``distill_all`` (PromptKD): train_x = the whole train split of all classes (labels kept in the all-class space
+  but not meant to be used); in dg, the target's test images (transductive, as PromptKD).
+* ``petr``: base2novel: train_x = labelled base-class train images, train_u = novel-class train images with labels
+  withheld (``UNLABELED``, empty class name). cross/dg: train_x = labelled source (ImageNet) train images, train_u =
+  the target's train split (dg: the target's test images, transductive), both unlabelled for the target.
+* distill_all and petr evaluate in the label space of all target classes: test/val keep only the evaluated
+  classes, without relabelling; val is the real val split (None for ImageNet and its variants), never test data.
+* ``DATASET.NUM_SHOTS`` >= 1 applies to every training role (per class, sampled before labels are withheld).
+
+Attributes set on the dataset instance besides DatasetBase's train_x, train_u, val, test, lab2cname, classnames:
+
+* ``dataset_dir`` (str): absolute folder of the dataset; ``split_file`` (str): the file its splits came from.
+* ``protocol`` (str), ``role`` (str), ``subsample`` (str): the resolved protocol, data role and subset.
+* ``eval_labels`` (list[int]): labels (in ``lab2cname``'s space) of the evaluated classes; trainers restrict the
+  argmax to them. Standard role: all labels of the (relabelled) dataset.
+* ``router_x`` (list[Datum] | None): petr only, the labelled images the router statistics come from.
+* ``source_lab2cname`` (dict[int, str] | None): petr cross/dg only, the source classes that train_x labels index.
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.dataset_base import UNLABELED, DatasetBase, Datum
+from engine.registry import DATASET_REGISTRY, TRAINER_REGISTRY, check_availability
+
+from .fewshot import check_all_classes, fewshot_splits, sample_per_class
+from .splits import SplitData, dataset_folder
+
+ROLES = ("standard", "distill_all", "petr")
+PROTOCOLS = ("base2novel", "cross", "dg")
+SUBSAMPLES = ("all", "base", "new")
+DEFAULT_SOURCE_DATASET = "ImageNet"
+
+
+@dataclass
+class RoleSplits:
+    """The splits and extra attributes of one role, as :class:`ProtocolDataset` stores them."""
+
+    train_x: list[Datum]
+    train_u: list[Datum] | None
+    val: list[Datum] | None
+    test: list[Datum]
+    lab2cname: dict[int, str]
+    eval_labels: list[int]
+    protocol: str
+    role: str
+    subsample: str
+    router_x: list[Datum] | None = None
+    source_lab2cname: dict[int, str] | None = None
+
+
+def resolve_role(cfg) -> str:
+    """``DATA_ROLE`` of the trainer registered as ``cfg.TRAINER.NAME``; "standard" when absent."""
+    name = cfg.TRAINER.NAME
+    role = getattr(TRAINER_REGISTRY.get(name), "DATA_ROLE", "standard") if name in TRAINER_REGISTRY else "standard"
+    if role not in ROLES:
+        raise ValueError(f"Trainer {name} declares DATA_ROLE {role!r}; expected one of {', '.join(ROLES)}")
+    return role
+
+
+def resolve_protocol(cfg) -> str:
+    """``cfg.TRAINER.MODAL`` (base2novel when the key is not declared)."""
+    protocol = cfg.TRAINER.get("MODAL", "base2novel")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"TRAINER.MODAL is {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
+    return protocol
+
+
+def resolve_subsample(cfg) -> str:
+    """``cfg.DATASET.SUBSAMPLE_CLASSES`` (all when the key is not declared)."""
+    subsample = cfg.DATASET.get("SUBSAMPLE_CLASSES", "all")
+    if subsample not in SUBSAMPLES:
+        raise ValueError(f"DATASET.SUBSAMPLE_CLASSES is {subsample!r}; expected one of {', '.join(SUBSAMPLES)}")
+    return subsample
+
+
+def class_subset(labels: Sequence[int], subsample: str) -> list[int]:
+    """CoOp's class halves: sorted labels, base = the first ceil(n/2), new = the rest, all = every label."""
+    labels = sorted(set(labels))
+    m = math.ceil(len(labels) / 2)
+    return {"all": labels, "base": labels[:m], "new": labels[m:]}[subsample]
+
+
+def subsample_classes(*sources: list[Datum] | None, subsample: str = "all") -> list[list[Datum] | None]:
+    """CoOp's ``subsample_classes``: keep the subset chosen on ``sources[0]``'s labels and relabel it 0..k-1."""
+    if subsample == "all":
+        return list(sources)
+    selected = class_subset([item.label for item in sources[0]], subsample)
+    relabel = {old: new for new, old in enumerate(selected)}
+    return [None if items is None else
+            [Datum(impath=d.impath, label=relabel[d.label], domain=d.domain, classname=d.classname)
+             for d in items if d.label in relabel] for items in sources]
+
+
+def keep_classes(items: Sequence[Datum], labels: Sequence[int]) -> list[Datum]:
+    """The items whose label is in ``labels``, labels unchanged."""
+    wanted = set(labels)
+    return [item for item in items if item.label in wanted]
+
+
+def withhold_labels(items: Sequence[Datum]) -> list[Datum]:
+    """Copies with label ``UNLABELED`` and no class name, for unlabelled training roles."""
+    return [Datum(impath=d.impath, label=UNLABELED, domain=d.domain, classname="") for d in items]
+
+
+def _standard(data: SplitData, num_shots: int, seed: int, subsample: str, protocol: str) -> RoleSplits:
+    # CoOp: the ImageNet variants train_x is their test data and ignores NUM_SHOTS.
+    train, val = (data.train, None) if data.test_only else fewshot_splits(data, num_shots, seed)
+    train, val, test = subsample_classes(train, val, data.test, subsample=subsample)
+    if val is None and not data.test_only:
+        val = test  # ImageNet has no val split; CoOp validates on its test set
+    lab2cname = DatasetBase.get_lab2cname(train)[0]
+    return RoleSplits(train, None, val, test, lab2cname, list(lab2cname), protocol, "standard", subsample)
+
+
+def _target_train(data: SplitData, num_shots: int, seed: int, protocol: str) -> tuple[list[Datum], list | None]:
+    """Target images for unlabelled training and the target's val split: train split, or test images for dg."""
+    train, val = fewshot_splits(data, num_shots, seed)
+    if protocol == "dg" and not data.test_only:
+        train = data.test
+        if num_shots >= 1:
+            train = sample_per_class(data.test, num_shots, random.Random(seed))
+            check_all_classes(train, data.lab2cname, "dg target", f"sampled from {data.split_file}")
+    return train, val
+
+
+def _read_source(cfg) -> SplitData:
+    name = cfg.DATASET.get("SOURCE_DATASET", DEFAULT_SOURCE_DATASET)
+    check_availability(name, DATASET_REGISTRY.registered_names(), kind="dataset (DATASET.SOURCE_DATASET)")
+    source_cls = DATASET_REGISTRY.get(name)
+    if not issubclass(source_cls, ProtocolDataset):
+        raise ValueError(f"DATASET.SOURCE_DATASET {name} is not one of this project's dataset readers")
+    source = source_cls.read_root(cfg.DATASET.ROOT)
+    if source.test_only:
+        raise ValueError(f"DATASET.SOURCE_DATASET {name} has only a test set; use a dataset with a train split")
+    return source
+
+
+def build_splits(cfg, data: SplitData) -> RoleSplits:
+    """The splits of the role/protocol configured in ``cfg`` from a reader's full dataset ``data``."""
+    role, protocol, subsample = resolve_role(cfg), resolve_protocol(cfg), resolve_subsample(cfg)
+    num_shots, seed = cfg.DATASET.NUM_SHOTS, cfg.SEED
+    if role == "standard":
+        return _standard(data, num_shots, seed, subsample, protocol)
+    if protocol == "base2novel" and data.test_only:
+        raise ValueError(f"{data.name} has only a test set, so it has no base-to-novel training data for "
+                         f"{cfg.TRAINER.NAME}; set TRAINER.MODAL dg (or cross)")
+    if protocol == "base2novel":
+        train, val = fewshot_splits(data, num_shots, seed)
+    else:
+        train, val = _target_train(data, num_shots, seed, protocol)
+    eval_labels = class_subset(data.lab2cname, subsample)
+    test = keep_classes(data.test, eval_labels)
+    val = None if val is None else keep_classes(val, eval_labels)
+    splits = RoleSplits(train, None, val, test, data.lab2cname, eval_labels, protocol, role, subsample)
+    if role == "petr" and protocol == "base2novel":
+        splits.train_x = keep_classes(train, class_subset(data.lab2cname, "base"))
+        splits.train_u = withhold_labels(keep_classes(train, class_subset(data.lab2cname, "new")))
+        splits.router_x = list(splits.train_x)
+    elif role == "petr":
+        source = _read_source(cfg)
+        splits.train_x = fewshot_splits(source, num_shots, seed)[0]
+        splits.train_u = withhold_labels(train)
+        splits.router_x = list(splits.train_x)
+        splits.source_lab2cname = source.lab2cname
+    return splits
+
+
+class ProtocolDataset(DatasetBase):
+    """Base of the 15 dataset readers: subclasses implement :meth:`read`; the instance holds the configured role.
+
+    ``dataset_dir`` (class attribute) is the folder under ``DATASET.ROOT`` (CoOp's name); on the instance it becomes
+    the absolute path, as in CoOp.
+    """
+
+    dataset_dir = ""
+
+    def __init__(self, cfg) -> None:
+        data = self.read_root(cfg.DATASET.ROOT)
+        splits = build_splits(cfg, data)
+        super().__init__(train_x=splits.train_x, train_u=splits.train_u, val=splits.val, test=splits.test,
+                         lab2cname=splits.lab2cname)
+        self.dataset_dir = data.dataset_dir
+        self.split_file = data.split_file
+        self.protocol, self.role, self.subsample = splits.protocol, splits.role, splits.subsample
+        self.eval_labels = splits.eval_labels
+        self.router_x = splits.router_x
+        self.source_lab2cname = splits.source_lab2cname
+        print(f"Data role {self.role} ({self.protocol}, SUBSAMPLE_CLASSES {self.subsample}): "
+              f"train_x {len(self.train_x):,}, train_u {len(self.train_u or []):,}, val {len(self.val or []):,}, "
+              f"test {len(self.test):,}, evaluated classes {len(self.eval_labels)}/{len(self.lab2cname)}")
+
+    @classmethod
+    def read_root(cls, root: str) -> SplitData:
+        """Read the dataset under ``root`` (its folder must exist)."""
+        return cls.read(dataset_folder(root, cls.dataset_dir, cls.__name__))
+
+    @classmethod
+    def read(cls, dataset_dir: str) -> SplitData:
+        """Read the full dataset from its folder; implemented by each reader."""
+        raise NotImplementedError
