@@ -1,0 +1,157 @@
+"""Plots of base vs novel routing scores from saved PETR logits (no model needed), as PNG files.
+
+Usage (from the repository root):
+  python tools/plot_routing_scores.py output/base2new [DIR ...] --out figures/ [--routers] [--datasets eurosat ...]
+                                      [--lam 1.4] [--percentile 99]
+
+Default: one figure per dataset/seed with the Mahalanobis distances of the base (seen) and novel (unseen) test
+samples on a log2 axis and the threshold ``T = λ · P99``, plus ``mahalanobis_grid.png`` with every dataset when
+there are several. ``--routers``: one figure per dataset/seed with a panel per scoring router of the ablation.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # allow `python tools/plot_routing_scores.py`
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from parse_test_res import ResultsError  # noqa: E402
+from tools.router_ablation import DumpUnit, find_units  # noqa: E402
+from trainers.routing import ROUTERS, build_router, load_logits_dump, load_q_dump  # noqa: E402
+
+SCORE_ROUTERS = tuple(name for name, cls in ROUTERS.items() if cls.routes and not cls.needs_truth)
+
+
+def unit_scores(unit: DumpUnit, router_name: str, lam: float, percentile: float) -> tuple[np.ndarray, np.ndarray,
+                                                                                         float]:
+    """Outlier scores of the base and novel test samples of ``unit`` and the router's threshold."""
+    router = build_router(router_name, lam=lam, percentile=percentile).fit(load_q_dump(unit.fit_path))
+    dumps = [load_logits_dump(p) for p in unit.logits_paths]
+    if not dumps:
+        raise ResultsError(f"no logits_<split>.pt dumps for {unit.label} in {', '.join(unit.dirs)}")
+    scores = torch.cat([router.score(torch.cat([d["q_s"], d["q_u"]], dim=1)) for d in dumps]).cpu().numpy()
+    is_seen = torch.cat([d["is_seen"] for d in dumps]).numpy()
+    return scores[is_seen], scores[~is_seen], router.threshold
+
+
+def _histogram(ax: plt.Axes, base: np.ndarray, novel: np.ndarray, threshold: float, log2: bool) -> None:
+    values = np.concatenate([base, novel, [threshold]])
+    if log2:
+        lo = max(values[values > 0].min(), 1e-12) if (values > 0).any() else 1e-12
+        bins = np.logspace(math.log2(lo), math.log2(values.max()), 40, base=2.0)
+        base, novel = np.clip(base, lo, None), np.clip(novel, lo, None)
+        ax.set_xscale("log", base=2)
+    else:
+        bins = np.linspace(values.min(), values.max(), 40)
+    style = {"bins": bins, "histtype": "stepfilled", "alpha": 0.6}
+    ax.hist(base, label=f"base (seen), n={len(base)}", color="tab:blue", **style)
+    ax.hist(novel, label=f"novel (unseen), n={len(novel)}", color="tab:orange", **style)
+    ax.axvline(threshold, color="black", linestyle="--", label=f"threshold {threshold:.3g}")
+    ax.set_ylabel("test samples")
+    ax.legend(fontsize=8, loc="upper right")
+
+
+def _title(unit: DumpUnit, multi_method: bool) -> str:
+    method = f"{unit.method}, " if multi_method and unit.method else ""
+    return f"{unit.dataset} ({method}seed {unit.seed})" if unit.seed else f"{unit.dataset} ({method.rstrip(', ')})"
+
+
+def _slug(unit: DumpUnit, multi_method: bool) -> str:
+    parts = [unit.dataset] + ([unit.method.replace("/", "-")] if multi_method and unit.method else [])
+    return "_".join(parts + ([f"seed{unit.seed}"] if unit.seed else []))
+
+
+def plot_mahalanobis(units: Sequence[DumpUnit], out_dir: str, lam: float = 1.4, percentile: float = 99.0) -> list[str]:
+    """One PNG per unit (and a grid of all units when there are several); returns the written paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    multi = len({u.method for u in units}) > 1
+    data = [(u, *unit_scores(u, "mahalanobis", lam, percentile)) for u in units]
+    written = []
+    for unit, base, novel, thr in data:
+        fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+        _histogram(ax, base, novel, thr, log2=True)
+        ax.set_xlabel("Mahalanobis distance (log2 scale)")
+        ax.set_title(f"{_title(unit, multi)}: T = {lam:g} · P{percentile:g}")
+        written.append(_save(fig, os.path.join(out_dir, f"{_slug(unit, multi)}_mahalanobis.png")))
+    if len(data) > 1:
+        cols = min(4, len(data))
+        rows = math.ceil(len(data) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.5 * rows), dpi=100, squeeze=False)
+        for ax, (unit, base, novel, thr) in zip(axes.flat, data):
+            _histogram(ax, base, novel, thr, log2=True)
+            ax.set_title(_title(unit, multi), fontsize=10)
+            ax.set_xlabel("Mahalanobis distance")
+        for ax in list(axes.flat)[len(data):]:
+            ax.axis("off")
+        fig.suptitle(f"Base vs novel test samples, threshold T = {lam:g} · P{percentile:g} of the seen-train distances")
+        written.append(_save(fig, os.path.join(out_dir, "mahalanobis_grid.png")))
+    return written
+
+
+def plot_routers(units: Sequence[DumpUnit], out_dir: str, routers: Sequence[str] = SCORE_ROUTERS, lam: float = 1.4,
+                 percentile: float = 99.0) -> list[str]:
+    """One PNG per unit with a panel per router (outlier scores, higher = more unseen-like)."""
+    os.makedirs(out_dir, exist_ok=True)
+    multi = len({u.method for u in units}) > 1
+    written = []
+    for unit in units:
+        cols = min(4, len(routers))
+        rows = math.ceil(len(routers) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.5 * rows), dpi=100, squeeze=False)
+        for ax, name in zip(axes.flat, routers):
+            base, novel, thr = unit_scores(unit, name, lam, percentile)
+            _histogram(ax, base, novel, thr, log2=name == "mahalanobis")
+            ax.set_title(name)
+            ax.set_xlabel("outlier score" + (" (log2)" if name == "mahalanobis" else ""))
+        for ax in list(axes.flat)[len(routers):]:
+            ax.axis("off")
+        fig.suptitle(f"{_title(unit, multi)}: router scores, threshold at P{percentile:g} of the seen-train scores "
+                     f"(× λ={lam:g} for mahalanobis)")
+        written.append(_save(fig, os.path.join(out_dir, f"{_slug(unit, multi)}_routers.png")))
+    return written
+
+
+def _save(fig: plt.Figure, path: str) -> str:
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Plot base vs novel routing scores from saved PETR logits.")
+    p.add_argument("dirs", nargs="+", help="output roots, method folders or run folders with PETR dumps")
+    p.add_argument("--out", required=True, help="folder for the PNG files")
+    p.add_argument("--routers", action="store_true", help="one panel per router instead of Mahalanobis only")
+    p.add_argument("--datasets", nargs="+", help="only these datasets")
+    p.add_argument("--lam", type=float, default=1.4)
+    p.add_argument("--percentile", type=float, default=99.0)
+    args = p.parse_args(argv)
+    try:
+        units = [u for u in find_units(args.dirs) if not args.datasets or u.dataset in args.datasets]
+        if not units:
+            raise ResultsError(f"none of the datasets {args.datasets} has dumps under {', '.join(args.dirs)}")
+        if args.routers:
+            written = plot_routers(units, args.out, lam=args.lam, percentile=args.percentile)
+        else:
+            written = plot_mahalanobis(units, args.out, args.lam, args.percentile)
+    except (ResultsError, ValueError, FileNotFoundError) as e:
+        print(f"plot_routing_scores.py: error: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(f"Saved {p}" for p in written))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
