@@ -1,0 +1,214 @@
+"""CoOp: learnable context words around the class name on a frozen CLIP, trained with cross-entropy.
+
+``CoOpPromptLearner`` and ``coop_text_features`` are shared with PETR+CoOp (its seen branch). The checkpoint holds
+``ctx`` only: the class-name token embeddings are non-persistent buffers rebuilt from the class names, so a generic
+context trained on base classes evaluates on novel classes (or another dataset) unchanged.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import clip
+from clip.model import CLIP
+from clip.tokenizer import encode
+from engine import (
+    TRAINER_REGISTRY,
+    TrainerX,
+    autocast,
+    build_lr_scheduler,
+    build_optimizer,
+    compute_accuracy,
+    count_num_param,
+    load_pretrained_weights,
+    make_grad_scaler,
+    resolve_precision,
+)
+
+from .zeroshot import load_clip, trim_padding
+
+CLASS_TOKEN_POSITIONS = ("end", "middle", "front")
+# Buffers that upstream CoOp checkpoints also contain; they are rebuilt from the class names instead.
+_UPSTREAM_BUFFERS = ("token_prefix", "token_suffix")
+
+
+def _describe_ctx(shape: Sequence[int]) -> str:
+    if len(shape) == 3:
+        return f"class-specific context (CSC) for {shape[0]} classes, {shape[1]} tokens of width {shape[2]}"
+    return f"generic context of {shape[0]} tokens of width {shape[1]}"
+
+
+class CoOpPromptLearner(nn.Module):
+    """CoOp's context vectors ``ctx`` ([n_ctx, w] generic or [C, n_ctx, w] class-specific) and prompt assembly.
+
+    Prompts are "<SOS> ctx <name>. <EOS>" (``end``), "<SOS> ctx[:n/2] <name> ctx[n/2:]. <EOS>" (``middle``) or
+    "<SOS> <name> ctx. <EOS>" (``front``). ``ctx_init`` (e.g. "a photo of a") sets n_ctx to its BPE token count
+    and initialises a generic context from its token embeddings (CSC is then ignored, as in CoOp).
+    """
+
+    def __init__(self, clip_model: CLIP, classnames: Sequence[str], n_ctx: int = 16, ctx_init: str = "",
+                 csc: bool = False, class_token_position: str = "end"):
+        super().__init__()
+        if class_token_position not in CLASS_TOKEN_POSITIONS:
+            raise ValueError(f"TRAINER.COOP.CLASS_TOKEN_POSITION is {class_token_position!r}; choose one of "
+                             f"{', '.join(CLASS_TOKEN_POSITIONS)}")
+        weight = clip_model.token_embedding.weight
+        names = [name.replace("_", " ") for name in classnames]
+        ctx_init = ctx_init.replace("_", " ").strip()
+        if ctx_init:
+            init_tokens = clip.tokenize(ctx_init, context_length=clip_model.context_length).to(weight.device)
+            n_ctx = int(init_tokens.argmax(dim=-1)) - 1
+            if n_ctx < 1:
+                raise ValueError(f"TRAINER.COOP.CTX_INIT {ctx_init!r} has no tokens; use words such as 'a photo of a'")
+            with torch.no_grad():
+                ctx = clip_model.token_embedding(init_tokens)[0, 1:1 + n_ctx].clone()
+            if csc:
+                print("Note: TRAINER.COOP.CSC is ignored with CTX_INIT (as in CoOp): one generic context "
+                      f"initialised from {ctx_init!r}")
+            csc, prefix_text = False, ctx_init
+        else:
+            if n_ctx < 1:
+                raise ValueError(f"TRAINER.COOP.N_CTX is {n_ctx}; use at least 1 context token")
+            shape = (len(names), n_ctx, clip_model.text_width) if csc else (n_ctx, clip_model.text_width)
+            ctx = torch.empty(shape, dtype=weight.dtype, device=weight.device).normal_(std=0.02)
+            prefix_text = " ".join(["X"] * n_ctx)
+        print(f"CoOp context: {_describe_ctx(ctx.shape)}; prompt template {prefix_text + ' {}.'!r}, class token "
+              f"at the {class_token_position}")
+        self.ctx = nn.Parameter(ctx)
+        self.n_ctx, self.csc, self.class_token_position = n_ctx, csc, class_token_position
+        self.classnames = list(classnames)
+        self.name_lens = [len(encode(name)) for name in names]
+        tokens = clip.tokenize([f"{prefix_text} {name}." for name in names],
+                               context_length=clip_model.context_length).to(weight.device)
+        with torch.no_grad():
+            embedding = clip_model.token_embedding(tokens)
+        self.register_buffer("tokens", tokens, persistent=False)
+        self.register_buffer("token_prefix", embedding[:, :1], persistent=False)
+        self.register_buffer("token_suffix", embedding[:, 1 + n_ctx:], persistent=False)
+
+    @property
+    def n_cls(self) -> int:
+        return len(self.classnames)
+
+    def prompt_spans(self) -> list[int]:
+        """Per class, how many tokens after SOS differ from the plain token embedding of ``tokens``."""
+        if self.class_token_position == "end":
+            return [self.n_ctx] * self.n_cls
+        return [self.n_ctx + n for n in self.name_lens]
+
+    def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompt embeddings [C, context_length, w] (before the positional embedding) and their tokens [C, L]."""
+        ctx = self.ctx if self.ctx.dim() == 3 else self.ctx.unsqueeze(0).expand(self.n_cls, -1, -1)
+        prefix, suffix = self.token_prefix, self.token_suffix
+        if self.class_token_position == "end":
+            return torch.cat([prefix, ctx, suffix], dim=1), self.tokens
+        half = self.n_ctx // 2
+        rows = []
+        for i, n in enumerate(self.name_lens):
+            name, rest = suffix[i:i + 1, :n], suffix[i:i + 1, n:]
+            ctx_i = ctx[i:i + 1]
+            if self.class_token_position == "middle":
+                parts = [prefix[i:i + 1], ctx_i[:, :half], name, ctx_i[:, half:], rest]
+            else:
+                parts = [prefix[i:i + 1], name, ctx_i, rest]
+            rows.append(torch.cat(parts, dim=1))
+        return torch.cat(rows, dim=0), self.tokens
+
+    def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True, assign: bool = False):
+        """Load ``ctx`` only (upstream's token buffers are dropped); a shape mismatch raises one clear error."""
+        state = {k: v for k, v in state_dict.items() if k not in _UPSTREAM_BUFFERS}
+        if strict and set(state) != {"ctx"}:
+            raise ValueError(f"CoOp prompt-learner checkpoint has keys {sorted(state)}; expected only 'ctx'")
+        if "ctx" in state and tuple(state["ctx"].shape) != tuple(self.ctx.shape):
+            saved, wanted = tuple(state["ctx"].shape), tuple(self.ctx.shape)
+            hint = ("a class-specific (CSC) context only fits the classes it was trained on; train with "
+                    "TRAINER.COOP.CSC False to evaluate on other classes" if len(saved) == 3 else
+                    "use the N_CTX / CTX_INIT / CSC settings the context was trained with")
+            raise ValueError(f"CoOp checkpoint 'ctx' is a {_describe_ctx(saved)}, but this run builds a "
+                             f"{_describe_ctx(wanted)}; {hint}")
+        return super().load_state_dict(state, strict=strict, assign=assign)
+
+
+def coop_text_features(clip_model: CLIP, learner: CoOpPromptLearner) -> torch.Tensor:
+    """L2-normalised float32 text features [C, embed_dim] of the learner's prompts (differentiable in ``ctx``).
+
+    Each class's prompt span (the tokens after SOS that differ from the plain tokens) goes through
+    ``CLIP.encode_text(tokens, prompts=[span])``; classes are grouped by span length, one forward per group, and
+    the padding after the longest prompt's EOT is skipped (the causal text tower's EOT output ignores it).
+    """
+    embeddings, tokens = learner()
+    tokens = trim_padding(tokens)
+    spans = learner.prompt_spans()
+    groups: dict[int, list[int]] = {}
+    for i, span in enumerate(spans):
+        groups.setdefault(span, []).append(i)
+    order, chunks = [], []
+    for span, members in groups.items():
+        index = torch.tensor(members, device=tokens.device)
+        chunks.append(clip_model.encode_text(tokens[index], prompts=[embeddings[index, 1:1 + span]]))
+        order += members
+    features = torch.cat(chunks, dim=0)
+    if len(groups) > 1:
+        features = features[torch.tensor(order, device=features.device).argsort()]
+    return F.normalize(features.float(), dim=-1)
+
+
+@TRAINER_REGISTRY.register()
+class CoOp(TrainerX):
+    """CoOp (Zhou et al., IJCV 2022): only ``prompt_learner.ctx`` is trained, with cross-entropy on the labels."""
+
+    DATA_ROLE = "standard"
+
+    def build_model(self) -> None:
+        cfg, opts = self.cfg, self.cfg.TRAINER.COOP
+        self.prec = resolve_precision(opts.PREC, self.device)
+        print(f"Loading CLIP (backbone: {cfg.MODEL.BACKBONE.NAME})")
+        self.clip_model = load_clip(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
+        print("Building the CoOp prompt learner")
+        self.prompt_learner = CoOpPromptLearner(self.clip_model, self.dm.dataset.classnames, opts.N_CTX,
+                                                opts.CTX_INIT, opts.CSC, opts.CLASS_TOKEN_POSITION).to(self.device)
+        if cfg.MODEL.INIT_WEIGHTS:
+            load_pretrained_weights(self.prompt_learner, cfg.MODEL.INIT_WEIGHTS)
+        print(f"Trainable parameters: {count_num_param(self.prompt_learner):,} (the CLIP weights are frozen)")
+        self.optim = build_optimizer(self.prompt_learner, cfg.OPTIM)
+        self.sched = build_lr_scheduler(self.optim, cfg.OPTIM)
+        self.register_model("prompt_learner", self.prompt_learner, self.optim, self.sched)
+        self.scaler = make_grad_scaler(self.prec, self.device)
+        self._text_features: torch.Tensor | None = None
+
+    def model_inference(self, images: torch.Tensor) -> torch.Tensor:
+        with autocast(self.prec, self.device):
+            text = self._text_features
+            if text is None:
+                text = coop_text_features(self.clip_model, self.prompt_learner)
+            image = self.clip_model.encode_image(images)
+        image = F.normalize(image.float(), dim=-1)
+        return self.clip_model.logit_scale.exp().float() * image @ text.float().t()
+
+    def forward_backward(self, batch: dict) -> dict:
+        images, labels, _ = self.parse_batch_train(batch)
+        logits = self.model_inference(images)
+        loss = F.cross_entropy(logits, labels)
+        self.model_backward_and_update(loss)
+        summary = {"loss": loss.item(), "acc": compute_accuracy(logits, labels)[0].item()}
+        if self.batch_idx + 1 == self.num_batches:
+            self.update_lr()
+        return summary
+
+    @torch.no_grad()
+    def test(self, split: str | None = None) -> float:
+        """Evaluate with the class text features computed once for the whole split (the context is fixed)."""
+        self.set_model_mode("eval")
+        with autocast(self.prec, self.device):
+            self._text_features = coop_text_features(self.clip_model, self.prompt_learner)
+        try:
+            return super().test(split)
+        finally:
+            self._text_features = None
+
+    def extra_results(self) -> dict:
+        learner = self.prompt_learner
+        return {"n_ctx": learner.n_ctx, "csc": learner.csc, "class_token_position": learner.class_token_position}
