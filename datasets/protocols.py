@@ -26,6 +26,8 @@ Attributes set on the dataset instance besides DatasetBase's train_x, train_u, v
   argmax to them. Standard role: all labels of the (relabelled) dataset.
 * ``router_x`` (list[Datum] | None): petr only, the labelled images the router statistics come from.
 * ``source_lab2cname`` (dict[int, str] | None): petr cross/dg only, the source classes that train_x labels index.
+* ``full_lab2cname`` (dict[int, str]): every class of the dataset as read, whatever subset the role keeps (the
+  teacher writes text features for all classes while training on base ones).
 """
 from __future__ import annotations
 
@@ -200,6 +202,7 @@ class ProtocolDataset(DatasetBase):
         self.eval_labels = splits.eval_labels
         self.router_x = splits.router_x
         self.source_lab2cname = splits.source_lab2cname
+        self.full_lab2cname = data.lab2cname
         print(f"Data role {self.role} ({self.protocol}, SUBSAMPLE_CLASSES {self.subsample}): "
               f"train_x {len(self.train_x):,}, train_u {len(self.train_u or []):,}, val {len(self.val or []):,}, "
               f"test {len(self.test):,}, evaluated classes {len(self.eval_labels)}/{len(self.lab2cname)}")

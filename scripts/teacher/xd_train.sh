@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# ImageNet-xd teacher (PromptSRC on ViT-L/14, cross-dataset settings: deep prompts 3/3, GPA 6/10): train on 16-shot
+# ImageNet, all 1000 classes, and publish it to ${TEACHER_DIR:-teachers}/ImageNet-xd for the xd/dg student scripts.
+# Usage: DATA=/path/to/datasets bash scripts/teacher/xd_train.sh 1
+# Output: $OUTPUT_ROOT/xd/train/imagenet/shots_16/PromptSRC/<cfg>/seed<S>. Knobs: CFG (default
+# vit_l14_c2_ep20_batch8_4+4ctx_cross_datasets), SHOTS, TEACHER_NAME, TEACHER_DIR, EXTRA_OPTS (scripts/common.sh).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/common.sh
+source scripts/teacher/publish.sh
+
+[ $# -eq 1 ] || die "usage: bash scripts/teacher/xd_train.sh <seed>"
+SEED=$1
+DATASET=imagenet
+TRAINER=PromptSRC
+CFG=${CFG:-vit_l14_c2_ep20_batch8_4+4ctx_cross_datasets}
+SHOTS=${SHOTS:-16}
+
+require_data
+dataset_name "$DATASET" >/dev/null
+DIR=$(run_dir xd/train "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
+if run_finished "$DIR"; then
+    echo "Run finished, skipping training: $DIR"
+else
+    BACKBONE="${TEACHER_NAME:-}" TEACHER_NAME="" common_opts PROMPTSRC
+    echo "Training the $TRAINER cross-dataset teacher on $DATASET (all classes, seed $SEED) -> $DIR"
+    "$PYTHON" train.py \
+        --root "$DATA" \
+        --seed "$SEED" \
+        --trainer "$TRAINER" \
+        --dataset-config-file "$(dataset_yaml "$DATASET")" \
+        --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
+        --output-dir "$DIR" \
+        DATASET.NUM_SHOTS "$SHOTS" \
+        DATASET.SUBSAMPLE_CLASSES all \
+        TRAINER.MODAL cross \
+        "${COMMON_OPTS[@]}"
+fi
+publish_teacher "$DIR" ImageNet-xd

@@ -1,0 +1,324 @@
+"""PromptSRC, the teacher of PromptKD/PETR: deep vision+language prompts on a frozen CLIP with self-regularisation.
+
+loss = CE + TEXT_LOSS_WEIGHT·L1(text, frozen ensemble text) + IMAGE_LOSS_WEIGHT·L1(image, frozen image)
++ KL(zero-shot ‖ prompted) summed / numel (PromptSRC's formula). The frozen features come from the same CLIP called
+without prompts (one CLIP copy). Gaussian prompt aggregation (GPA) averages the *prompts* of every epoch with
+Gaussian weights (the frozen CLIP is never touched, unlike upstream, whose fp16 state-dict averaging drifts it).
+
+Frozen text targets: PromptKD's 60 ImageNet templates (``PROMPTSRC_TEMPLATES``), each template's features
+normalised, averaged and renormalised (``zeroshot_text_features``); upstream averages the un-normalised features.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from tabulate import tabulate
+from torch import nn
+
+import clip
+from clip.model import CLIP
+from clip.prompts import DeepPrompts
+from engine import (
+    TRAINER_REGISTRY,
+    TrainerX,
+    autocast,
+    build_lr_scheduler,
+    build_optimizer,
+    compute_accuracy,
+    make_grad_scaler,
+    resolve_precision,
+)
+from engine.checkpoint import atomic_torch_save
+
+from .templates import IMAGENET_TEMPLATES
+from .zeroshot import load_clip, trim_padding, zeroshot_text_features
+
+MODEL_NAME = "VLPromptLearner"
+TEACHER_FEATURES_FILE = "teacher_text_features.pt"
+_PHOTO = "a photo of a {}."
+PROMPTSRC_TEMPLATES: list[str] = [_PHOTO] + [t for t in IMAGENET_TEMPLATES if t != _PHOTO][:59]
+"""PromptKD/PromptSRC's 60 templates: "a photo of a {}." first, then CLIP's 80 without their last 20."""
+
+TEXT_KEY, VISION_KEY, GPA_KEY = "text_prompts.prompts.", "vision_prompts.prompts.", "gpa."
+
+
+def class_prompt_tokens(classnames: Sequence[str], n_ctx: int, context_length: int = 77) -> torch.Tensor:
+    """Tokens of "X X X X <class name>." per class: the n_ctx placeholders are overwritten by the text prompts.
+
+    Padding after the last EOT is trimmed (``trim_padding``): the text features are unchanged and the text tower
+    runs on ~10-20 instead of 77 positions.
+    """
+    placeholder = " ".join(["X"] * n_ctx)
+    tokens = clip.tokenize([f"{placeholder} {name.replace('_', ' ')}." for name in classnames], context_length)
+    return trim_padding(tokens)
+
+
+@torch.no_grad()
+def prompted_text_features(clip_model: CLIP, prompts: Sequence[torch.Tensor], classnames: Sequence[str],
+                           batch_size: int = 256) -> torch.Tensor:
+    """L2-normalised float32 text features [C, embed_dim] of ``classnames`` under deep text prompts (no grad)."""
+    device = clip_model.token_embedding.weight.device
+    tokens = class_prompt_tokens(classnames, prompts[0].shape[0], clip_model.context_length).to(device)
+    chunks = [clip_model.encode_text(tokens[i:i + batch_size], prompts).float()
+              for i in range(0, len(tokens), batch_size)]
+    return F.normalize(torch.cat(chunks), dim=-1)
+
+
+def gpa_weights(max_epoch: int, mean: float, std: float) -> list[float]:
+    """GPA weights w_e ∝ N(e; mean, std) for epochs e = 1..max_epoch, summing to 1 (log space: no underflow)."""
+    if std <= 0 or max_epoch < 1:
+        raise ValueError(f"GPA needs TRAINER.PROMPTSRC.GPA_STD > 0 and OPTIM.MAX_EPOCH >= 1, got std={std}, "
+                         f"max_epoch={max_epoch}")
+    epochs = torch.arange(1, max_epoch + 1, dtype=torch.float64)
+    return torch.softmax(-0.5 * ((epochs - mean) / std) ** 2, dim=0).tolist()
+
+
+class GaussianPromptAggregation(nn.Module):
+    """Running Σ_e w_e·prompts_e over epochs (PromptSRC's GPA) in buffers, so ``--resume`` continues it."""
+
+    def __init__(self, params: Sequence[torch.Tensor], max_epoch: int, mean: float, std: float):
+        super().__init__()
+        self.weights = gpa_weights(max_epoch, mean, std)
+        for i, p in enumerate(params):
+            self.register_buffer(f"sum{i}", torch.zeros(p.shape, dtype=torch.float32, device=p.device))
+
+    def _sums(self) -> list[torch.Tensor]:
+        return [getattr(self, f"sum{i}") for i in range(len(self._buffers))]
+
+    @torch.no_grad()
+    def accumulate(self, params: Sequence[torch.Tensor], epoch: int) -> None:
+        """Add w_{epoch+1}·params (``epoch`` 0-based, as the trainer's ``self.epoch``)."""
+        for total, p in zip(self._sums(), params):
+            total.add_(p.detach().float(), alpha=self.weights[epoch])
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """Checkpoints without GPA sums (e.g. imported teachers, evaluated with --eval-only) start them at zero."""
+        for name, total in self._buffers.items():
+            state_dict.setdefault(prefix + name, torch.zeros_like(total))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    @torch.no_grad()
+    def load_into(self, params: Sequence[torch.Tensor]) -> None:
+        """Overwrite ``params`` with the aggregate."""
+        for total, p in zip(self._sums(), params):
+            p.copy_(total)
+
+
+def _layers(state_dict: dict, prefix: str) -> list[torch.Tensor]:
+    """Tensors ``<prefix>0``, ``<prefix>1``, ... of a state dict, in layer order (stops at the first gap)."""
+    layers = []
+    while f"{prefix}{len(layers)}" in state_dict:
+        layers.append(state_dict[f"{prefix}{len(layers)}"])
+    return layers
+
+
+class VLPromptLearner(nn.Module):
+    """PromptSRC's learnable prompts: deep text prompts and deep vision prompts; holds no CLIP weights.
+
+    ``meta`` (backbone, dataset, training class names) travels in the state dict as extra state, so a teacher
+    checkpoint says how it was trained. ``enable_gpa`` adds the GPA buffers (training only).
+    """
+
+    def __init__(self, text_prompts: DeepPrompts, vision_prompts: DeepPrompts, meta: dict | None = None):
+        super().__init__()
+        self.text_prompts = text_prompts
+        self.vision_prompts = vision_prompts
+        self.meta = dict(meta or {})
+        self.gpa: GaussianPromptAggregation | None = None
+
+    @classmethod
+    def build(cls, clip_model: CLIP, n_ctx_text: int, n_ctx_vision: int, depth_text: int, depth_vision: int,
+              ctx_init: str = "", meta: dict | None = None) -> VLPromptLearner:
+        """Fresh prompts for ``clip_model``; text layer 0 starts from ``ctx_init``'s word embeddings when given."""
+        if ctx_init:
+            text = DeepPrompts.from_text_init(clip_model, ctx_init, depth_text)
+            if text.n_ctx != n_ctx_text:
+                raise ValueError(f"TRAINER.PROMPTSRC.CTX_INIT {ctx_init!r} has {text.n_ctx} tokens but N_CTX_TEXT is "
+                                 f"{n_ctx_text}; set N_CTX_TEXT {text.n_ctx} or CTX_INIT ''")
+        else:
+            text = DeepPrompts(n_ctx_text, clip_model.text_width, depth_text)
+        vision = DeepPrompts(n_ctx_vision, clip_model.vision_width, depth_vision)
+        return cls(text, vision, meta)
+
+    @classmethod
+    def from_state_dict(cls, state_dict: dict, where: str) -> VLPromptLearner:
+        """Prompts (shapes read off the tensors) from a PromptSRC state dict; ``where`` names it in errors."""
+        text, vision = _layers(state_dict, TEXT_KEY), _layers(state_dict, VISION_KEY)
+        if not text or not vision:
+            raise ValueError(f"{where} holds no PromptSRC prompts (keys {TEXT_KEY}N and {VISION_KEY}N); give a "
+                             "PromptSRC checkpoint or a file written by tools/import_promptkd_teacher.py")
+        for kind, layers in (("text", text), ("vision", vision)):
+            if any(t.dim() != 2 or t.shape != layers[0].shape for t in layers):
+                raise ValueError(f"{where}: {kind} prompts have shapes {[tuple(t.shape) for t in layers]}; every "
+                                 "layer must be [n_ctx, width] with the same shape")
+        learner = cls(DeepPrompts(*text[0].shape, depth=len(text)), DeepPrompts(*vision[0].shape, depth=len(vision)))
+        own = {k: v for k, v in state_dict.items() if k.startswith((TEXT_KEY, VISION_KEY))}
+        own["_extra_state"] = state_dict.get("_extra_state", {})
+        learner.load_state_dict({k: v.float() if torch.is_tensor(v) else v for k, v in own.items()})
+        return learner
+
+    def enable_gpa(self, max_epoch: int, mean: float, std: float) -> None:
+        """Add Gaussian prompt aggregation over ``max_epoch`` epochs (buffers ``gpa.sumN`` in the state dict)."""
+        self.gpa = GaussianPromptAggregation(list(self.parameters()), max_epoch, mean, std)
+
+    def describe(self) -> dict:
+        """Prompt sizes as plain values (for reports and the teacher text-feature file)."""
+        return {"n_ctx_text": self.text_prompts.n_ctx, "n_ctx_vision": self.vision_prompts.n_ctx,
+                "depth_text": self.text_prompts.depth, "depth_vision": self.vision_prompts.depth,
+                "text_width": self.text_prompts.width, "vision_width": self.vision_prompts.width}
+
+    def get_extra_state(self) -> dict:
+        return dict(self.meta)
+
+    def set_extra_state(self, state: dict) -> None:
+        self.meta = dict(state)
+
+
+def promptsrc_loss_terms(logits: torch.Tensor, labels: torch.Tensor, text: torch.Tensor, frozen_text: torch.Tensor,
+                         image: torch.Tensor, frozen_image: torch.Tensor, zs_logits: torch.Tensor,
+                         text_weight: float, image_weight: float) -> dict[str, torch.Tensor]:
+    """PromptSRC's loss terms (the loss is their sum); features are L2-normalised, logits scaled.
+
+    ce = CE(logits, labels); scl_text / scl_image = weight · mean |x − frozen x|;
+    scl_kl = Σ p_zs (log p_zs − log p) / logits.numel() with p = softmax(logits), p_zs = softmax(zs_logits).
+    """
+    kl = F.kl_div(F.log_softmax(logits, dim=1), F.log_softmax(zs_logits, dim=1), reduction="sum", log_target=True)
+    return {
+        "ce": F.cross_entropy(logits, labels),
+        "scl_text": text_weight * F.l1_loss(text, frozen_text),
+        "scl_image": image_weight * F.l1_loss(image, frozen_image),
+        "scl_kl": kl / logits.numel(),
+    }
+
+
+def all_classnames(dataset) -> list[str]:
+    """Every class name of the dataset in label order, also when SUBSAMPLE_CLASSES keeps only base or new ones."""
+    full = getattr(dataset, "full_lab2cname", None)
+    return [full[label] for label in sorted(full)] if full else list(dataset.classnames)
+
+
+@TRAINER_REGISTRY.register()
+class PromptSRC(TrainerX):
+    """The PromptSRC teacher trainer (16-shot base classes in base2novel); saves ``teacher_text_features.pt``."""
+
+    DATA_ROLE = "standard"
+
+    def build_model(self) -> None:
+        cfg, opts = self.cfg, self.cfg.TRAINER.PROMPTSRC
+        self.prec = resolve_precision(opts.PREC, self.device)
+        print(f"Loading CLIP (backbone: {cfg.MODEL.BACKBONE.NAME})")
+        self.clip_model = load_clip(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
+        classnames = self.dm.dataset.classnames
+        meta = {"backbone": cfg.MODEL.BACKBONE.NAME, "dataset": cfg.DATASET.NAME, "classnames": list(classnames)}
+        self.prompt_learner = VLPromptLearner.build(
+            self.clip_model, opts.N_CTX_TEXT, opts.N_CTX_VISION, opts.PROMPT_DEPTH_TEXT, opts.PROMPT_DEPTH_VISION,
+            opts.CTX_INIT, meta)
+        self.prompt_learner.enable_gpa(cfg.OPTIM.MAX_EPOCH, opts.GPA_MEAN, opts.GPA_STD)
+        self.prompt_learner.to(self.device)
+        self.tokens = class_prompt_tokens(classnames, opts.N_CTX_TEXT, self.clip_model.context_length).to(self.device)
+        self.frozen_text_features: torch.Tensor | None = None  # the training targets, made in before_train
+        self._test_text: torch.Tensor | None = None  # text features held fixed while test() runs
+        optim = build_optimizer(self.prompt_learner, cfg.OPTIM)
+        sched = build_lr_scheduler(optim, cfg.OPTIM)
+        self.register_model(MODEL_NAME, self.prompt_learner, optim, sched)
+        self.scaler = make_grad_scaler(self.prec, self.device)
+        rows = [[kind, p.n_ctx, p.width, p.depth, sum(t.numel() for t in p.parameters())]
+                for kind, p in (("text", self.prompt_learner.text_prompts),
+                                ("vision", self.prompt_learner.vision_prompts))]
+        print(tabulate(rows, headers=["prompts", "n_ctx", "width", "depth", "trainable params"]))
+        weights = self.prompt_learner.gpa.weights
+        top = sorted(range(len(weights)), key=lambda e: -weights[e])[:5]
+        print(f"GPA (mean {opts.GPA_MEAN}, std {opts.GPA_STD}) heaviest epochs: "
+              + ", ".join(f"{e + 1}: {weights[e]:.3f}" for e in sorted(top)))
+
+    def image_features(self, images: torch.Tensor) -> torch.Tensor:
+        """L2-normalised float32 prompted image features [B, D] (with grad)."""
+        with autocast(self.prec, self.device):
+            image = self.clip_model.encode_image(images, self.prompt_learner.vision_prompts())
+        return F.normalize(image.float(), dim=-1)
+
+    def text_features(self) -> torch.Tensor:
+        """L2-normalised float32 prompted text features [C, D] of the dataset's classes (with grad)."""
+        with autocast(self.prec, self.device):
+            text = self.clip_model.encode_text(self.tokens, self.prompt_learner.text_prompts())
+        return F.normalize(text.float(), dim=-1)
+
+    def before_train(self) -> None:
+        """Compute the frozen text targets once (the 60-template ensemble; not needed for --eval-only)."""
+        classnames = self.dm.dataset.classnames
+        print(f"Frozen text targets: {len(classnames)} classes x {len(PROMPTSRC_TEMPLATES)} templates")
+        with autocast(self.prec, self.device):
+            self.frozen_text_features = zeroshot_text_features(self.clip_model, classnames, PROMPTSRC_TEMPLATES,
+                                                               self.device)
+        super().before_train()
+
+    def loss_terms(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """PromptSRC's loss terms on one batch (see ``promptsrc_loss_terms``) and the prompted logits."""
+        opts = self.cfg.TRAINER.PROMPTSRC
+        image, text = self.image_features(images), self.text_features()
+        with torch.no_grad(), autocast(self.prec, self.device):
+            frozen_image = F.normalize(self.clip_model.encode_image(images).float(), dim=-1)
+        scale = self.clip_model.logit_scale.exp().float()
+        logits = scale * image @ text.t()
+        zs_logits = scale * frozen_image @ self.frozen_text_features.t()
+        terms = promptsrc_loss_terms(logits, labels, text, self.frozen_text_features, image, frozen_image, zs_logits,
+                                     opts.TEXT_LOSS_WEIGHT, opts.IMAGE_LOSS_WEIGHT)
+        return terms, logits
+
+    def forward_backward(self, batch: dict) -> dict:
+        images, labels, _ = self.parse_batch_train(batch)
+        terms, logits = self.loss_terms(images, labels)
+        loss = sum(terms.values())
+        self.model_backward_and_update(loss)
+        if self.batch_idx + 1 == self.num_batches:
+            self.update_lr()
+        summary = {"loss": loss.item(), "acc": compute_accuracy(logits, labels)[0].item()}
+        summary.update({name: value.item() for name, value in terms.items()})
+        return summary
+
+    def model_inference(self, images: torch.Tensor) -> torch.Tensor:
+        text = self._test_text if self._test_text is not None else self.text_features()
+        return self.clip_model.logit_scale.exp().float() * self.image_features(images) @ text.t()
+
+    def after_epoch(self) -> None:
+        """Add this epoch's prompts to the GPA sum; after the last epoch load the aggregate (then save as usual)."""
+        params = list(self.prompt_learner.parameters())
+        self.prompt_learner.gpa.accumulate(params, self.epoch)
+        if self.epoch + 1 == self.max_epoch:
+            self.prompt_learner.gpa.load_into(params)
+            print("GPA: loaded the Gaussian-weighted average of the epochs' prompts")
+        super().after_epoch()
+
+    def after_train(self) -> None:
+        super().after_train()
+        if self.cfg.TEST.NO_TEST:
+            self.save_teacher_text_features()
+
+    @torch.no_grad()
+    def test(self, split: str | None = None) -> float:
+        """Evaluate with the text features computed once for the whole split; save the teacher text features."""
+        self._test_text = self.text_features()
+        try:
+            result = super().test(split)
+        finally:
+            self._test_text = None
+        if not self._validating:
+            self.save_teacher_text_features()
+        return result
+
+    def save_teacher_text_features(self) -> str:
+        """Write ``<OUTPUT_DIR>/teacher_text_features.pt``: prompted text features of ALL classes of the dataset."""
+        classnames = all_classnames(self.dm.dataset)
+        with autocast(self.prec, self.device):
+            features = prompted_text_features(self.clip_model, self.prompt_learner.text_prompts(), classnames)
+        sizes = self.prompt_learner.describe()
+        record = {"classnames": classnames, "text_features": features.cpu(), "clip": self.cfg.MODEL.BACKBONE.NAME,
+                  "dataset": self.cfg.DATASET.NAME, **{k: sizes[k] for k in
+                                                        ("n_ctx_text", "n_ctx_vision", "depth_text", "depth_vision")}}
+        path = os.path.join(self.output_dir, TEACHER_FEATURES_FILE)
+        atomic_torch_save(record, path)
+        print(f"Teacher text features of {len(classnames)} classes ({tuple(features.shape)}) saved to {path}")
+        return path

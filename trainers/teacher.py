@@ -1,0 +1,193 @@
+"""The frozen teacher of PromptKD and PETR: a CLIP with PromptSRC prompts (or plain CLIP), text features made once.
+
+Teacher files are PromptSRC checkpoints of this project (``<run>/VLPromptLearner/model.pth.tar-<E>``, Dassl
+layout, tensors and plain values only) or files written by ``tools/import_promptkd_teacher.py`` in the same layout.
+Only the prompts are read from them: the frozen CLIP comes from ``TEACHER_NAME`` (``clip.load``).
+"""
+from __future__ import annotations
+
+import glob
+import math
+import os
+import pickle
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from tabulate import tabulate
+from torch import nn
+
+import clip
+from clip.model import CLIP
+from engine.checkpoint import load_checkpoint
+
+from .promptsrc import MODEL_NAME, VLPromptLearner, prompted_text_features
+from .templates import single_template
+from .zeroshot import zeroshot_text_features
+
+HOW_TO_GET = ("train one with `bash scripts/teacher/base2new_train.sh <dataset> <seed>` or import PromptKD's "
+              "released teacher with `python tools/import_promptkd_teacher.py "
+              "teacher_model/<Dataset>/VLPromptLearner/model-best.pth.tar`")
+
+
+class Teacher(nn.Module):
+    """Frozen teacher (always in eval mode): ``text_features`` [C, D] of ``classnames`` (normalised, computed once),
+    ``encode_image`` (normalised, with the learned visual prompts), ``forward`` → logits, ``logit_scale`` (exp'd).
+
+    Without ``prompts`` it is plain CLIP classifying with one hand-crafted ``template``.
+    """
+
+    def __init__(self, clip_model: CLIP, classnames: Sequence[str], prompts: VLPromptLearner | None = None,
+                 template: str = "a photo of a {}.", source: str = ""):
+        super().__init__()
+        if not classnames:
+            raise ValueError("the teacher needs at least one class name")
+        self.clip_model = clip_model
+        self.prompts = prompts
+        self.template = template
+        self.source = source
+        self.requires_grad_(False)
+        self.logit_scale = float(clip_model.logit_scale.exp())
+        self.embed_dim = clip_model.embed_dim
+        self.classnames = list(classnames)
+        self.register_buffer("text_features", self.text_features_for(classnames), persistent=False)
+        self.eval()
+
+    def train(self, mode: bool = True) -> Teacher:
+        """The teacher stays in eval mode whatever the caller asks."""
+        return super().train(False)
+
+    @torch.no_grad()
+    def text_features_for(self, classnames: Sequence[str]) -> torch.Tensor:
+        """L2-normalised float32 text features [len(classnames), D] (e.g. for a cross-dataset target's classes)."""
+        if self.prompts is None:
+            return zeroshot_text_features(self.clip_model, classnames, [self.template])
+        return prompted_text_features(self.clip_model, self.prompts.text_prompts(), classnames)
+
+    @torch.no_grad()
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        """L2-normalised float32 image features [B, D] under the teacher's visual prompts."""
+        prompts = None if self.prompts is None else self.prompts.vision_prompts()
+        return F.normalize(self.clip_model.encode_image(images, prompts).float(), dim=-1)
+
+    @torch.no_grad()
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Teacher logits [B, C] = logit_scale · image features @ text_features.T."""
+        return self.logit_scale * self.encode_image(images) @ self.text_features.t()
+
+
+def resolve_teacher_file(ckpt: str) -> str:
+    """The checkpoint file of TEACHER_CKPT: a file, a run directory or its ``VLPromptLearner`` folder.
+
+    For a directory, the file named in ``VLPromptLearner/checkpoint`` (the last one saved) is used.
+    """
+    if os.path.isfile(ckpt):
+        return ckpt
+    if not os.path.isdir(ckpt):
+        raise FileNotFoundError(f"teacher checkpoint not found: {ckpt}; {HOW_TO_GET}")
+    for folder in (os.path.join(ckpt, MODEL_NAME), ckpt):
+        pointer = os.path.join(folder, "checkpoint")
+        if os.path.isfile(pointer):
+            with open(pointer) as f:
+                name = f.readline().strip()
+            path = os.path.join(folder, name)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"{pointer} names {name!r}, which does not exist; {HOW_TO_GET}")
+            return path
+    found = sorted(glob.glob(os.path.join(ckpt, f"{MODEL_NAME}*", "model*.pth.tar*")))
+    if found:
+        raise FileNotFoundError(f"teacher directory {ckpt} has no {MODEL_NAME}/checkpoint file but holds {found[0]}; "
+                                f"if that is PromptKD's released teacher, convert it: python "
+                                f"tools/import_promptkd_teacher.py {found[0]} (writes teachers/<Dataset>)")
+    raise FileNotFoundError(f"teacher directory {ckpt} has no {MODEL_NAME}/checkpoint file (is it a finished PromptSRC "
+                            f"run?); {HOW_TO_GET}")
+
+
+def read_teacher_prompts(path: str) -> VLPromptLearner:
+    """The frozen prompts (and training metadata) of a teacher file, loaded with ``weights_only=True``."""
+    try:
+        checkpoint = load_checkpoint(path)
+    except pickle.UnpicklingError:
+        raise ValueError(f"{path} is not a teacher file of this project (it holds pickled Python objects, as "
+                         f"PromptKD's released checkpoints do); convert it first: python "
+                         f"tools/import_promptkd_teacher.py {path}") from None
+    state = checkpoint.get("state_dict", checkpoint) if isinstance(checkpoint, dict) else None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dict; {HOW_TO_GET}")
+    if "prompt_learner.ctx" in state:
+        raise ValueError(f"{path} is in PromptKD's key layout; convert it first: python "
+                         f"tools/import_promptkd_teacher.py {path}")
+    prompts = VLPromptLearner.from_state_dict(state, path)
+    prompts.requires_grad_(False)
+    return prompts
+
+
+def check_teacher_fits(prompts: VLPromptLearner, clip_model: CLIP, name: str, path: str,
+                       setting: str = "TEACHER_NAME") -> None:
+    """Raise a clear error when the prompts were learned on a CLIP of another size than ``name`` (``setting``)."""
+    sizes, trained_on = prompts.describe(), prompts.meta.get("backbone", "")
+    hint = f" (it was trained on {trained_on})" if trained_on else ""
+    for tower, width, layers, depth in (
+            ("vision", clip_model.vision_width, clip_model.vision_layers, sizes["depth_vision"]),
+            ("text", clip_model.text_width, clip_model.text_layers, sizes["depth_text"])):
+        if sizes[f"{tower}_width"] != width:
+            raise ValueError(f"teacher checkpoint {path} was trained on a CLIP with {tower} width "
+                             f"{sizes[f'{tower}_width']}, but {setting}={name} has {width}; set {setting} to the "
+                             f"teacher's backbone{hint}")
+        if depth > layers:
+            raise ValueError(f"teacher checkpoint {path} has {depth} {tower} prompt layers, but {setting}={name} "
+                             f"has only {layers} {tower} blocks; set {setting} to the teacher's backbone{hint}")
+    if trained_on and trained_on != name:
+        print(f"Note: teacher {path} was trained with backbone {trained_on!r}; {setting} is {name!r} "
+              "(same widths, so it loads; make sure they are the same CLIP)")
+
+
+def check_teacher_classes(meta: dict, classnames: Sequence[str], dataset_name: str, path: str) -> None:
+    """On the teacher's own dataset, its training classes must be all classes or the base half of ``classnames``."""
+    source, trained = meta.get("dataset", ""), meta.get("classnames")
+    n_trained = len(trained) if trained else meta.get("num_classes")
+    if not dataset_name or not source or n_trained is None:
+        return
+    if source != dataset_name:
+        print(f"Note: teacher {path} was trained on {source}; its text features are computed for the "
+              f"{len(classnames)} classes of {dataset_name} (cross-dataset)")
+        return
+    n, base = len(classnames), math.ceil(len(classnames) / 2)
+    if n_trained not in (n, base):
+        raise ValueError(f"teacher checkpoint {path} was trained on {n_trained} classes of {source}, but the dataset "
+                         f"here has {n} classes ({base} base): its class list differs from the teacher's; train or "
+                         f"import a teacher for this dataset version")
+    if trained and list(classnames[:n_trained]) != list(trained):
+        diff = next(i for i, (a, b) in enumerate(zip(classnames, trained)) if a != b)
+        raise ValueError(f"teacher checkpoint {path} was trained on classes that differ from {dataset_name}'s here "
+                         f"(class {diff}: teacher {trained[diff]!r}, dataset {classnames[diff]!r}); train or import "
+                         f"a teacher for this dataset version")
+
+
+def build_teacher(name: str, ckpt: str, classnames: Sequence[str], device: torch.device | str,
+                  dataset_name: str = "", dtype: torch.dtype | None = None) -> Teacher:
+    """Teacher on CLIP ``name`` with the prompts of ``ckpt`` (file, run dir or imported file); ``ckpt == ""`` gives
+    plain CLIP with the dataset's hand-crafted template. ``dtype`` (e.g. torch.float16 on CUDA) converts the CLIP.
+    """
+    prompts, path = None, ""
+    if ckpt:
+        path = resolve_teacher_file(ckpt)
+        prompts = read_teacher_prompts(path)
+    print(f"Loading teacher CLIP (TEACHER_NAME: {name})")
+    clip_model = clip.load(name, device)
+    if dtype is not None:
+        clip_model.to(dtype)
+    if prompts is None:
+        template = single_template(dataset_name)
+        print(f"Note: no teacher checkpoint (TEACHER_CKPT is empty): the teacher is plain CLIP {name} with the "
+              f"template {template!r}; train or import a PromptSRC teacher for PromptKD's numbers ({HOW_TO_GET})")
+        teacher = Teacher(clip_model, classnames, template=template)
+    else:
+        check_teacher_fits(prompts, clip_model, name, path)
+        check_teacher_classes(prompts.meta, classnames, dataset_name, path)
+        teacher = Teacher(clip_model, classnames, prompts=prompts.to(device), source=path)
+        sizes = prompts.describe()
+        print(tabulate([[path, name, f"{sizes['depth_text']} x {sizes['n_ctx_text']}",
+                         f"{sizes['depth_vision']} x {sizes['n_ctx_vision']}", len(classnames), teacher.embed_dim]],
+                       headers=["teacher", "CLIP", "text prompts", "vision prompts", "classes", "embed dim"]))
+    return teacher.to(device)
