@@ -1,0 +1,135 @@
+# Shared helpers for scripts/<method>/*.sh; sourced (not run) from the repository root.
+#
+# Environment read here (all optional except DATA):
+#   DATA          datasets folder (CoOp layout, see DATASETS.md)            [required]
+#   PYTHON        interpreter (default: python)
+#   OUTPUT_ROOT   root of the output trees (default: output)
+#   KD_WEIGHT     distillation weight α for every dataset (default: PromptKD's per-dataset table, kd_weight below)
+#   TEACHER_CKPT  teacher checkpoint file or PromptSRC run folder; "none" = plain CLIP teacher (not the paper's setup)
+#   TEACHER_DIR   folder of teachers <TEACHER_DIR>/<DATASET.NAME> (ImageNet-xd for cross/dg), as written by
+#                 scripts/teacher/*.sh and tools/import_promptkd_teacher.py (default: teachers); used when
+#                 TEACHER_CKPT is unset
+#   BACKBONE      student CLIP (MODEL.BACKBONE.NAME: a model name or weight file), e.g. a tiny CLIP in tests
+#   TEACHER_NAME  teacher CLIP (TRAINER.<NS>.TEACHER_NAME)
+#   EXTRA_OPTS    extra "KEY VALUE ..." config overrides appended last, e.g. "OPTIM.MAX_EPOCH 1 INPUT.SIZE (32,32)"
+#   LOAD_EPOCH    epoch a test script loads (default: model-best.pth.tar when the run saved one, else the last epoch)
+
+PYTHON=${PYTHON:-python}
+OUTPUT_ROOT=${OUTPUT_ROOT:-output}
+
+BASE2NEW_DATASETS=(imagenet caltech101 oxford_pets stanford_cars oxford_flowers food101 fgvc_aircraft sun397 dtd
+                   eurosat ucf101)
+XD_TARGETS=(caltech101 oxford_pets stanford_cars oxford_flowers food101 fgvc_aircraft sun397 dtd eurosat ucf101)
+DG_TARGETS=(imagenetv2 imagenet_sketch imagenet_a imagenet_r)
+
+die() {
+    echo "error: $*" >&2
+    exit 1
+}
+
+# dataset_name SHORT: DATASET.NAME of a dataset short name (the stem of configs/datasets/<SHORT>.yaml).
+dataset_name() {
+    case "$1" in
+        imagenet) echo ImageNet ;;
+        caltech101) echo Caltech101 ;;
+        oxford_pets) echo OxfordPets ;;
+        stanford_cars) echo StanfordCars ;;
+        oxford_flowers) echo OxfordFlowers ;;
+        food101) echo Food101 ;;
+        fgvc_aircraft) echo FGVCAircraft ;;
+        sun397) echo SUN397 ;;
+        dtd) echo DescribableTextures ;;
+        eurosat) echo EuroSAT ;;
+        ucf101) echo UCF101 ;;
+        imagenetv2) echo ImageNetV2 ;;
+        imagenet_sketch) echo ImageNetSketch ;;
+        imagenet_a) echo ImageNetA ;;
+        imagenet_r) echo ImageNetR ;;
+        *) die "unknown dataset '$1'; use one of: ${BASE2NEW_DATASETS[*]} ${DG_TARGETS[*]}" ;;
+    esac
+}
+
+# dataset_yaml SHORT: the dataset config file.
+dataset_yaml() {
+    dataset_name "$1" >/dev/null
+    echo "configs/datasets/$1.yaml"
+}
+
+# kd_weight SHORT: α as in PromptKD's scripts (200 for fgvc_aircraft, oxford_flowers, dtd; 1000 otherwise),
+# unless KD_WEIGHT is set. Floats, because yacs rejects an int for a float key.
+kd_weight() {
+    if [ -n "${KD_WEIGHT:-}" ]; then
+        echo "$KD_WEIGHT"
+        return
+    fi
+    case "$1" in
+        fgvc_aircraft | oxford_flowers | dtd) echo 200.0 ;;
+        *) echo 1000.0 ;;
+    esac
+}
+
+# require_data: DATA must name an existing folder.
+require_data() {
+    : "${DATA:?set DATA=/path/to/datasets (see DATASETS.md)}"
+    [ -d "$DATA" ] || die "DATA=$DATA is not a folder (see DATASETS.md for the dataset layout)"
+}
+
+# teacher_ckpt FOLDER: the TRAINER.<NS>.TEACHER_CKPT value; FOLDER is the teacher's folder name under TEACHER_DIR
+# (the dataset's DATASET.NAME for base-to-novel, ImageNet-xd for cross/dg). Prints "" for TEACHER_CKPT=none.
+teacher_ckpt() {
+    case "${TEACHER_CKPT:-}" in
+        none)
+            echo "note: TEACHER_CKPT=none: distilling from a plain CLIP teacher (not the paper's setting)" >&2
+            echo ""
+            ;;
+        "")
+            local dir="${TEACHER_DIR:-teachers}/$1"
+            [ -e "$dir" ] || die "no teacher at $dir: set TEACHER_DIR (folder of per-dataset teachers), \
+TEACHER_CKPT=/path/to/checkpoint-or-PromptSRC-run, or TEACHER_CKPT=none; train one with \
+scripts/teacher/base2new_train.sh or import PromptKD's with tools/import_promptkd_teacher.py"
+            echo "$dir"
+            ;;
+        *)
+            [ -e "$TEACHER_CKPT" ] || die "TEACHER_CKPT=$TEACHER_CKPT does not exist"
+            echo "$TEACHER_CKPT"
+            ;;
+    esac
+}
+
+# run_dir PROTOCOL/ROLE DATASET SHOTS TRAINER CFG SEED: the output folder of one run (DESIGN §6 layout).
+run_dir() {
+    echo "$OUTPUT_ROOT/$1/$2/shots_$3/$4/$5/seed$6"
+}
+
+# run_finished DIR: true when the run in DIR completed (it wrote results.json).
+run_finished() {
+    [ -f "$1/results.json" ]
+}
+
+# load_epoch_args MODEL_DIR MODEL_NAME: "--load-epoch N" for the run's last saved epoch, nothing when the run kept a
+# model-best.pth.tar (TEST.FINAL_MODEL best_val), or LOAD_EPOCH when set.
+load_epoch_args() {
+    if [ -n "${LOAD_EPOCH:-}" ]; then
+        echo "--load-epoch $LOAD_EPOCH"
+        return
+    fi
+    [ -f "$1/$2/model-best.pth.tar" ] && return
+    [ -f "$1/$2/checkpoint" ] || die "no checkpoint in $1/$2: train the model first"
+    local last
+    last=$(head -n 1 "$1/$2/checkpoint")
+    echo "--load-epoch ${last##*-}"
+}
+
+# common_opts NS: fills the array COMMON_OPTS with the environment overrides (BACKBONE, TEACHER_NAME, EXTRA_OPTS).
+common_opts() {
+    COMMON_OPTS=()
+    if [ -n "${BACKBONE:-}" ]; then
+        COMMON_OPTS+=(MODEL.BACKBONE.NAME "$BACKBONE")
+    fi
+    if [ -n "${TEACHER_NAME:-}" ]; then
+        COMMON_OPTS+=("TRAINER.$1.TEACHER_NAME" "$TEACHER_NAME")
+    fi
+    local extra=()
+    read -r -a extra <<<"${EXTRA_OPTS:-}"
+    COMMON_OPTS+=("${extra[@]}")
+}

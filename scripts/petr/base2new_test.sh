@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# PETR base-to-novel: evaluate the model trained by base2new_train.sh (same DATASET, SEED) on the novel classes,
+# with the router saved in its run folder.
+# Usage: DATA=/path/to/datasets [TEACHER_DIR=... | TEACHER_CKPT=...] bash scripts/petr/base2new_test.sh eurosat 1
+# Output: $OUTPUT_ROOT/base2new/test_new/<dataset>/shots_0/PETR/<cfg>/seed<S> (skipped when finished).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/common.sh
+
+[ $# -eq 2 ] || die "usage: bash scripts/petr/base2new_test.sh <dataset> <seed>"
+DATASET=$1
+SEED=$2
+TRAINER=PETR
+CFG=${CFG:-vit_b16_ep40_batch8_4ctx}
+SHOTS=0
+
+require_data
+NAME=$(dataset_name "$DATASET")
+ALPHA=$(kd_weight "$DATASET")
+MODEL_DIR=$(run_dir base2new/train_base "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
+DIR=$(run_dir base2new/test_new "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
+run_finished "$MODEL_DIR" ||
+    die "no finished training run in $MODEL_DIR: run scripts/petr/base2new_train.sh $DATASET $SEED"
+if run_finished "$DIR"; then
+    echo "Run finished, skipping: $DIR"
+    exit 0
+fi
+CKPT=$(teacher_ckpt "$NAME")
+LOAD=$(load_epoch_args "$MODEL_DIR" seen_student)
+read -r -a LOAD_ARGS <<<"$LOAD"
+common_opts PETR
+echo "Evaluating $TRAINER on the novel classes of $DATASET (seed $SEED) -> $DIR"
+"$PYTHON" train.py \
+    --root "$DATA" \
+    --seed "$SEED" \
+    --trainer "$TRAINER" \
+    --dataset-config-file "$(dataset_yaml "$DATASET")" \
+    --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
+    --output-dir "$DIR" \
+    --model-dir "$MODEL_DIR" \
+    "${LOAD_ARGS[@]}" \
+    --eval-only \
+    DATASET.NUM_SHOTS "$SHOTS" \
+    DATASET.SUBSAMPLE_CLASSES new \
+    TRAINER.MODAL base2novel \
+    TRAINER.PETR.KD_WEIGHT "$ALPHA" \
+    TRAINER.PETR.TEACHER_CKPT "$CKPT" \
+    "${COMMON_OPTS[@]}"

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# PETR cross-dataset: re-evaluate the model of xd_train.sh (same TARGET, SEED) on TARGET's test set with its saved
+# router, e.g. with another router: EXTRA_OPTS="TRAINER.PETR.ROUTER energy".
+# Usage: DATA=/path/to/datasets [TEACHER_DIR=... | TEACHER_CKPT=...] bash scripts/petr/xd_test.sh eurosat 1
+# Output: $OUTPUT_ROOT/xd/test/<target>/shots_0/PETR/<cfg>/seed<S>.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/common.sh
+
+[ $# -eq 2 ] || die "usage: bash scripts/petr/xd_test.sh <target dataset> <seed>"
+DATASET=$1
+SEED=$2
+TRAINER=PETR
+CFG=${CFG:-vit_b16_ep40_batch8_4ctx_cross_datasets}
+SHOTS=0
+MODAL=${MODAL:-cross}
+ROLE_DIR=${ROLE_DIR:-xd}
+
+require_data
+dataset_name "$DATASET" >/dev/null
+ALPHA=${KD_WEIGHT:-1000.0}
+MODEL_DIR=$(run_dir "$ROLE_DIR/train" "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
+DIR=$(run_dir "$ROLE_DIR/test" "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
+run_finished "$MODEL_DIR" ||
+    die "no finished training run in $MODEL_DIR: run scripts/petr/${ROLE_DIR}_train.sh $DATASET $SEED"
+if run_finished "$DIR"; then
+    echo "Run finished, skipping: $DIR"
+    exit 0
+fi
+CKPT=$(teacher_ckpt ImageNet-xd)
+LOAD=$(load_epoch_args "$MODEL_DIR" seen_student)
+read -r -a LOAD_ARGS <<<"$LOAD"
+common_opts PETR
+echo "Evaluating $TRAINER ($MODAL) on $DATASET (seed $SEED) -> $DIR"
+"$PYTHON" train.py \
+    --root "$DATA" \
+    --seed "$SEED" \
+    --trainer "$TRAINER" \
+    --dataset-config-file "$(dataset_yaml "$DATASET")" \
+    --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
+    --output-dir "$DIR" \
+    --model-dir "$MODEL_DIR" \
+    "${LOAD_ARGS[@]}" \
+    --eval-only \
+    DATASET.NUM_SHOTS "$SHOTS" \
+    DATASET.SUBSAMPLE_CLASSES all \
+    DATASET.SOURCE_DATASET ImageNet \
+    TRAINER.MODAL "$MODAL" \
+    TRAINER.PETR.KD_WEIGHT "$ALPHA" \
+    TRAINER.PETR.TEACHER_CKPT "$CKPT" \
+    "${COMMON_OPTS[@]}"

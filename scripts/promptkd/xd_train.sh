@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# PromptKD cross-dataset (upstream protocol, transductive): distil the student on DATASET's train split (all classes,
+# unlabelled) from the ImageNet-trained teacher and evaluate on DATASET's test set. `xd_train.sh imagenet` gives the
+# ImageNet-distilled student that xd_test.sh evaluates on other datasets.
+# Usage: DATA=/path/to/datasets [TEACHER_DIR=teachers | TEACHER_CKPT=...] bash scripts/promptkd/xd_train.sh eurosat 1
+# α = 1000 unless KD_WEIGHT is set (upstream xd_train.sh).
+# Output: $OUTPUT_ROOT/xd/train/<dataset>/shots_0/PromptKD/<cfg>/seed<S>.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/common.sh
+
+[ $# -eq 2 ] || die "usage: bash scripts/promptkd/xd_train.sh <dataset> <seed>"
+DATASET=$1
+SEED=$2
+TRAINER=PromptKD
+CFG=${CFG:-vit_b16_c2_ep20_batch8_4+4ctx_cross_datasets}
+SHOTS=0
+
+require_data
+dataset_name "$DATASET" >/dev/null
+ALPHA=${KD_WEIGHT:-1000.0}
+DIR=$(run_dir xd/train "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
+if run_finished "$DIR"; then
+    echo "Run finished, skipping: $DIR"
+    exit 0
+fi
+CKPT=$(teacher_ckpt ImageNet-xd)
+common_opts PROMPTKD
+echo "Training $TRAINER (cross) on $DATASET (seed $SEED, α=$ALPHA) -> $DIR"
+"$PYTHON" train.py \
+    --root "$DATA" \
+    --seed "$SEED" \
+    --trainer "$TRAINER" \
+    --dataset-config-file "$(dataset_yaml "$DATASET")" \
+    --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
+    --output-dir "$DIR" \
+    DATASET.NUM_SHOTS "$SHOTS" \
+    DATASET.SUBSAMPLE_CLASSES all \
+    TRAINER.MODAL cross \
+    TRAINER.PROMPTKD.KD_WEIGHT "$ALPHA" \
+    TRAINER.PROMPTKD.TEMPERATURE 1.0 \
+    TRAINER.PROMPTKD.TEACHER_CKPT "$CKPT" \
+    "${COMMON_OPTS[@]}"

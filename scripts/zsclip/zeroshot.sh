@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Zero-shot CLIP on all classes of DATASET (no training), CoOp's zeroshot.sh.
+# Usage: DATA=/path/to/datasets bash scripts/zsclip/zeroshot.sh <dataset> [cfg]
+#   cfg (configs/trainers/ZeroshotCLIP/): vit_b16 (single template, default), vit_b16_ensemble (CLIP's per-dataset
+#   prompt ensemble), vit_b16_select (CoOp's ZeroshotCLIP2 set), vit_b32, vit_b32_ensemble.
+# Output: $OUTPUT_ROOT/ZeroshotCLIP/<cfg>/<dataset> (skipped when finished). BACKBONE, EXTRA_OPTS: scripts/common.sh.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/common.sh
+
+[ $# -eq 1 ] || [ $# -eq 2 ] || die "usage: bash scripts/zsclip/zeroshot.sh <dataset> [cfg]"
+DATASET=$1
+CFG=${2:-vit_b16}
+TRAINER=ZeroshotCLIP
+
+require_data
+dataset_name "$DATASET" >/dev/null
+[ -f "configs/trainers/$TRAINER/$CFG.yaml" ] || die "no config configs/trainers/$TRAINER/$CFG.yaml"
+DIR="$OUTPUT_ROOT/$TRAINER/$CFG/$DATASET"
+if run_finished "$DIR"; then
+    echo "Run finished, skipping: $DIR"
+    exit 0
+fi
+TEACHER_NAME="" common_opts ZSCLIP
+echo "Zero-shot CLIP ($CFG) on $DATASET -> $DIR"
+"$PYTHON" train.py \
+    --root "$DATA" \
+    --trainer "$TRAINER" \
+    --dataset-config-file "$(dataset_yaml "$DATASET")" \
+    --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
+    --output-dir "$DIR" \
+    --eval-only \
+    "${COMMON_OPTS[@]}"

@@ -1,0 +1,121 @@
+"""PETR's bash scripts end to end on tiny CLIPs and a tiny EuroSAT tree: base2new_train.sh, base2new_test.sh,
+reproduce_base2new.sh (skip + parse_test_res table), scripts/common.sh tables, and the scripts' clear errors."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from engine import DATASET_REGISTRY
+from tests.helpers_petr import numpy_mahalanobis_route, write_eurosat
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CFG = "vit_b16_ep40_batch8_4ctx"
+EXTRA = ("INPUT.SIZE (32,32) OPTIM.MAX_EPOCH 1 DATALOADER.NUM_WORKERS 0 DATALOADER.TRAIN_X.BATCH_SIZE 8 "
+         "DATALOADER.TEST.BATCH_SIZE 8 USE_CUDA False")
+
+
+def run_script(script: str, *args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", f"scripts/{script}", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=240)
+
+
+def common_sh(expr: str) -> str:
+    """Evaluate ``expr`` after sourcing scripts/common.sh; returns stdout."""
+    done = subprocess.run(["bash", "-c", f"source scripts/common.sh && {expr}"], cwd=REPO, capture_output=True,
+                          text=True, check=True)
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def script_env(tmp_path_factory, tiny_clip_file, tiny_teacher_clip_file) -> dict:
+    tmp = tmp_path_factory.mktemp("scripts")
+    write_eurosat(tmp / "data", train_per_class=6)
+    return {**os.environ, "DATA": str(tmp / "data"), "PYTHON": sys.executable, "OUTPUT_ROOT": str(tmp / "output"),
+            "BACKBONE": tiny_clip_file, "TEACHER_NAME": tiny_teacher_clip_file, "TEACHER_CKPT": "none",
+            "EXTRA_OPTS": EXTRA, "TEACHER_DIR": str(tmp / "no_teachers_here")}
+
+
+@pytest.mark.slow
+def test_base2new_scripts_end_to_end(script_env):
+    out = script_env["OUTPUT_ROOT"]
+    train_dir = os.path.join(out, "base2new/train_base/eurosat/shots_0/PETR", CFG, "seed1")
+    test_dir = os.path.join(out, "base2new/test_new/eurosat/shots_0/PETR", CFG, "seed1")
+    done = run_script("petr/base2new_train.sh", "eurosat", "1", env=script_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_script("petr/base2new_test.sh", "eurosat", "1", env=script_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    for directory, subsample in ((train_dir, "base"), (test_dir, "new")):
+        log = open(os.path.join(directory, "log.txt")).read()
+        results = json.load(open(os.path.join(directory, "results.json")))
+        assert results["subsample_classes"] == subsample and results["trainer"] == "PETR"
+        assert f"* accuracy: {results['accuracy']:.2f}%" in log and "=> routing (test)" in log
+        assert re.search(r"KD_WEIGHT: 1000\.0", log)  # EuroSAT's α from the scripts' table
+    assert os.path.isfile(os.path.join(train_dir, "seen_student", "model.pth.tar-1"))
+    assert "Load router" in open(os.path.join(test_dir, "log.txt")).read()  # the novel test reuses the router
+
+    # routing fields agree with the dumps, recomputed with a NumPy router fitted on the train run's fit dump
+    fit = torch.load(os.path.join(train_dir, "router_fit_logits.pt"), weights_only=True)["q"].double().numpy()
+    summary = {}
+    for directory in (train_dir, test_dir):
+        dump = torch.load(os.path.join(directory, "logits_test.pt"), weights_only=True)
+        results = json.load(open(os.path.join(directory, "results.json")))
+        q_s, q_u = dump["q_s"].double().numpy(), dump["q_u"].double().numpy()
+        route, threshold, _, _ = numpy_mahalanobis_route(fit, np.concatenate([q_s, q_u], axis=1), 1.4, 99.0)
+        is_seen, labels, ids = dump["is_seen"].numpy(), dump["labels"].numpy(), dump["eval_labels"].numpy()
+        assert is_seen.all() if directory == train_dir else not is_seen.any()
+        final = np.where(route[:, None], q_s, q_u)
+        accuracy = 100.0 * np.mean(ids[final[:, ids].argmax(axis=1)] == labels)
+        assert results["accuracy"] == pytest.approx(accuracy, abs=1e-9)
+        assert results["route_acc"] == pytest.approx(100.0 * np.mean(route == is_seen), abs=1e-9)
+        assert results["share_seen"] == pytest.approx(100.0 * route.mean(), abs=1e-9)
+        assert results["threshold"] == pytest.approx(threshold, rel=1e-9)
+        summary[directory] = results["accuracy"]
+
+    # finished runs are skipped; the reproduce script then prints parse_test_res's base-to-novel table
+    again = run_script("petr/base2new_train.sh", "eurosat", "1", env=script_env)
+    assert again.returncode == 0 and "Run finished, skipping" in again.stdout
+    table = run_script("petr/reproduce_base2new.sh", env={**script_env, "DATASETS": "eurosat", "SEEDS": "1"})
+    assert table.returncode == 0, table.stderr[-3000:]
+    assert table.stdout.count("Run finished, skipping") == 2
+    base, novel = summary[train_dir], summary[test_dir]
+    hm = 2 * base * novel / (base + novel) if base + novel else 0.0
+    row = next(line for line in table.stdout.splitlines() if line.lstrip().lower().startswith("eurosat"))
+    for value in (base, novel, hm):
+        assert f"{value:.2f}" in row, (row, value)
+
+
+def test_scripts_give_clear_errors(script_env):
+    no_data = {k: v for k, v in script_env.items() if k != "DATA"}
+    done = run_script("petr/base2new_train.sh", "eurosat", "1", env=no_data)
+    assert done.returncode != 0 and "set DATA=" in done.stderr
+    no_teacher = {k: v for k, v in script_env.items() if k != "TEACHER_CKPT"}
+    done = run_script("petr/base2new_train.sh", "eurosat", "2", env=no_teacher)
+    assert done.returncode != 0 and "no teacher at" in done.stderr and "TEACHER_CKPT=none" in done.stderr
+    done = run_script("petr/base2new_train.sh", "eurosatt", "1", env=script_env)
+    assert done.returncode != 0 and "unknown dataset 'eurosatt'" in done.stderr
+    done = run_script("petr/base2new_test.sh", "dtd", "1", env=script_env)
+    assert done.returncode != 0 and "no finished training run" in done.stderr
+
+
+def test_common_sh_tables_match_dataset_configs():
+    shorts = common_sh('echo "${BASE2NEW_DATASETS[*]} ${DG_TARGETS[*]}"').split()
+    assert len(shorts) == 15 and set(common_sh('echo "${XD_TARGETS[*]}"').split()) == set(shorts[1:11])
+    for short in shorts:
+        name = common_sh(f"dataset_name {short}")
+        with open(os.path.join(REPO, common_sh(f"dataset_yaml {short}"))) as f:
+            assert yaml.safe_load(f)["DATASET"]["NAME"] == name
+        assert name in DATASET_REGISTRY.registered_names()
+    # PromptKD's per-dataset α (its base2new_train.sh comments); KD_WEIGHT overrides every dataset
+    alphas = {short: common_sh(f"kd_weight {short}") for short in shorts[:11]}
+    assert {s for s, a in alphas.items() if a == "200.0"} == {"fgvc_aircraft", "oxford_flowers", "dtd"}
+    assert {a for s, a in alphas.items()} == {"200.0", "1000.0"}
+    assert common_sh("KD_WEIGHT=5.0 kd_weight dtd") == "5.0"

@@ -1,0 +1,94 @@
+"""PETR: two student prompt sets on one frozen CLIP, distilled from one teacher, joined by a training-free router.
+
+Each step trains ``θ_s`` (``seen_student``) on a labelled batch of ``train_x`` with ``α·KD + CE_WEIGHT·CE`` and
+``θ_u`` (``unseen_student``) on an unlabelled batch of ``train_u`` with ``α·KD``. The teacher encodes both batches
+in one forward (no gradients); its text features are computed once. Each student has its own optimiser and
+scheduler (registered separately, so each checkpoint folder is self-contained); their losses touch disjoint
+parameters, so one backward of the sum equals two separate backwards.
+
+Protocols (DESIGN §5): base2novel — ``train_x`` = base classes, logits and KD over all classes, CE over all classes
+(``CE_SCOPE all``) or the base columns (``base``). cross/dg — ``train_x`` = labelled source (ImageNet) images whose
+KD and CE use the source classes' teacher text features; ``train_u`` = target images, KD over the target classes.
+Evaluation, router fitting and persistence: ``trainers/evaluation.RoutedEvaluationMixin``.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from engine import TRAINER_REGISTRY, TrainerXU, check_availability, compute_accuracy
+from engine.dataset_base import UNLABELED
+
+from .distill import DistillMixin
+from .evaluation import RoutedEvaluationMixin
+from .routing import ROUTERS
+from .student import batched_features
+
+CE_SCOPES = ("all", "base")
+
+
+@TRAINER_REGISTRY.register()
+class PETR(DistillMixin, RoutedEvaluationMixin, TrainerXU):
+    """PETR trainer (models ``seen_student`` and ``unseen_student``; router in the run directory)."""
+
+    DATA_ROLE = "petr"
+    NS = "PETR"
+    ROUTER_NS = "PETR"
+
+    def check_cfg(self, cfg) -> None:
+        ns = cfg.TRAINER.PETR
+        if ns.CE_SCOPE not in CE_SCOPES:
+            raise ValueError(f"TRAINER.PETR.CE_SCOPE is {ns.CE_SCOPE!r}; choose one of {', '.join(CE_SCOPES)}")
+        check_availability(ns.ROUTER, ROUTERS, kind="router (TRAINER.PETR.ROUTER)")
+
+    def build_model(self) -> None:
+        ds = self.dm.dataset
+        if not ds.train_u:
+            raise ValueError(f"{self.cfg.DATASET.NAME}: train_u is empty, so the unseen branch has nothing to learn "
+                             f"from (protocol {ds.protocol}, SUBSAMPLE_CLASSES {ds.subsample}); check the dataset's "
+                             "train split has novel/target images")
+        if any(item.label == UNLABELED for item in ds.train_x):
+            raise ValueError(f"{self.cfg.DATASET.NAME}: train_x holds unlabelled images; PETR's seen branch needs "
+                             "labels (check the dataset reader's DATA_ROLE 'petr' splits)")
+        self.build_distill_parts(ds.classnames)
+        if ds.source_lab2cname:  # cross/dg: θ_s learns the source classes
+            names = [ds.source_lab2cname[k] for k in sorted(ds.source_lab2cname)]
+            self.source_text_features = self.teacher.text_features_for(names).detach().float().to(self.device)
+            self.ce_columns = None
+        else:
+            self.source_text_features = self.text_features
+            base = self.seen_labels()
+            self.ce_columns = torch.as_tensor(base, device=self.device) if self.ns.CE_SCOPE == "base" else None
+        self.seen_student = self.make_student("seen_student")
+        self.unseen_student = self.make_student("unseen_student")
+
+    def forward_backward(self, batch_x: dict, batch_u: dict) -> dict:
+        images_x, labels_x, images_u = self.parse_batch_train(batch_x, batch_u)
+        with self.autocast():
+            teacher_features = self.teacher_image_features(torch.cat([images_x, images_u]))
+            features_x = self.seen_student(self.clip_model, images_x)
+            features_u = self.unseen_student(self.clip_model, images_u)
+        teacher_x, teacher_u = teacher_features.split([images_x.shape[0], images_u.shape[0]])
+        logits_x = self.student_logits(features_x, self.source_text_features)
+        logits_u = self.student_logits(features_u)
+        kd_seen = self.kd_term(logits_x, self.teacher_logits(teacher_x, self.source_text_features))
+        kd_unseen = self.kd_term(logits_u, self.teacher_logits(teacher_u))
+        ce_logits, ce_labels = logits_x, labels_x
+        if self.ce_columns is not None:  # CE_SCOPE base: softmax over the base columns only
+            ce_logits = logits_x[:, self.ce_columns]
+            ce_labels = torch.searchsorted(self.ce_columns, labels_x)
+        ce = F.cross_entropy(ce_logits, ce_labels)
+        loss = kd_seen + self.ns.CE_WEIGHT * ce + kd_unseen
+        self.model_backward_and_update(loss)
+        if (self.batch_idx + 1) == self.num_batches:
+            self.update_lr()
+        return {"loss": loss.item(), "kd_seen": kd_seen.item(), "ce": ce.item(), "kd_unseen": kd_unseen.item(),
+                "acc_x": compute_accuracy(ce_logits, ce_labels)[0].item()}
+
+    @torch.no_grad()
+    def branch_logits(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(q_s, q_u) over all classes of the task, both branches in one batched CLIP forward."""
+        with self.autocast():
+            features_s, features_u = batched_features(self.clip_model, [self.seen_student, self.unseen_student],
+                                                      images)
+        return self.student_logits(features_s), self.student_logits(features_u)

@@ -1,0 +1,46 @@
+"""PromptKD's student: deep visual prompts + projector on a frozen CLIP, distilled label-free from a teacher.
+
+Every train image of the task (all classes, labels unused) is distilled with ``KD_WEIGHT · kd_loss(s, t, τ)``
+against the teacher's logits on the same augmented batch. The teacher's text features are computed once at build
+time (upstream recomputes them every batch). Evaluation restricts the all-class logits to the evaluated classes
+(``DATASET.SUBSAMPLE_CLASSES``). The default configs deploy the last epoch; ``TEST.FINAL_MODEL best_val`` selects
+on the real val split of the evaluated classes (upstream selects on the base *test* set).
+"""
+from __future__ import annotations
+
+import torch
+
+from engine import TRAINER_REGISTRY, TrainerX
+
+from .distill import DistillMixin
+from .evaluation import restrict_to_labels
+
+
+@TRAINER_REGISTRY.register()
+class PromptKD(DistillMixin, TrainerX):
+    """PromptKD student trainer; checkpoints hold the student (prompts + projector) as ``VLPromptLearner``."""
+
+    DATA_ROLE = "distill_all"
+    NS = "PROMPTKD"
+
+    def build_model(self) -> None:
+        ds = self.dm.dataset
+        self.build_distill_parts(ds.classnames)
+        self.student = self.make_student("VLPromptLearner")
+        self.eval_labels = torch.as_tensor(ds.eval_labels, dtype=torch.long)
+
+    def forward_backward(self, batch: dict) -> dict:
+        images, _, _ = self.parse_batch_train(batch)  # labels are not used: the distillation is label-free
+        with self.autocast():
+            teacher_features = self.teacher_image_features(images)
+            student_features = self.student(self.clip_model, images)
+        loss = self.kd_term(self.student_logits(student_features), self.teacher_logits(teacher_features))
+        self.model_backward_and_update(loss)
+        if (self.batch_idx + 1) == self.num_batches:
+            self.update_lr()
+        return {"loss": loss.item()}
+
+    def model_inference(self, images: torch.Tensor) -> torch.Tensor:
+        with self.autocast():
+            features = self.student(self.clip_model, images)
+        return restrict_to_labels(self.student_logits(features), self.eval_labels)
