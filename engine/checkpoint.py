@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .utils import atomic_write_text, mkdir_if_missing
+from .utils import atomic_write, atomic_write_text, mkdir_if_missing
 
 _PLAIN = (bool, int, float, str, bytes, type(None), torch.Tensor, torch.Size, torch.dtype, torch.device)
 
@@ -45,17 +45,7 @@ def check_plain(obj: Any, where: str = "checkpoint") -> None:
 
 def atomic_torch_save(obj: Any, fpath: str) -> None:
     """``torch.save`` to a temporary file in the same folder, then rename it over ``fpath``."""
-    dirname = os.path.dirname(os.path.abspath(fpath))
-    mkdir_if_missing(dirname)
-    fd, tmp = tempfile.mkstemp(dir=dirname, prefix=".tmp-", suffix=os.path.basename(fpath))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-        os.replace(tmp, fpath)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    atomic_write(fpath, lambda f: torch.save(obj, f), binary=True)
 
 
 def save_checkpoint(

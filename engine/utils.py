@@ -6,7 +6,8 @@ import os
 import random
 import tempfile
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -38,19 +39,27 @@ def read_json(fpath: str) -> Any:
         raise ValueError(f"Malformed JSON in {fpath}: {e}") from None
 
 
-def atomic_write_text(text: str, fpath: str) -> None:
-    """Write ``text`` to ``fpath`` through a temporary file and a rename, so readers never see half a file."""
+def atomic_write(fpath: str, write: Callable[[IO], None], binary: bool = False) -> None:
+    """Call ``write(file)`` on a temporary file in ``fpath``'s folder, then rename it over ``fpath``.
+
+    Readers never see half a file, and a failed write leaves the previous file (if any) untouched.
+    """
     dirname = os.path.dirname(os.path.abspath(fpath))
     mkdir_if_missing(dirname)
     fd, tmp = tempfile.mkstemp(dir=dirname, prefix=".tmp-", suffix=os.path.basename(fpath))
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            write(f)
         os.replace(tmp, fpath)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def atomic_write_text(text: str, fpath: str) -> None:
+    """Write ``text`` to ``fpath`` atomically (see :func:`atomic_write`)."""
+    atomic_write(fpath, lambda f: f.write(text))
 
 
 def write_json(obj: Any, fpath: str) -> None:
