@@ -9,7 +9,6 @@ import os
 import pickle
 import random
 import shutil
-import tempfile
 import warnings
 from collections import OrderedDict
 from typing import Any
@@ -68,11 +67,9 @@ def save_checkpoint(
     print(f"Checkpoint saved to {fpath}")
     atomic_write_text(f"{os.path.basename(fpath)}\n", os.path.join(save_dir, "checkpoint"))
     if is_best:
-        best = os.path.join(save_dir, "model-best.pth.tar")
-        fd, tmp = tempfile.mkstemp(dir=save_dir, prefix=".tmp-", suffix="model-best.pth.tar")
-        os.close(fd)
-        shutil.copyfile(fpath, tmp)
-        os.replace(tmp, best)
+        with open(fpath, "rb") as src:
+            atomic_write(os.path.join(save_dir, "model-best.pth.tar"), lambda f: shutil.copyfileobj(src, f),
+                         binary=True)
     return fpath
 
 
