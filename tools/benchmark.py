@@ -1,0 +1,342 @@
+"""Cost of PETR next to PromptKD, on random-weight CLIPs of the real shapes (no weight files, CPU or CUDA).
+
+* inference: GFLOPs per image (torch.utils.flop_counter), latency (median of --iters runs after --warmup) and
+  images/s at batch 1 and --batch for PromptKD (one student branch), PETR two-pass (two student forwards) and PETR
+  batched (both branches in one CLIP forward, trainers.student.batched_features); PETR includes its router, whose
+  share of the PETR forward is reported separately (Mahalanobis router fitted on random logits of width 2C).
+* train: one PromptKD student step (ViT-B/16-shaped student, ViT-L/14-shaped prompted teacher) with the teacher's
+  text features computed once (ours) vs recomputed for all C classes every batch (upstream PromptKD), both on our
+  trimmed text tokens and on the full 77-token context as upstream runs them.
+
+    python tools/benchmark.py                         # both parts, ViT-B/16 + ViT-L/14 shapes
+    python tools/benchmark.py inference --batch 8 --iters 3 --threads 2
+    python tools/benchmark.py train --classes 10 --train-batch 2 --train-iters 2
+    python tools/benchmark.py --device cuda --prec amp --batch 64 --iters 20 --warmup 5
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from tabulate import tabulate
+from torch.utils import flop_counter
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import clip  # noqa: E402
+from clip.model import CLIP  # noqa: E402
+from engine.precision import autocast  # noqa: E402
+from trainers.losses import kd_loss  # noqa: E402
+from trainers.promptsrc import VLPromptLearner  # noqa: E402
+from trainers.routing import MahalanobisRouter  # noqa: E402
+from trainers.student import VisualPromptStudent, batched_features  # noqa: E402
+from trainers.teacher import Teacher  # noqa: E402
+
+# clip.model.CLIP constructor arguments of OpenAI's checkpoints, and a toy pair for tests and smoke runs.
+VIT_B16 = dict(embed_dim=512, image_resolution=224, vision_layers=12, vision_width=768, vision_patch_size=16,
+               context_length=77, vocab_size=49408, transformer_width=512, transformer_heads=8, transformer_layers=12)
+VIT_L14 = dict(embed_dim=768, image_resolution=224, vision_layers=24, vision_width=1024, vision_patch_size=14,
+               context_length=77, vocab_size=49408, transformer_width=768, transformer_heads=12, transformer_layers=12)
+TINY_STUDENT = dict(embed_dim=32, image_resolution=32, vision_layers=3, vision_width=64, vision_patch_size=16,
+                    context_length=77, vocab_size=49408, transformer_width=64, transformer_heads=1,
+                    transformer_layers=2)
+TINY_TEACHER = dict(embed_dim=48, image_resolution=32, vision_layers=2, vision_width=128, vision_patch_size=16,
+                    context_length=77, vocab_size=49408, transformer_width=128, transformer_heads=2,
+                    transformer_layers=2)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Student and teacher CLIP shapes with the prompt settings (PromptKD/PETR base-to-novel: 4 tokens, depth 9)."""
+
+    label: str
+    student: dict
+    teacher: dict
+    n_ctx: int = 4
+    depth: int = 9
+
+
+SPECS = {
+    "vit_b16": ModelSpec("ViT-B/16 student, ViT-L/14 teacher", VIT_B16, VIT_L14),
+    "tiny": ModelSpec("tiny student/teacher (tests, smoke runs)", TINY_STUDENT, TINY_TEACHER, depth=2),
+}
+TRAIN_MODES = {
+    "once": "ours: teacher text features computed once",
+    "per_batch": "text features recomputed every batch (our trimmed tokens)",
+    "per_batch_77": "upstream PromptKD: recomputed every batch, 77 tokens",
+}
+
+
+def random_clip(sizes: dict, device: torch.device | str, seed: int = 0) -> CLIP:
+    """A frozen CLIP of the given shape with random weights (N(0, 0.02), LayerNorms at identity, scale 100)."""
+    torch.manual_seed(seed)
+    model = CLIP(**sizes)
+    with torch.no_grad():
+        for module in model.modules():
+            for name, p in module.named_parameters(recurse=False):
+                if isinstance(module, torch.nn.LayerNorm):
+                    p.fill_(1.0 if name == "weight" else 0.0)
+                elif name.endswith("bias"):
+                    p.zero_()
+                else:
+                    p.normal_(std=0.02)
+        model.logit_scale.fill_(math.log(100.0))
+    return model.requires_grad_(False).eval().to(device)
+
+
+def _cpu_sdpa_flops(query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return flop_counter.sdpa_flop_count(query, key, value)
+
+
+def _cpu_sdpa_backward_flops(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return flop_counter.sdpa_backward_flop_count(grad_out, query, key, value)
+
+
+# torch's counter knows the CUDA attention kernels only; CPU attention gets the same formulas here.
+_CPU_ATTENTION = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_sdpa_backward_flops,
+}
+
+
+def count_flops(fn: Callable, *args) -> int:
+    """FLOPs of ``fn(*args)`` (matmuls, convolutions, attention; 2 per multiply-add), forward and any backward."""
+    with flop_counter.FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION) as counter:
+        fn(*args)
+    return counter.get_total_flops()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_calls(fns: dict[str, Callable[[], object]], iters: int, warmup: int,
+               device: torch.device) -> dict[str, float]:
+    """Median seconds per call of each function; calls alternate between functions so machine load hits all alike."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    _sync(device)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(iters):
+        for name, fn in fns.items():
+            _sync(device)
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+class InferenceModels:
+    """One frozen student CLIP, two student prompt sets (θ_s, θ_u), random teacher text features and a router."""
+
+    def __init__(self, spec: ModelSpec, classes: int, device: torch.device, prec: str = "fp32", seed: int = 0,
+                 router_fit: int = 5000):
+        self.device, self.prec, self.classes = device, prec, classes
+        self.clip_model = random_clip(spec.student, device, seed)
+        out_dim = spec.teacher["embed_dim"]
+        torch.manual_seed(seed + 1)
+        self.students = [VisualPromptStudent(self.clip_model, spec.n_ctx, spec.depth, out_dim).to(device).eval()
+                         .requires_grad_(False) for _ in range(2)]
+        self.text_features = F.normalize(torch.randn(classes, out_dim), dim=-1).to(device)
+        self.scale = float(self.clip_model.logit_scale.exp())
+        self.router = MahalanobisRouter().fit(10.0 * torch.randn(router_fit, 2 * classes, device=device))
+        self.resolution = spec.student["image_resolution"]
+
+    def images(self, batch: int) -> torch.Tensor:
+        return torch.randn(batch, 3, self.resolution, self.resolution, device=self.device)
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        return self.scale * features.float() @ self.text_features.t()
+
+    def promptkd(self, images: torch.Tensor) -> torch.Tensor:
+        """PromptKD inference: one student forward, logits against the precomputed text features."""
+        with autocast(self.prec, self.device):
+            return self.logits(self.students[0](self.clip_model, images))
+
+    def route(self, q_s: torch.Tensor, q_u: torch.Tensor) -> torch.Tensor:
+        """The router's decision and answer: Mahalanobis distance of [q_s, q_u], threshold, chosen branch."""
+        return self.router.decide(torch.cat([q_s, q_u], dim=1), self.classes)[1]
+
+    def petr_branches_two_pass(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with autocast(self.prec, self.device):
+            return tuple(self.logits(s(self.clip_model, images)) for s in self.students)
+
+    def petr_branches_batched(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with autocast(self.prec, self.device):
+            return tuple(self.logits(f) for f in batched_features(self.clip_model, self.students, images))
+
+    def petr_two_pass(self, images: torch.Tensor) -> torch.Tensor:
+        """PETR with two separate student forwards, then routing."""
+        return self.route(*self.petr_branches_two_pass(images))
+
+    def petr_batched(self, images: torch.Tensor) -> torch.Tensor:
+        """PETR with both branches in one CLIP forward (per-sample prompts), then routing."""
+        return self.route(*self.petr_branches_batched(images))
+
+
+ROUTER_REPEATS = 20  # router timings per timed method run
+INFERENCE_METHODS = {"PromptKD (one branch)": "promptkd", "PETR two-pass": "petr_two_pass",
+                     "PETR batched": "petr_batched"}
+
+
+@torch.inference_mode()
+def inference_report(models: InferenceModels, batches: list[int], iters: int, warmup: int) -> tuple[list, list]:
+    """Rows of the method table (per batch size) and of the router table."""
+    one = models.images(1)
+    gflops = {label: count_flops(getattr(models, name), one) / 1e9 for label, name in INFERENCE_METHODS.items()}
+    q = torch.cat(models.petr_branches_batched(one), dim=1)
+    router_flops = count_flops(models.router.decide, q, models.classes)
+    rows, router_rows = [], []
+    for batch in batches:
+        images = models.images(batch)
+        q = torch.cat(models.petr_branches_batched(images), dim=1)
+        fns = {label: partial(getattr(models, name), images) for label, name in INFERENCE_METHODS.items()}
+        median = time_calls(fns, iters, warmup, models.device)
+        # the router is cheap: many more repetitions give a stable median
+        median.update(time_calls({"router": partial(models.router.decide, q, models.classes)},
+                                 ROUTER_REPEATS * iters, warmup + 1, models.device))
+        base = median["PromptKD (one branch)"]
+        for label in INFERENCE_METHODS:
+            rows.append([label, batch, f"{gflops[label]:.4g}", f"{1e3 * median[label]:.1f}",
+                         f"{batch / median[label]:.2f}", f"{median[label] / base:.2f}x"])
+        share = 100.0 * median["router"] / median["PETR batched"]
+        batched_ok = median["PETR batched"] <= median["PETR two-pass"]
+        router_rows.append([batch, f"{router_flops / 1e3:.1f}", f"{1e3 * median['router']:.3f}",
+                            f"{1e3 * median['PETR batched']:.1f}", f"{share:.3f}%", "yes" if share < 0.5 else "NO",
+                            "yes" if batched_ok else "NO"])
+    return rows, router_rows
+
+
+def format_inference(rows: list, router_rows: list) -> str:
+    table = tabulate(rows, headers=["method", "batch", "GFLOPs/image", "latency ms", "images/s", "x PromptKD"])
+    router = tabulate(router_rows, headers=["batch", "router kFLOPs/image", "router ms", "PETR batched ms",
+                                            "router share", "share < 0.5%", "batched <= two-pass"])
+    return f"{table}\n\n{router}"
+
+
+class TrainStepModels:
+    """PromptKD's student step: frozen student CLIP + trainable prompts/projector, frozen prompted teacher."""
+
+    def __init__(self, spec: ModelSpec, classes: int, device: torch.device, prec: str = "fp32", seed: int = 0):
+        self.device, self.prec = device, prec
+        self.clip_model = random_clip(spec.student, device, seed)
+        teacher_clip = random_clip(spec.teacher, device, seed + 1)
+        torch.manual_seed(seed + 2)
+        prompts = VLPromptLearner.build(teacher_clip, spec.n_ctx, spec.n_ctx, spec.depth, spec.depth).to(device)
+        self.classnames = [f"category number {i}" for i in range(classes)]
+        self.teacher = Teacher(teacher_clip, self.classnames, prompts=prompts)
+        placeholder = " ".join(["X"] * spec.n_ctx)
+        self.full_tokens = clip.tokenize([f"{placeholder} {name}." for name in self.classnames]).to(device)
+        self.student = VisualPromptStudent(self.clip_model, spec.n_ctx, spec.depth, spec.teacher["embed_dim"])
+        self.student.to(device).train()
+        self.optim = torch.optim.SGD(self.student.parameters(), lr=0.005, momentum=0.9)
+        self.scale = float(self.clip_model.logit_scale.exp())
+        self.resolution = spec.student["image_resolution"]
+
+    def images(self, batch: int) -> torch.Tensor:
+        return torch.randn(batch, 3, self.resolution, self.resolution, device=self.device)
+
+    @torch.no_grad()
+    def text_features(self, mode: str) -> torch.Tensor:
+        """Teacher text features of all classes: cached (once), recomputed, or recomputed on 77 tokens (upstream)."""
+        if mode == "once":
+            return self.teacher.text_features
+        if mode == "per_batch":
+            return self.teacher.text_features_for(self.classnames)
+        prompts = self.teacher.prompts.text_prompts()
+        return F.normalize(self.teacher.clip_model.encode_text(self.full_tokens, prompts).float(), dim=-1)
+
+    def step(self, images: torch.Tensor, mode: str) -> float:
+        """One distillation step (teacher forward, student forward/backward, SGD update); returns the loss."""
+        with autocast(self.prec, self.device):
+            text = self.text_features(mode)
+            teacher_logits = self.teacher.logit_scale * self.teacher.encode_image(images) @ text.t()
+            student_logits = self.scale * self.student(self.clip_model, images) @ text.t()
+        loss = kd_loss(student_logits.float(), teacher_logits.float(), 1.0)
+        self.optim.zero_grad()
+        loss.backward()
+        self.optim.step()
+        return loss.item()
+
+
+def train_report(models: TrainStepModels, batch: int, iters: int, warmup: int) -> list:
+    """Rows of the training-step table: seconds per step, images/s, GFLOPs per step, ratio to ours."""
+    images = models.images(batch)
+    gflops = {mode: count_flops(models.step, images, mode) / 1e9 for mode in TRAIN_MODES}
+    median = time_calls({mode: partial(models.step, images, mode) for mode in TRAIN_MODES}, iters, warmup,
+                        models.device)
+    return [[label, batch, len(models.classnames), f"{gflops[mode]:.4g}", f"{median[mode]:.3f}",
+             f"{batch / median[mode]:.2f}", f"{median[mode] / median['once']:.2f}x"]
+            for mode, label in TRAIN_MODES.items()]
+
+
+def format_train(rows: list) -> str:
+    return tabulate(rows, headers=["PromptKD student step", "batch", "classes", "GFLOPs/step", "s/step", "images/s",
+                                   "x ours"])
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("part", nargs="?", default="all", choices=["all", "inference", "train"], help="what to measure")
+    p.add_argument("--model", default="vit_b16", choices=sorted(SPECS), help="model shapes (tiny: seconds, tests)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda[:N]")
+    p.add_argument("--prec", default="fp32", choices=["fp32", "amp"], help="amp = autocast (bf16 CPU, fp16 CUDA)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--classes", type=int, default=10, help="C, classes of the task (10 = EuroSAT)")
+    p.add_argument("--batch", type=int, default=8, help="inference batch N (batch 1 is always measured too)")
+    p.add_argument("--iters", type=int, default=3, help="timed inference runs per method (median)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs per method first")
+    p.add_argument("--router-fit", type=int, default=5000, help="random seen-train logits the router is fitted on")
+    p.add_argument("--train-batch", type=int, default=2, help="training-step batch (ViT-L/14 on CPU is slow)")
+    p.add_argument("--train-iters", type=int, default=2, help="timed training steps per variant (median)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    for name in ("classes", "batch", "iters", "router_fit", "train_batch", "train_iters"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.train_batch < 2:
+        p.error("--train-batch must be at least 2 (the student projector's BatchNorm trains on batch statistics)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the requested parts and print their tables."""
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda but CUDA is not available; use --device cpu")
+    spec = SPECS[args.model]
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"{spec.label}; {where}; {args.prec}; torch {torch.__version__}; random weights; "
+          f"prompts {spec.n_ctx} tokens x depth {spec.depth}; C = {args.classes}")
+    if args.part in ("all", "inference"):
+        models = InferenceModels(spec, args.classes, device, args.prec, args.seed, args.router_fit)
+        batches = sorted({1, args.batch})
+        print(f"\n== Inference: median of {args.iters} runs after {args.warmup} warm-up, torch.inference_mode; "
+              f"PETR includes routing; router fitted on {args.router_fit:,} random logits of width {2 * args.classes}; "
+              "FLOPs from torch.utils.flop_counter, 2 per multiply-add")
+        print(format_inference(*inference_report(models, batches, args.iters, args.warmup)))
+        del models
+    if args.part in ("all", "train"):
+        print(f"\n== Training step (PromptKD student, KD loss, SGD): median of {args.train_iters} steps after "
+              f"{args.warmup} warm-up, batch {args.train_batch}")
+        models = TrainStepModels(spec, args.classes, device, args.prec, args.seed)
+        print(format_train(train_report(models, args.train_batch, args.train_iters, args.warmup)))
+
+
+if __name__ == "__main__":
+    main()
