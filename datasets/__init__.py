@@ -5,6 +5,7 @@ Readers (one module per dataset) only read; data roles are in ``datasets/protoco
 """
 from . import (  # noqa: F401  (imported for registration)
     caltech101,
+    demo_shapes,
     dtd,
     eurosat,
     fgvc_aircraft,

@@ -4,12 +4,14 @@ Data only (plus three look-up functions). ``CUSTOM_TEMPLATES`` is CoOp's one-tem
 ``DATASET.NAME``); ``ENSEMBLE_TEMPLATES`` holds CLIP's per-dataset template lists (openai/CLIP ``data/prompts.md``;
 ImageNet and its variants use the 80 templates of CLIP's ImageNet prompt-engineering notebook), the lists the PETR
 paper's appendix uses for PETR+CoOp's unseen branch. ``IMAGENET_TEMPLATES_SELECT`` is CoOp's 7-template subset
-used by its ``ZeroshotCLIP2`` baseline. Every template has one ``{}`` for the class name.
+used by its ``ZeroshotCLIP2`` baseline. The built-in demo datasets use "a photo of a {}." and, as their ensemble,
+ZeroshotCLIP2's set (the 7 SELECT templates + that one). Every template has one ``{}`` for the class name.
 """
 from __future__ import annotations
 
 _PHOTO = "a photo of a {}."
 _IMAGENET_FAMILY = ("ImageNet", "ImageNetSketch", "ImageNetV2", "ImageNetA", "ImageNetR")
+_DEMO = ("DemoShapes", "DemoShapesHard")  # the built-in demo (demo/captions.py: these are held out of pretraining)
 
 CUSTOM_TEMPLATES: dict[str, str] = {
     "OxfordPets": "a photo of a {}, a type of pet.",
@@ -23,6 +25,7 @@ CUSTOM_TEMPLATES: dict[str, str] = {
     "Caltech101": _PHOTO,
     "UCF101": "a photo of a person doing {}.",
     **{name: _PHOTO for name in _IMAGENET_FAMILY},
+    **{name: _PHOTO for name in _DEMO},
 }
 
 IMAGENET_TEMPLATES_SELECT: list[str] = [
@@ -254,6 +257,7 @@ _CLIP_DATASET_TEMPLATES: dict[str, list[str]] = {
 ENSEMBLE_TEMPLATES: dict[str, list[str]] = {
     **_CLIP_DATASET_TEMPLATES,
     **{name: IMAGENET_TEMPLATES for name in _IMAGENET_FAMILY},
+    **{name: [*IMAGENET_TEMPLATES_SELECT, _PHOTO] for name in _DEMO},
 }
 
 

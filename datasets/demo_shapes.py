@@ -1,0 +1,43 @@
+"""The built-in demo datasets (coloured shapes): ``demo_shapes/images/<colour_shape>/<i>.png`` + one
+``split_zhou_<Name>.json`` per base/novel split, written by ``python -m demo.shapes --root DATA``."""
+from __future__ import annotations
+
+import os
+
+from demo.shapes import DATASET_DIR, IMAGE_DIR, split_file
+from engine.registry import DATASET_REGISTRY
+
+from .protocols import ProtocolDataset
+from .splits import SplitData, make_split_data, read_split
+
+
+class _DemoShapesBase(ProtocolDataset):
+    """Reader shared by the two demo datasets; they differ only in the split file (label order)."""
+
+    dataset_dir = DATASET_DIR
+
+    @classmethod
+    def read(cls, dataset_dir: str) -> SplitData:
+        name = cls.__name__
+        image_dir = os.path.join(dataset_dir, IMAGE_DIR)
+        split_path = os.path.join(dataset_dir, split_file(name))
+        for path in (image_dir, split_path):
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{path} not found; generate the demo data with "
+                                        f"`python -m demo.shapes --root {os.path.dirname(dataset_dir)}`")
+        return make_split_data(name, dataset_dir, split_path, *read_split(split_path, image_dir, name))
+
+    @classmethod
+    def read_root(cls, root: str) -> SplitData:
+        """Read the dataset under ``root`` (DATASET.ROOT)."""
+        return cls.read(os.path.join(os.path.abspath(os.path.expanduser(root)), cls.dataset_dir))
+
+
+@DATASET_REGISTRY.register()
+class DemoShapes(_DemoShapesBase):
+    """48 coloured shapes; base/novel is a checkerboard over colour x shape (every attribute in both halves)."""
+
+
+@DATASET_REGISTRY.register()
+class DemoShapesHard(_DemoShapesBase):
+    """The same images; base = circles, squares and triangles of all colours, novel = stars, crosses and hearts."""

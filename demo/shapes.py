@@ -1,0 +1,340 @@
+"""Procedurally drawn coloured shapes: the classes, the image renderer and the CoOp-layout dataset writer.
+
+48 classes ("red circle", ...) = 8 colours x 6 shapes. Images are rendered from seeded NumPy generators, so the
+same parameters always give the same pixels. Two visual styles exist: ``PRETRAIN`` (the tiny CLIPs' pretraining
+stream: large shapes, small rotations, mostly gradient backgrounds, neutral light) and ``DOWNSTREAM`` (the dataset
+users train and test on: somewhat smaller, more rotated and more displaced shapes, mostly striped noisy
+backgrounds, a dim warm light). The shift lowers zero-shot accuracy; the lighting part is one a classifier on the
+frozen features can undo, the geometry part needs the image encoder to adapt (visual prompts).
+
+Two base/novel splits share one image tree and differ only in label order (CoOp: base = first ceil(n/2) labels):
+``DemoShapes`` is a checkerboard over colour x shape (every colour and every shape has base and novel classes),
+``DemoShapesHard`` puts three shapes (circle, square, triangle) in base and the other three in novel, so novel
+classes hold shapes that base training never shows (the pretrained CLIP knows all of them).
+
+Command line: ``python -m demo.shapes --root DATA`` writes ``DATA/demo_shapes/`` (skipped when already written
+with the same parameters).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+from PIL import Image, ImageDraw
+from tqdm import tqdm
+
+from engine.utils import mkdir_if_missing, read_json, write_json
+
+GENERATOR_VERSION = 2
+DATASET_DIR = "demo_shapes"
+IMAGE_DIR = "images"
+MANIFEST = "manifest.json"
+
+COLOURS: dict[str, tuple[int, int, int]] = {
+    "red": (215, 35, 35),
+    "orange": (245, 135, 20),
+    "yellow": (240, 220, 40),
+    "green": (40, 160, 60),
+    "blue": (35, 80, 215),
+    "purple": (130, 50, 180),
+    "pink": (250, 130, 200),
+    "brown": (120, 72, 30),
+}
+SHAPES: tuple[str, ...] = ("circle", "square", "triangle", "star", "cross", "heart")
+CLASSNAMES: list[str] = [f"{c} {s}" for c in COLOURS for s in SHAPES]
+"""Class names in canonical order (colour-major); a canonical label indexes this list."""
+
+SPLIT_NAMES: dict[str, str] = {"DemoShapes": "checkerboard", "DemoShapesHard": "novel_shapes"}
+"""Registered dataset name -> the label order it uses."""
+
+_SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
+_SUPERSAMPLE = 4
+
+
+def split_file(dataset_name: str) -> str:
+    """File name of the CoOp split JSON of ``dataset_name`` (inside ``<root>/demo_shapes/``)."""
+    return f"split_zhou_{dataset_name}.json"
+
+
+def label_order(dataset_name: str) -> list[int]:
+    """Canonical class indices in the label order of ``dataset_name``; the first ceil(48/2) are the base classes."""
+    n_shapes = len(SHAPES)
+    canonical = range(len(CLASSNAMES))
+    if SPLIT_NAMES.get(dataset_name) == "checkerboard":
+        is_base = [(k // n_shapes + k % n_shapes) % 2 == 0 for k in canonical]
+    elif SPLIT_NAMES.get(dataset_name) == "novel_shapes":
+        is_base = [k % n_shapes < n_shapes // 2 for k in canonical]
+    else:
+        raise ValueError(f"unknown demo dataset {dataset_name!r}; expected one of {sorted(SPLIT_NAMES)}")
+    return [k for k in canonical if is_base[k]] + [k for k in canonical if not is_base[k]]
+
+
+@dataclass(frozen=True)
+class Style:
+    """Random ranges of one rendering style (fractions of the image size where lengths are concerned)."""
+
+    stripe_prob: float
+    gradient_prob: float
+    noise_std: tuple[float, float]
+    radius: tuple[float, float]
+    stretch: float
+    brightness: tuple[float, float]
+    colour_jitter: float
+    rotation: float = 180.0
+    """Largest rotation in degrees either way (180: any angle)."""
+    offset: float = 1.0
+    """How far the centre may move from the image centre, as a fraction of the room the shape leaves."""
+    lighting: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    """Per-channel gain of the whole scene (a global lighting / camera colour cast)."""
+    relight: float = 0.0
+    """Per-image random lighting: each channel's gain is further scaled by U(1 - relight, 1)."""
+
+
+DOWNSTREAM = Style(stripe_prob=0.5, gradient_prob=0.15, noise_std=(4.0, 18.0), radius=(0.27, 0.44), stretch=0.12,
+                   brightness=(0.8, 1.15), colour_jitter=12.0, rotation=30.0, offset=0.6, lighting=(0.8, 0.72, 0.62))
+PRETRAIN = Style(stripe_prob=0.15, gradient_prob=0.6, noise_std=(2.0, 10.0), radius=(0.3, 0.45), stretch=0.08,
+                 brightness=(0.85, 1.1), colour_jitter=10.0, rotation=20.0, offset=0.5)
+PRETRAIN_RELIT = replace(PRETRAIN, relight=0.4)
+"""The teacher's pretraining stream: ``PRETRAIN`` under random lighting (more varied data, as larger web-scale CLIPs
+are more robust to distribution shift), which makes its zero-shot robust to the downstream lighting."""
+
+
+def _regular(n: int, radius: float, start: float = math.pi / 2) -> np.ndarray:
+    angles = start + 2 * math.pi * np.arange(n) / n
+    return radius * np.stack([np.cos(angles), np.sin(angles)], axis=1)
+
+
+def _star() -> np.ndarray:
+    radii = np.where(np.arange(10) % 2 == 0, 1.25, 0.5)
+    angles = math.pi / 2 + 2 * math.pi * np.arange(10) / 10
+    return radii[:, None] * np.stack([np.cos(angles), np.sin(angles)], axis=1)
+
+
+def _cross() -> np.ndarray:
+    a, b = 1.05, 0.36
+    return np.array([(b, a), (b, b), (a, b), (a, -b), (b, -b), (b, -a),
+                     (-b, -a), (-b, -b), (-a, -b), (-a, b), (-b, b), (-b, a)], dtype=float)
+
+
+def _heart() -> np.ndarray:
+    t = np.linspace(0, 2 * math.pi, 48, endpoint=False)
+    x = 16 * np.sin(t) ** 3
+    y = 13 * np.cos(t) - 5 * np.cos(2 * t) - 2 * np.cos(3 * t) - np.cos(4 * t)
+    pts = np.stack([x, y + 2.5], axis=1)
+    return 1.2 * pts / np.abs(pts).max()
+
+
+_OUTLINES: dict[str, np.ndarray] = {
+    "circle": _regular(48, 1.0),
+    "square": _regular(4, 1.2, start=math.pi / 4),
+    "triangle": _regular(3, 1.3),
+    "star": _star(),
+    "cross": _cross(),
+    "heart": _heart(),
+}
+"""Unit-size outlines (x right, y up) of similar area, so size does not give the shape away."""
+
+
+def _shape_mask(rng: np.random.Generator, shape: str, size: int, style: Style) -> np.ndarray:
+    """Anti-aliased [size, size] coverage in [0, 1] of one randomly placed, rotated and stretched shape."""
+    radius = rng.uniform(*style.radius) * size
+    stretch = 1.0 + rng.uniform(-style.stretch, style.stretch)
+    theta = math.radians(rng.uniform(-style.rotation, style.rotation))
+    room = max(0.0, size / 2 - 1.1 * radius)
+    cx, cy = size / 2 + rng.uniform(-1, 1, size=2) * room * style.offset
+    pts = _OUTLINES[shape] * np.array([stretch, 1.0 / stretch])
+    rot = np.array([[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]])
+    pts = pts @ rot.T * radius
+    big = size * _SUPERSAMPLE
+    xy = (np.stack([cx + pts[:, 0], cy - pts[:, 1]], axis=1) * _SUPERSAMPLE).ravel().tolist()
+    canvas = Image.new("L", (big, big), 0)
+    ImageDraw.Draw(canvas).polygon(xy, fill=255)
+    return np.asarray(canvas.resize((size, size), Image.Resampling.BOX), dtype=np.float32) / 255.0
+
+
+def _backgrounds(rng: np.random.Generator, n: int, size: int, style: Style) -> np.ndarray:
+    """[n, size, size, 3] float backgrounds: two low-saturation greys mixed flat, as a gradient or as stripes."""
+    grey = rng.uniform(70, 190, size=(n, 2, 1))
+    tint = rng.normal(0, 10, size=(n, 2, 3))
+    tones = grey + tint
+    kind = rng.uniform(size=n)
+    phi = rng.uniform(0, math.pi, size=n)
+    period = rng.uniform(3.0, 8.0, size=n)
+    phase = rng.uniform(0, 1, size=n)
+    coords = np.arange(size, dtype=np.float32)
+    cos, sin = np.cos(phi).astype(np.float32), np.sin(phi).astype(np.float32)
+    proj = cos[:, None, None] * coords[None, None, :] + sin[:, None, None] * coords[None, :, None]
+    stripes = ((proj / period[:, None, None] + phase[:, None, None]) % 1.0 < 0.5).astype(np.float32)
+    ramp = (proj - proj.min(axis=(1, 2), keepdims=True)) / np.ptp(proj, axis=(1, 2), keepdims=True)
+    flat = np.zeros_like(proj)
+    mix = np.where((kind < style.stripe_prob)[:, None, None], stripes,
+                   np.where((kind < style.stripe_prob + style.gradient_prob)[:, None, None], ramp, flat))
+    tones = tones.astype(np.float32)
+    return tones[:, None, None, 0] * (1 - mix[..., None]) + tones[:, None, None, 1] * mix[..., None]
+
+
+def render(rng: np.random.Generator, labels: list[int] | np.ndarray, size: int = 32,
+           style: Style = DOWNSTREAM) -> np.ndarray:
+    """Draw one image per canonical label; returns uint8 [N, size, size, 3]. Consumes ``rng`` deterministically."""
+    n = len(labels)
+    masks = np.stack([_shape_mask(rng, SHAPES[int(k) % len(SHAPES)], size, style) for k in labels])
+    base = np.array([COLOURS[CLASSNAMES[int(k)].split()[0]] for k in labels], dtype=np.float64)
+    colour = base * rng.uniform(*style.brightness, size=(n, 1)) + rng.normal(0, style.colour_jitter, size=(n, 3))
+    images = _backgrounds(rng, n, size, style)
+    colour = colour.astype(np.float32)[:, None, None, :]
+    images = images * (1 - masks[..., None]) + colour * masks[..., None]
+    images *= np.asarray(style.lighting, dtype=np.float32)
+    if style.relight:
+        images *= rng.uniform(1 - style.relight, 1, size=(n, 1, 1, 3)).astype(np.float32)
+    noise_std = rng.uniform(*style.noise_std, size=(n, 1, 1, 1)).astype(np.float32)
+    images += rng.standard_normal(size=images.shape, dtype=np.float32) * noise_std
+    return np.clip(np.rint(images), 0, 255).astype(np.uint8)
+
+
+def sample_batch(rng: np.random.Generator, batch_size: int, size: int = 32,
+                 style: Style = PRETRAIN) -> tuple[np.ndarray, np.ndarray]:
+    """A fresh batch of uniformly drawn classes: (uint8 images [B, size, size, 3], canonical labels [B])."""
+    labels = rng.integers(0, len(CLASSNAMES), size=batch_size)
+    return render(rng, labels, size, style), labels
+
+
+@dataclass(frozen=True)
+class GenParams:
+    """Everything the written dataset depends on; its hash decides whether a written tree can be reused."""
+
+    train_per_class: int = 200
+    val_per_class: int = 20
+    test_per_class: int = 50
+    size: int = 32
+    seed: int = 0
+    version: int = GENERATOR_VERSION
+
+    def digest(self) -> str:
+        return hashlib.sha256(repr(sorted(asdict(self).items())).encode()).hexdigest()[:16]
+
+
+DEFAULT_PARAMS = GenParams()
+
+
+def render_split_class(split: str, k: int, n: int, params: GenParams) -> tuple[np.ndarray, np.ndarray]:
+    """The ``n`` downstream images of canonical class ``k`` in ``split`` (seeded by seed, split and class)."""
+    rng = np.random.default_rng([params.seed, _SPLIT_IDS[split], k])
+    return render(rng, [k] * n, params.size, DOWNSTREAM), np.full(n, k)
+
+
+def render_split(split: str, params: GenParams, per_class: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """All classes of one downstream split in canonical order: (uint8 images, canonical labels).
+
+    Identical to the pixels ``generate`` writes (the first ``per_class`` images of each class), so evaluations
+    may skip the PNG files.
+    """
+    n = getattr(params, f"{split}_per_class")
+    parts = [render_split_class(split, k, n, params) for k in range(len(CLASSNAMES))]
+    keep = n if per_class is None else min(per_class, n)
+    return np.concatenate([p[0][:keep] for p in parts]), np.concatenate([p[1][:keep] for p in parts])
+
+
+def folder_name(classname: str) -> str:
+    """Class folder name: spaces become underscores ("red circle" -> "red_circle")."""
+    return classname.replace(" ", "_")
+
+
+def _is_current(dataset_dir: str, params: GenParams) -> bool:
+    path = os.path.join(dataset_dir, MANIFEST)
+    if not os.path.isfile(path):
+        return False
+    manifest = read_json(path)
+    return manifest.get("params_hash") == params.digest() and all(
+        os.path.isfile(os.path.join(dataset_dir, split_file(name))) for name in SPLIT_NAMES)
+
+
+def generate(root: str, params: GenParams = DEFAULT_PARAMS, force: bool = False, verbose: bool = True) -> str:
+    """Write ``<root>/demo_shapes`` (images, one split JSON per demo dataset, manifest); returns that folder.
+
+    Skips the work when the manifest says the tree was written with the same parameters (unless ``force``).
+    """
+    dataset_dir = os.path.join(os.path.abspath(os.path.expanduser(root)), DATASET_DIR)
+    if not force and _is_current(dataset_dir, params):
+        if verbose:
+            print(f"Demo dataset already generated at {dataset_dir} (params {params.digest()}); skipping")
+        return dataset_dir
+    image_dir = os.path.join(dataset_dir, IMAGE_DIR)
+    if os.path.isdir(image_dir) and os.path.isfile(os.path.join(dataset_dir, MANIFEST)):
+        shutil.rmtree(image_dir)
+    start_time = time.time()
+    counts = {"train": params.train_per_class, "val": params.val_per_class, "test": params.test_per_class}
+    offsets = {"train": 0, "val": counts["train"], "test": counts["train"] + counts["val"]}
+    records: dict[str, list[tuple[str, int]]] = {split: [] for split in counts}
+    content = hashlib.sha256()
+    bar = tqdm(total=len(CLASSNAMES) * sum(counts.values()), desc="Drawing demo images", unit="img",
+               disable=not verbose)
+    for k, classname in enumerate(CLASSNAMES):
+        folder = folder_name(classname)
+        mkdir_if_missing(os.path.join(image_dir, folder))
+        for split, n in counts.items():
+            images, _ = render_split_class(split, k, n, params)
+            for i, img in enumerate(images):
+                relpath = f"{folder}/{offsets[split] + i:05d}.png"
+                buf = io.BytesIO()
+                Image.fromarray(img).save(buf, format="PNG")
+                data = buf.getvalue()
+                content.update(data)
+                with open(os.path.join(image_dir, relpath), "wb") as f:
+                    f.write(data)
+                records[split].append((relpath, k))
+            bar.update(n)
+    bar.close()
+    for name in SPLIT_NAMES:
+        order = label_order(name)
+        relabel = {canonical: label for label, canonical in enumerate(order)}
+        split_json = {
+            split: sorted(([rel, relabel[k], CLASSNAMES[k]] for rel, k in items), key=lambda r: (r[1], r[0]))
+            for split, items in records.items()
+        }
+        write_json(split_json, os.path.join(dataset_dir, split_file(name)))
+    write_json({"generator_version": GENERATOR_VERSION, "params": asdict(params), "params_hash": params.digest(),
+                "content_sha256": content.hexdigest(), "num_images": sum(len(v) for v in records.values())},
+               os.path.join(dataset_dir, MANIFEST))
+    if verbose:
+        print(f"Wrote {sum(len(v) for v in records.values())} images and {len(SPLIT_NAMES)} split files to "
+              f"{dataset_dir} in {time.time() - start_time:.1f} s")
+    return dataset_dir
+
+
+def preview(path: str, size: int = 32, style: Style = DOWNSTREAM, per_class: int = 4, seed: int = 0) -> None:
+    """Save a grid with ``per_class`` images of every class (one row per class) to ``path``."""
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(len(CLASSNAMES)), per_class)
+    images = render(rng, labels, size, style)
+    grid = images.reshape(len(COLOURS), len(SHAPES), per_class, size, size, 3)
+    grid = grid.transpose(0, 3, 1, 2, 4, 5).reshape(len(COLOURS) * size, len(SHAPES) * per_class * size, 3)
+    Image.fromarray(grid).save(path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line of the generator."""
+    parser = argparse.ArgumentParser(description="Write the demo dataset of coloured shapes in CoOp's layout.")
+    parser.add_argument("--root", required=True, help="dataset root (DATA); writes DATA/demo_shapes")
+    parser.add_argument("--train-per-class", type=int, default=GenParams.train_per_class)
+    parser.add_argument("--val-per-class", type=int, default=GenParams.val_per_class)
+    parser.add_argument("--test-per-class", type=int, default=GenParams.test_per_class)
+    parser.add_argument("--size", type=int, default=GenParams.size, help="image side in pixels")
+    parser.add_argument("--seed", type=int, default=GenParams.seed)
+    parser.add_argument("--force", action="store_true", help="regenerate even when the manifest matches")
+    parser.add_argument("--preview", metavar="PNG", help="also save a grid of samples (rows: colours)")
+    args = parser.parse_args(argv)
+    params = GenParams(args.train_per_class, args.val_per_class, args.test_per_class, args.size, args.seed)
+    generate(args.root, params, force=args.force)
+    if args.preview:
+        preview(args.preview, args.size)
+
+
+if __name__ == "__main__":
+    main()
