@@ -1,10 +1,10 @@
-"""The built-in demo datasets (coloured shapes): ``demo_shapes/images/<colour_shape>/<i>.png`` + one
-``split_zhou_<Name>.json`` per base/novel split, written by ``python -m demo.shapes --root DATA``."""
+"""The built-in demo datasets (coloured shapes): ``demo_shapes/`` and ``demo_shapes_hard/``, each holding
+``images/<colour_shape>/<i>.png`` + ``split_zhou_<Name>.json``, written by ``python -m demo.shapes --root DATA``."""
 from __future__ import annotations
 
 import os
 
-from demo.shapes import DATASET_DIR, IMAGE_DIR, split_file
+from demo.shapes import DATASET_DIRS, IMAGE_DIR, split_file
 from engine.registry import DATASET_REGISTRY
 
 from .protocols import ProtocolDataset
@@ -12,9 +12,7 @@ from .splits import SplitData, make_split_data, read_split
 
 
 class _DemoShapesBase(ProtocolDataset):
-    """Reader shared by the two demo datasets; they differ only in the split file (label order)."""
-
-    dataset_dir = DATASET_DIR
+    """Reader shared by the two demo datasets; they differ only in the folder and the split file (label order)."""
 
     @classmethod
     def read(cls, dataset_dir: str) -> SplitData:
@@ -37,7 +35,11 @@ class _DemoShapesBase(ProtocolDataset):
 class DemoShapes(_DemoShapesBase):
     """48 coloured shapes; base/novel is a checkerboard over colour x shape (every attribute in both halves)."""
 
+    dataset_dir = DATASET_DIRS["DemoShapes"]
+
 
 @DATASET_REGISTRY.register()
 class DemoShapesHard(_DemoShapesBase):
     """The same images; base = circles, squares and triangles of all colours, novel = stars, crosses and hearts."""
+
+    dataset_dir = DATASET_DIRS["DemoShapesHard"]

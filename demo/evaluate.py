@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.linear_model import LogisticRegression
 from tabulate import tabulate
+from tqdm import tqdm
 
 from demo.captions import EVAL_ENSEMBLE, EVAL_TEMPLATE
 from demo.pretrain import to_model_input
@@ -95,6 +96,14 @@ def evaluate(model: torch.nn.Module, tokenize: Callable[[list[str]], torch.Tenso
                     linear_probe(train_feats, train_labels, feats, test_labels, order[m:])]
         rows.append(row)
     return headers, rows
+
+
+def quick_check(step: int, model: torch.nn.Module) -> None:
+    """One line of single-template zero-shot accuracy on 10 test images per class (a pretraining progress hook)."""
+    import clip
+
+    headers, rows = evaluate(model, clip.tokenize, test_per_class=10)
+    tqdm.write(f"step {step}: " + ", ".join(f"{h} {v:.1f}" for h, v in zip(headers[1:], rows[0][1:])))
 
 
 def print_zero_shot(path: str, probe_per_class: int = 0) -> None:

@@ -227,8 +227,8 @@ def save_state_dict(state_dict: dict[str, torch.Tensor], path: str, params: Pret
                _sidecar(path))
 
 
-def pretrained_path(params: PretrainParams, out: str | None = None, force: bool = False,
-                    verbose: bool = True) -> str:
+def pretrained_path(params: PretrainParams, out: str | None = None, force: bool = False, verbose: bool = True,
+                    hook: Callable[[int, open_clip.CLIP], None] | None = None, hook_every: int = 0) -> str:
     """Path of the pretrained tiny CLIP for ``params``, pretraining and saving it first unless cached."""
     path = out or default_path(params)
     if not force and is_cached(path, params):
@@ -236,7 +236,7 @@ def pretrained_path(params: PretrainParams, out: str | None = None, force: bool 
             print(f"Tiny CLIP ({params.size}) already pretrained: {path}")
         return path
     start = time.time()
-    state_dict = pretrain(params, verbose=verbose)
+    state_dict = pretrain(params, verbose=verbose, hook=hook, hook_every=hook_every)
     save_state_dict(state_dict, path, params)
     if verbose:
         print(f"Saved tiny CLIP ({params.size}) to {path} after {time.time() - start:.0f} s")
@@ -255,16 +255,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--force", action="store_true", help="pretrain even when a cached file matches")
     parser.add_argument("--no-eval", action="store_true", help="skip the final zero-shot evaluation")
+    parser.add_argument("--eval-every", type=int, default=0, metavar="N",
+                        help="print a quick zero-shot check (10 test images per class) every N steps")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     params = default_params(args.size)
     params = replace(params, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
                      steps=args.steps if args.steps else params.steps)
-    path = pretrained_path(params, args.out, force=args.force)
-    if not args.no_eval:
-        from demo.evaluate import print_zero_shot
+    from demo.evaluate import print_zero_shot, quick_check
 
+    path = pretrained_path(params, args.out, force=args.force, hook=quick_check, hook_every=args.eval_every)
+    if not args.no_eval:
         print_zero_shot(path)
     print(path)
 

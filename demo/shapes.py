@@ -7,13 +7,13 @@ users train and test on: somewhat smaller, more rotated and more displaced shape
 backgrounds, a dim warm light). The shift lowers zero-shot accuracy; the lighting part is one a classifier on the
 frozen features can undo, the geometry part needs the image encoder to adapt (visual prompts).
 
-Two base/novel splits share one image tree and differ only in label order (CoOp: base = first ceil(n/2) labels):
+Two base/novel splits hold the same images and differ only in label order (CoOp: base = first ceil(n/2) labels):
 ``DemoShapes`` is a checkerboard over colour x shape (every colour and every shape has base and novel classes),
 ``DemoShapesHard`` puts three shapes (circle, square, triangle) in base and the other three in novel, so novel
 classes hold shapes that base training never shows (the pretrained CLIP knows all of them).
 
-Command line: ``python -m demo.shapes --root DATA`` writes ``DATA/demo_shapes/`` (skipped when already written
-with the same parameters).
+Command line: ``python -m demo.shapes --root DATA`` writes ``DATA/demo_shapes/`` and ``DATA/demo_shapes_hard/``
+(the same images, one split file each; skipped when already written with the same parameters).
 """
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ from tqdm import tqdm
 from engine.utils import mkdir_if_missing, read_json, write_json
 
 GENERATOR_VERSION = 2
-DATASET_DIR = "demo_shapes"
 IMAGE_DIR = "images"
 MANIFEST = "manifest.json"
 
@@ -53,13 +52,16 @@ CLASSNAMES: list[str] = [f"{c} {s}" for c in COLOURS for s in SHAPES]
 
 SPLIT_NAMES: dict[str, str] = {"DemoShapes": "checkerboard", "DemoShapesHard": "novel_shapes"}
 """Registered dataset name -> the label order it uses."""
+DATASET_DIRS: dict[str, str] = {"DemoShapes": "demo_shapes", "DemoShapesHard": "demo_shapes_hard"}
+"""Registered dataset name -> its folder under the data root. Each folder holds its own copy of the images, so the
+few-shot caches (``<folder>/split_fewshot/``, keyed by shots and seed) of the two label orders never collide."""
 
 _SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
 _SUPERSAMPLE = 4
 
 
 def split_file(dataset_name: str) -> str:
-    """File name of the CoOp split JSON of ``dataset_name`` (inside ``<root>/demo_shapes/``)."""
+    """File name of the CoOp split JSON of ``dataset_name`` (inside its folder, ``DATASET_DIRS``)."""
     return f"split_zhou_{dataset_name}.json"
 
 
@@ -246,28 +248,33 @@ def folder_name(classname: str) -> str:
     return classname.replace(" ", "_")
 
 
-def _is_current(dataset_dir: str, params: GenParams) -> bool:
+def _is_current(dataset_dir: str, name: str, params: GenParams) -> bool:
     path = os.path.join(dataset_dir, MANIFEST)
-    if not os.path.isfile(path):
-        return False
-    manifest = read_json(path)
-    return manifest.get("params_hash") == params.digest() and all(
-        os.path.isfile(os.path.join(dataset_dir, split_file(name))) for name in SPLIT_NAMES)
+    return (os.path.isfile(path) and read_json(path).get("params_hash") == params.digest()
+            and os.path.isfile(os.path.join(dataset_dir, split_file(name))))
 
 
-def generate(root: str, params: GenParams = DEFAULT_PARAMS, force: bool = False, verbose: bool = True) -> str:
-    """Write ``<root>/demo_shapes`` (images, one split JSON per demo dataset, manifest); returns that folder.
+def _encode_png(image: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format="PNG")
+    return buf.getvalue()
 
-    Skips the work when the manifest says the tree was written with the same parameters (unless ``force``).
+
+def generate(root: str, params: GenParams = DEFAULT_PARAMS, force: bool = False,
+             verbose: bool = True) -> dict[str, str]:
+    """Write one folder per demo dataset under ``root`` (images, split JSON, manifest); returns name -> folder.
+
+    Skips the work when every manifest says its tree was written with the same parameters (unless ``force``).
     """
-    dataset_dir = os.path.join(os.path.abspath(os.path.expanduser(root)), DATASET_DIR)
-    if not force and _is_current(dataset_dir, params):
+    root = os.path.abspath(os.path.expanduser(root))
+    dirs = {name: os.path.join(root, folder) for name, folder in DATASET_DIRS.items()}
+    if not force and all(_is_current(d, name, params) for name, d in dirs.items()):
         if verbose:
-            print(f"Demo dataset already generated at {dataset_dir} (params {params.digest()}); skipping")
-        return dataset_dir
-    image_dir = os.path.join(dataset_dir, IMAGE_DIR)
-    if os.path.isdir(image_dir) and os.path.isfile(os.path.join(dataset_dir, MANIFEST)):
-        shutil.rmtree(image_dir)
+            print(f"Demo datasets already generated in {root} (params {params.digest()}); skipping")
+        return dirs
+    for d in dirs.values():
+        if os.path.isdir(os.path.join(d, IMAGE_DIR)) and os.path.isfile(os.path.join(d, MANIFEST)):
+            shutil.rmtree(os.path.join(d, IMAGE_DIR))
     start_time = time.time()
     counts = {"train": params.train_per_class, "val": params.val_per_class, "test": params.test_per_class}
     offsets = {"train": 0, "val": counts["train"], "test": counts["train"] + counts["val"]}
@@ -277,35 +284,34 @@ def generate(root: str, params: GenParams = DEFAULT_PARAMS, force: bool = False,
                disable=not verbose)
     for k, classname in enumerate(CLASSNAMES):
         folder = folder_name(classname)
-        mkdir_if_missing(os.path.join(image_dir, folder))
+        for d in dirs.values():
+            mkdir_if_missing(os.path.join(d, IMAGE_DIR, folder))
         for split, n in counts.items():
             images, _ = render_split_class(split, k, n, params)
             for i, img in enumerate(images):
                 relpath = f"{folder}/{offsets[split] + i:05d}.png"
-                buf = io.BytesIO()
-                Image.fromarray(img).save(buf, format="PNG")
-                data = buf.getvalue()
+                data = _encode_png(img)
                 content.update(data)
-                with open(os.path.join(image_dir, relpath), "wb") as f:
-                    f.write(data)
+                for d in dirs.values():
+                    with open(os.path.join(d, IMAGE_DIR, relpath), "wb") as f:
+                        f.write(data)
                 records[split].append((relpath, k))
             bar.update(n)
     bar.close()
-    for name in SPLIT_NAMES:
-        order = label_order(name)
-        relabel = {canonical: label for label, canonical in enumerate(order)}
+    num_images = sum(len(v) for v in records.values())
+    for name, d in dirs.items():
+        relabel = {canonical: label for label, canonical in enumerate(label_order(name))}
         split_json = {
             split: sorted(([rel, relabel[k], CLASSNAMES[k]] for rel, k in items), key=lambda r: (r[1], r[0]))
             for split, items in records.items()
         }
-        write_json(split_json, os.path.join(dataset_dir, split_file(name)))
-    write_json({"generator_version": GENERATOR_VERSION, "params": asdict(params), "params_hash": params.digest(),
-                "content_sha256": content.hexdigest(), "num_images": sum(len(v) for v in records.values())},
-               os.path.join(dataset_dir, MANIFEST))
+        write_json(split_json, os.path.join(d, split_file(name)))
+        write_json({"generator_version": GENERATOR_VERSION, "params": asdict(params), "params_hash": params.digest(),
+                    "content_sha256": content.hexdigest(), "num_images": num_images}, os.path.join(d, MANIFEST))
     if verbose:
-        print(f"Wrote {sum(len(v) for v in records.values())} images and {len(SPLIT_NAMES)} split files to "
-              f"{dataset_dir} in {time.time() - start_time:.1f} s")
-    return dataset_dir
+        print(f"Wrote {num_images} images and a split file to each of {', '.join(dirs.values())} in "
+              f"{time.time() - start_time:.1f} s")
+    return dirs
 
 
 def preview(path: str, size: int = 32, style: Style = DOWNSTREAM, per_class: int = 4, seed: int = 0) -> None:
@@ -321,7 +327,7 @@ def preview(path: str, size: int = 32, style: Style = DOWNSTREAM, per_class: int
 def main(argv: list[str] | None = None) -> None:
     """Command line of the generator."""
     parser = argparse.ArgumentParser(description="Write the demo dataset of coloured shapes in CoOp's layout.")
-    parser.add_argument("--root", required=True, help="dataset root (DATA); writes DATA/demo_shapes")
+    parser.add_argument("--root", required=True, help="dataset root (DATA); writes DATA/demo_shapes{,_hard}")
     parser.add_argument("--train-per-class", type=int, default=GenParams.train_per_class)
     parser.add_argument("--val-per-class", type=int, default=GenParams.val_per_class)
     parser.add_argument("--test-per-class", type=int, default=GenParams.test_per_class)

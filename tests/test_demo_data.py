@@ -96,34 +96,31 @@ def test_pretraining_captions_leave_evaluation_templates_out():
 
 
 def test_generate_writes_coop_layout_identical_to_render_split(tmp_path):
-    dataset_dir = shapes.generate(str(tmp_path), TINY, verbose=False)
-    assert dataset_dir == str(tmp_path / "demo_shapes")
-    folders = sorted(os.listdir(tmp_path / "demo_shapes" / "images"))
-    assert folders == sorted(name.replace(" ", "_") for name in shapes.CLASSNAMES)
-    for name in ("DemoShapes", "DemoShapesHard"):
-        with open(tmp_path / "demo_shapes" / f"split_zhou_{name}.json") as f:
+    dirs = shapes.generate(str(tmp_path), TINY, verbose=False)
+    assert dirs == {"DemoShapes": str(tmp_path / "demo_shapes"), "DemoShapesHard": str(tmp_path / "demo_shapes_hard")}
+    test_images, test_labels = shapes.render_split("test", TINY)
+    canonical = {shapes.CLASSNAMES[k]: k for k in range(48)}
+    for name, folder in dirs.items():
+        assert sorted(os.listdir(os.path.join(folder, "images"))) == sorted(
+            c.replace(" ", "_") for c in shapes.CLASSNAMES)
+        with open(os.path.join(folder, f"split_zhou_{name}.json")) as f:
             split = json.load(f)
         assert {k: len(v) for k, v in split.items()} == {"train": 96, "val": 48, "test": 48}
         order = shapes.label_order(name)
         for relpath, label, classname in split["train"] + split["val"] + split["test"]:
             assert classname == shapes.CLASSNAMES[order[label]]
             assert relpath.split("/")[0] == classname.replace(" ", "_")
-            assert os.path.isfile(tmp_path / "demo_shapes" / "images" / relpath)
-    test_images, test_labels = shapes.render_split("test", TINY)
-    with open(tmp_path / "demo_shapes" / "split_zhou_DemoShapes.json") as f:
-        test_split = json.load(f)["test"]
-    canonical = {shapes.CLASSNAMES[k]: k for k in range(48)}
-    for relpath, _, classname in test_split:
-        k = canonical[classname]
-        png = np.asarray(Image.open(tmp_path / "demo_shapes" / "images" / relpath).convert("RGB"))
-        assert np.array_equal(png, test_images[list(test_labels).index(k)])
+            assert os.path.isfile(os.path.join(folder, "images", relpath))
+        for relpath, _, classname in split["test"]:
+            png = np.asarray(Image.open(os.path.join(folder, "images", relpath)).convert("RGB"))
+            assert np.array_equal(png, test_images[list(test_labels).index(canonical[classname])])
 
 
 def test_generate_is_deterministic_and_skips_when_current(tmp_path, capsys):
-    first = shapes.generate(str(tmp_path / "a"), TINY, verbose=False)
-    second = shapes.generate(str(tmp_path / "b"), TINY, verbose=False)
+    first = shapes.generate(str(tmp_path / "a"), TINY, verbose=False)["DemoShapesHard"]
+    second = shapes.generate(str(tmp_path / "b"), TINY, verbose=False)["DemoShapesHard"]
     relpaths = sorted(os.path.relpath(os.path.join(d, f), first) for d, _, fs in os.walk(first) for f in fs)
-    assert len(relpaths) == 48 * 4 + 3
+    assert len(relpaths) == 48 * 4 + 2
     for rel in relpaths:
         with open(os.path.join(first, rel), "rb") as fa, open(os.path.join(second, rel), "rb") as fb:
             assert fa.read() == fb.read(), rel
@@ -152,6 +149,16 @@ def test_reader_and_base2novel_roles(tmp_path, monkeypatch, name):
     petr = build_dataset(make_cfg(tmp_path, name, role_trainer(monkeypatch, "petr")))
     assert {item.classname for item in petr.train_x} == {shapes.CLASSNAMES[k] for k in order[:m]}
     assert len(petr.train_u) == 48
+
+
+def test_both_label_orders_keep_separate_fewshot_caches(tmp_path):
+    shapes.generate(str(tmp_path), TINY, verbose=False)
+    opts = {"DATASET.SUBSAMPLE_CLASSES": "base", "DATASET.NUM_SHOTS": 1}
+    easy = build_dataset(make_cfg(tmp_path, "DemoShapes", **opts))
+    hard = build_dataset(make_cfg(tmp_path, "DemoShapesHard", **opts))
+    assert easy.dataset_dir != hard.dataset_dir
+    assert {d.classname.split()[1] for d in hard.train_x} == {"circle", "square", "triangle"}
+    assert len({d.classname.split()[1] for d in easy.train_x}) == 6
 
 
 def test_missing_data_names_the_generator(tmp_path):
