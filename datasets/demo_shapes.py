@@ -40,6 +40,6 @@ class DemoShapes(_DemoShapesBase):
 
 @DATASET_REGISTRY.register()
 class DemoShapesHard(_DemoShapesBase):
-    """The same images; base = circles, squares and triangles of all colours, novel = stars, crosses and hearts."""
+    """The same images; base = every shape in red, orange, yellow, green; novel = every shape in the other colours."""
 
     dataset_dir = DATASET_DIRS["DemoShapesHard"]

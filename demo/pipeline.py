@@ -25,13 +25,11 @@ import torch
 from tabulate import tabulate
 
 from demo.pretrain import PretrainParams, default_params, default_path, pretrained_path
-from demo.shapes import DEFAULT_PARAMS, GenParams, generate
+from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
 from engine.utils import read_json
 
 CONFIG = "demo"
 """Name of the demo configs: ``configs/trainers/<TRAINER>/demo.yaml``."""
-DATASET_YAMLS = {"DemoShapes": "demo_shapes", "DemoShapesHard": "demo_shapes_hard"}
-"""Demo dataset (DATASET.NAME) → its short name (``configs/datasets/<short>.yaml`` and the output folder)."""
 TABLE_METHODS = ("ZeroshotCLIP", "CoOp", "PromptKD", "PETR", "PETRCoOp")
 ROUTED = ("PETR", "PETRCoOp")
 RESULTS = "results.json"
@@ -61,8 +59,8 @@ QUICK = DemoPlan(
     student=replace(default_params("student"), steps=150),
     teacher=None,
     teacher_shots=8, coop_shots=8, student_shots=16,
-    opts={"PromptSRC": ("OPTIM.MAX_EPOCH", "3"), "CoOp": ("OPTIM.MAX_EPOCH", "4"),
-          "PromptKD": ("OPTIM.MAX_EPOCH", "2"), "PETR": ("OPTIM.MAX_EPOCH", "2")},
+    opts={"PromptSRC": ("OPTIM.MAX_EPOCH", "3"), "CoOp": ("OPTIM.MAX_EPOCH", "10"),
+          "PromptKD": ("OPTIM.MAX_EPOCH", "3"), "PETR": ("OPTIM.MAX_EPOCH", "5")},
 )
 """The reduced demo of the test suite: fewer images, a short pretraining shared by teacher and students."""
 
@@ -88,10 +86,11 @@ class Demo:
     """Runs the stages of a :class:`DemoPlan`, printing a header with the elapsed time before each."""
 
     def __init__(self, plan: DemoPlan, paths: Paths):
-        if plan.dataset not in DATASET_YAMLS:
-            raise ValueError(f"unknown demo dataset {plan.dataset!r}; choose one of {', '.join(DATASET_YAMLS)}")
+        if plan.dataset not in DATASET_DIRS:
+            raise ValueError(f"unknown demo dataset {plan.dataset!r}; choose one of {', '.join(DATASET_DIRS)}")
         self.plan, self.paths = plan, paths
-        self.short = DATASET_YAMLS[plan.dataset]
+        self.short = DATASET_DIRS[plan.dataset]  # its folder = the stem of its yaml, as scripts name datasets
+        self.dataset_yaml = f"configs/datasets/{self.short}.yaml"
         self.start = time.time()
         self.student_clip = self.teacher_clip = ""
 
@@ -113,7 +112,7 @@ class Demo:
             print(f"Finished before, skipping: {run_dir}")
             return read_json(result)
         argv = ["--root", self.paths.data, "--seed", str(self.plan.seed), "--trainer", trainer,
-                "--dataset-config-file", f"configs/datasets/{self.short}.yaml",
+                "--dataset-config-file", self.dataset_yaml,
                 "--config-file", f"configs/trainers/{trainer}/{CONFIG}.yaml", "--output-dir", run_dir]
         if model_dir:
             argv += ["--eval-only", "--model-dir", model_dir, *load_epoch_args(model_dir)]
@@ -179,24 +178,34 @@ class Demo:
 
         parse_test_res.main(["b2n", self.paths.base2new, "--methods", *TABLE_METHODS, "--reference", TABLE_METHODS[0]])
         rows = self.collect()
-        self.header("Routing of PETR and PETR+CoOp (results.json)")
-        print(routing_table(rows))
+        self.header("Routing of PETR and PETR+CoOp (results.json and the saved logits)")
+        auroc = {}
+        for trainer in ROUTED:
+            base = rows[trainer]["base"]
+            auroc[trainer] = router_auroc(self.method_dirs(trainer), base["lambda"], base["percentile"])
+        print(routing_table(rows, auroc))
         self.header("The paper's effects in this run")
         print(effects_table(rows))
         self.header("Routing-score plot (tools/plot_routing_scores.py)")
         from tools import plot_routing_scores
 
-        petr = [os.path.dirname(os.path.dirname(self.run_dir(role, self.plan.student_shots, "PETR")))
-                for role in ("train_base", "test_new")]
-        plot_routing_scores.main([*petr, "--out", self.paths.figures])
+        plot_routing_scores.main([*self.method_dirs("PETR"), "--out", self.paths.figures])
         self.header(f"Done in {time.time() - self.start:.0f} s; outputs under {self.paths.output}")
+
+    def shots(self, trainer: str) -> int:
+        """The shots folder of a method's runs."""
+        return {"ZeroshotCLIP": 0, "PromptSRC": self.plan.teacher_shots, "CoOp": self.plan.coop_shots,
+                "PromptKD": self.plan.student_shots, "PETR": self.plan.student_shots,
+                "PETRCoOp": self.plan.coop_shots}[trainer]
+
+    def method_dirs(self, trainer: str) -> list[str]:
+        """The base and novel run folders of a method."""
+        return [self.run_dir(role, self.shots(trainer), trainer) for role in ("train_base", "test_new")]
 
     def collect(self) -> dict[str, dict[str, dict]]:
         """``{trainer: {"base": results.json, "novel": results.json}}`` of the table's methods."""
-        shots = {"ZeroshotCLIP": 0, "CoOp": self.plan.coop_shots, "PromptKD": self.plan.student_shots,
-                 "PETR": self.plan.student_shots, "PETRCoOp": self.plan.coop_shots}
-        return {trainer: {split: read_json(os.path.join(self.run_dir(role, shots[trainer], trainer), RESULTS))
-                          for split, role in (("base", "train_base"), ("novel", "test_new"))}
+        return {trainer: {split: read_json(os.path.join(path, RESULTS))
+                          for split, path in zip(("base", "novel"), self.method_dirs(trainer))}
                 for trainer in TABLE_METHODS}
 
 
@@ -222,19 +231,34 @@ def harmonic_mean(a: float, b: float) -> float:
     return 0.0 if a + b == 0 else 2 * a * b / (a + b)
 
 
-def routing_table(rows: dict[str, dict[str, dict]]) -> str:
-    """Per routed method: routing accuracy on base and novel test samples, and each branch alone (Base/Novel/HM)."""
+def routing_table(rows: dict[str, dict[str, dict]], auroc: dict[str, float]) -> str:
+    """Per routed method: routing accuracy on base and novel test samples, the AUROC of its router's scores, and
+    each branch alone (Base / Novel / HM) beside the routed HM."""
     table = []
     for trainer in ROUTED:
         base, novel = rows[trainer]["base"], rows[trainer]["novel"]
-        table.append([trainer, base.get("route_acc_seen"), novel.get("route_acc_unseen"),
+        table.append([trainer, base.get("route_acc_seen"), novel.get("route_acc_unseen"), auroc.get(trainer),
                       *branch_scores(base, novel, "acc_seen_branch"), *branch_scores(base, novel, "acc_unseen_branch"),
                       harmonic_mean(base["accuracy"], novel["accuracy"])])
-    headers = ["method", "route base", "route novel", "θ_s Base", "θ_s Novel", "θ_s HM", "θ_u Base", "θ_u Novel",
-               "θ_u HM", "routed HM"]
+    headers = ["method", "route base", "route novel", "AUROC", "θ_s Base", "θ_s Novel", "θ_s HM", "θ_u Base",
+               "θ_u Novel", "θ_u HM", "routed HM"]
     return tabulate(table, headers=headers, floatfmt=".2f") + (
-        "\nroute base / novel: % of base / novel test samples sent to the seen / unseen branch; θ_s, θ_u: "
-        "one branch answering every sample.")
+        "\nroute base / novel: % of base / novel test samples sent to the seen / unseen branch (threshold λ·P99); "
+        "AUROC: how well the router's score separates novel from base test samples whatever the threshold "
+        "(100 = perfectly, 50 = not at all); θ_s, θ_u: one branch answering every sample.")
+
+
+def router_auroc(run_dirs: Sequence[str], lam: float, percentile: float) -> float:
+    """AUROC (%) of the Mahalanobis scores of novel vs base test samples, from the dumps of a routed method's runs."""
+    from sklearn.metrics import roc_auc_score
+
+    from tools.plot_routing_scores import unit_scores
+    from tools.router_ablation import find_units
+
+    (unit,) = find_units(run_dirs)
+    base, novel, _ = unit_scores(unit, "mahalanobis", lam, percentile)
+    labels = [0] * len(base) + [1] * len(novel)
+    return 100.0 * float(roc_auc_score(labels, [*base.tolist(), *novel.tolist()]))
 
 
 def branch_scores(base: dict, novel: dict, key: str) -> tuple[float, float, float]:

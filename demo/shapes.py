@@ -9,8 +9,10 @@ frozen features can undo, the geometry part needs the image encoder to adapt (vi
 
 Two base/novel splits hold the same images and differ only in label order (CoOp: base = first ceil(n/2) labels):
 ``DemoShapes`` is a checkerboard over colour x shape (every colour and every shape has base and novel classes),
-``DemoShapesHard`` puts three shapes (circle, square, triangle) in base and the other three in novel, so novel
-classes hold shapes that base training never shows (the pretrained CLIP knows all of them).
+``DemoShapesHard`` puts every shape of four colours (red, orange, yellow, green) in base and those of the other four
+in novel, so novel classes hold colours that base training never shows (the pretrained CLIP knows all of them).
+A third order, novel shapes (circle, square, triangle in base), was tried for the demo and dropped: the tiny CLIPs
+recognise shape too poorly for any router to tell a novel shape from a base one (AUROC 80%, README "Demo").
 
 Command line: ``python -m demo.shapes --root DATA`` writes ``DATA/demo_shapes/`` and ``DATA/demo_shapes_hard/``
 (the same images, one split file each; skipped when already written with the same parameters).
@@ -50,7 +52,7 @@ SHAPES: tuple[str, ...] = ("circle", "square", "triangle", "star", "cross", "hea
 CLASSNAMES: list[str] = [f"{c} {s}" for c in COLOURS for s in SHAPES]
 """Class names in canonical order (colour-major); a canonical label indexes this list."""
 
-SPLIT_NAMES: dict[str, str] = {"DemoShapes": "checkerboard", "DemoShapesHard": "novel_shapes"}
+SPLIT_NAMES: dict[str, str] = {"DemoShapes": "checkerboard", "DemoShapesHard": "novel_colours"}
 """Registered dataset name -> the label order it uses."""
 DATASET_DIRS: dict[str, str] = {"DemoShapes": "demo_shapes", "DemoShapesHard": "demo_shapes_hard"}
 """Registered dataset name -> its folder under the data root. Each folder holds its own copy of the images, so the
@@ -71,8 +73,8 @@ def label_order(dataset_name: str) -> list[int]:
     canonical = range(len(CLASSNAMES))
     if SPLIT_NAMES.get(dataset_name) == "checkerboard":
         is_base = [(k // n_shapes + k % n_shapes) % 2 == 0 for k in canonical]
-    elif SPLIT_NAMES.get(dataset_name) == "novel_shapes":
-        is_base = [k % n_shapes < n_shapes // 2 for k in canonical]
+    elif SPLIT_NAMES.get(dataset_name) == "novel_colours":
+        is_base = [k // n_shapes < len(COLOURS) // 2 for k in canonical]
     else:
         raise ValueError(f"unknown demo dataset {dataset_name!r}; expected one of {sorted(SPLIT_NAMES)}")
     return [k for k in canonical if is_base[k]] + [k for k in canonical if not is_base[k]]
@@ -250,8 +252,10 @@ def folder_name(classname: str) -> str:
 
 def _is_current(dataset_dir: str, name: str, params: GenParams) -> bool:
     path = os.path.join(dataset_dir, MANIFEST)
-    return (os.path.isfile(path) and read_json(path).get("params_hash") == params.digest()
-            and os.path.isfile(os.path.join(dataset_dir, split_file(name))))
+    if not (os.path.isfile(path) and os.path.isfile(os.path.join(dataset_dir, split_file(name)))):
+        return False
+    manifest = read_json(path)
+    return manifest.get("params_hash") == params.digest() and manifest.get("split") == SPLIT_NAMES[name]
 
 
 def _encode_png(image: np.ndarray) -> bytes:
@@ -272,9 +276,9 @@ def generate(root: str, params: GenParams = DEFAULT_PARAMS, force: bool = False,
         if verbose:
             print(f"Demo datasets already generated in {root} (params {params.digest()}); skipping")
         return dirs
-    for d in dirs.values():
-        if os.path.isdir(os.path.join(d, IMAGE_DIR)) and os.path.isfile(os.path.join(d, MANIFEST)):
-            shutil.rmtree(os.path.join(d, IMAGE_DIR))
+    for d in dirs.values():  # a tree this writer made before (it has a manifest) goes whole, few-shot caches too
+        if os.path.isfile(os.path.join(d, MANIFEST)):
+            shutil.rmtree(d)
     start_time = time.time()
     counts = {"train": params.train_per_class, "val": params.val_per_class, "test": params.test_per_class}
     offsets = {"train": 0, "val": counts["train"], "test": counts["train"] + counts["val"]}
@@ -307,7 +311,8 @@ def generate(root: str, params: GenParams = DEFAULT_PARAMS, force: bool = False,
         }
         write_json(split_json, os.path.join(d, split_file(name)))
         write_json({"generator_version": GENERATOR_VERSION, "params": asdict(params), "params_hash": params.digest(),
-                    "content_sha256": content.hexdigest(), "num_images": num_images}, os.path.join(d, MANIFEST))
+                    "split": SPLIT_NAMES[name], "content_sha256": content.hexdigest(), "num_images": num_images},
+                   os.path.join(d, MANIFEST))
     if verbose:
         print(f"Wrote {num_images} images and a split file to each of {', '.join(dirs.values())} in "
               f"{time.time() - start_time:.1f} s")

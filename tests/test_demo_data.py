@@ -35,11 +35,12 @@ def test_checkerboard_split_puts_every_colour_and_shape_in_base_and_novel():
     assert ("red", "circle") in base and ("red", "square") in novel and ("orange", "circle") in novel
 
 
-def test_hard_split_holds_novel_shapes_back():
+def test_hard_split_holds_novel_colours_back():
     names = [shapes.CLASSNAMES[k] for k in shapes.label_order("DemoShapesHard")]
-    base_shapes = {s for _, s in _attributes(names[:24])}
-    novel_shapes = {s for _, s in _attributes(names[24:])}
-    assert base_shapes == {"circle", "square", "triangle"} and novel_shapes == {"star", "cross", "heart"}
+    base, novel = _attributes(names[:24]), _attributes(names[24:])
+    assert {c for c, _ in base} == {"red", "orange", "yellow", "green"}
+    assert {c for c, _ in novel} == {"blue", "purple", "pink", "brown"}
+    assert sorted(base) == sorted((c, s) for c in ("red", "orange", "yellow", "green") for s in shapes.SHAPES)
     with pytest.raises(ValueError, match="unknown demo dataset 'Nope'"):
         shapes.label_order("Nope")
 
@@ -157,8 +158,26 @@ def test_both_label_orders_keep_separate_fewshot_caches(tmp_path):
     easy = build_dataset(make_cfg(tmp_path, "DemoShapes", **opts))
     hard = build_dataset(make_cfg(tmp_path, "DemoShapesHard", **opts))
     assert easy.dataset_dir != hard.dataset_dir
-    assert {d.classname.split()[1] for d in hard.train_x} == {"circle", "square", "triangle"}
-    assert len({d.classname.split()[1] for d in easy.train_x}) == 6
+    assert {d.classname.split()[0] for d in hard.train_x} == {"red", "orange", "yellow", "green"}
+    assert len({d.classname.split()[0] for d in easy.train_x}) == 8
+
+
+def test_tree_of_another_label_order_is_rewritten_with_its_fewshot_cache(tmp_path):
+    folder = shapes.generate(str(tmp_path), TINY, verbose=False)["DemoShapesHard"]
+    manifest = os.path.join(folder, "manifest.json")
+    with open(manifest) as f:
+        written = json.load(f)
+    assert written["split"] == "novel_colours"
+    written["split"] = "novel_shapes"  # as a tree written by an older version with another base/novel order
+    with open(manifest, "w") as f:
+        json.dump(written, f)
+    stale = os.path.join(folder, "split_fewshot", "shot_1-seed_1.json")
+    os.makedirs(os.path.dirname(stale))
+    open(stale, "w").close()
+    shapes.generate(str(tmp_path), TINY, verbose=False)
+    with open(manifest) as f:
+        assert json.load(f)["split"] == "novel_colours"
+    assert not os.path.exists(stale)
 
 
 def test_missing_data_names_the_generator(tmp_path):
