@@ -133,3 +133,35 @@ common_opts() {
     read -r -a extra <<<"${EXTRA_OPTS:-}"
     COMMON_OPTS+=("${extra[@]}")
 }
+
+# skip_if_finished DIR: ends the script (status 0) when the run in DIR already finished.
+skip_if_finished() {
+    if run_finished "$1"; then
+        echo "Run finished, skipping: $1"
+        exit 0
+    fi
+}
+
+# eval_args MODEL_DIR MODEL_NAME: fills the array EVAL_ARGS with the train.py flags that evaluate the saved model
+# (--model-dir, the epoch of load_epoch_args, --eval-only).
+eval_args() {
+    local load
+    load=$(load_epoch_args "$1" "$2")
+    local epoch=()
+    read -r -a epoch <<<"$load"
+    EVAL_ARGS=(--model-dir "$1" "${epoch[@]}" --eval-only)
+}
+
+# train_py DATASET DIR [ARG ...]: runs train.py for $TRAINER with configs/trainers/$TRAINER/$CFG.yaml on DATASET,
+# writing to DIR, with --seed $SEED unless SEED is empty; ARGs (flags, then KEY VALUE overrides) precede COMMON_OPTS.
+train_py() {
+    local dataset=$1 dir=$2
+    shift 2
+    local seed=()
+    if [ -n "$SEED" ]; then
+        seed=(--seed "$SEED")
+    fi
+    "$PYTHON" train.py --root "$DATA" "${seed[@]}" --trainer "$TRAINER" \
+        --dataset-config-file "$(dataset_yaml "$dataset")" --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
+        --output-dir "$dir" "$@" "${COMMON_OPTS[@]}"
+}

@@ -20,24 +20,11 @@ dataset_name "$DATASET" >/dev/null
 MODEL_DIR=$(run_dir base2new/train_base "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 DIR=$(run_dir base2new/test_new "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 run_finished "$MODEL_DIR" || die "no finished training run in $MODEL_DIR: run scripts/coop/base2new_train.sh $DATASET $SEED"
-if run_finished "$DIR"; then
-    echo "Run finished, skipping: $DIR"
-    exit 0
-fi
-LOAD=$(load_epoch_args "$MODEL_DIR" prompt_learner)
-read -r -a LOAD_ARGS <<<"$LOAD"
+skip_if_finished "$DIR"
+eval_args "$MODEL_DIR" prompt_learner
 TEACHER_NAME="" common_opts COOP
 echo "Evaluating $TRAINER on the novel classes of $DATASET (seed $SEED) -> $DIR"
-"$PYTHON" train.py \
-    --root "$DATA" \
-    --seed "$SEED" \
-    --trainer "$TRAINER" \
-    --dataset-config-file "$(dataset_yaml "$DATASET")" \
-    --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-    --output-dir "$DIR" \
-    --model-dir "$MODEL_DIR" \
-    "${LOAD_ARGS[@]}" \
-    --eval-only \
+train_py "$DATASET" "$DIR" \
+    "${EVAL_ARGS[@]}" \
     DATASET.NUM_SHOTS "$SHOTS" \
-    DATASET.SUBSAMPLE_CLASSES new \
-    "${COMMON_OPTS[@]}"
+    DATASET.SUBSAMPLE_CLASSES new

@@ -31,21 +31,11 @@ scripts/coop/main.sh imagenet $CFG $CTP $NCTX 16 $CSC"
         echo "Run finished, skipping: $DIR"
         continue
     fi
-    LOAD=$(load_epoch_args "$MODEL_DIR" prompt_learner)
-    read -r -a LOAD_ARGS <<<"$LOAD"
+    eval_args "$MODEL_DIR" prompt_learner
     echo "Evaluating the ImageNet context of $MODEL_DIR on $DATASET -> $DIR"
-    "$PYTHON" train.py \
-        --root "$DATA" \
-        --seed "$SEED" \
-        --trainer "$TRAINER" \
-        --dataset-config-file "$(dataset_yaml "$DATASET")" \
-        --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-        --output-dir "$DIR" \
-        --model-dir "$MODEL_DIR" \
-        "${LOAD_ARGS[@]}" \
-        --eval-only \
+    train_py "$DATASET" "$DIR" \
+        "${EVAL_ARGS[@]}" \
         TRAINER.COOP.N_CTX "$NCTX" \
         TRAINER.COOP.CSC "$CSC" \
-        TRAINER.COOP.CLASS_TOKEN_POSITION "$CTP" \
-        "${COMMON_OPTS[@]}"
+        TRAINER.COOP.CLASS_TOKEN_POSITION "$CTP"
 done

@@ -30,16 +30,9 @@ for SEED in $SEEDS; do
         continue
     fi
     echo "Training $TRAINER on $SHOTS shots of $DATASET (seed $SEED) -> $DIR"
-    "$PYTHON" train.py \
-        --root "$DATA" \
-        --seed "$SEED" \
-        --trainer "$TRAINER" \
-        --dataset-config-file "$(dataset_yaml "$DATASET")" \
-        --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-        --output-dir "$DIR" \
+    train_py "$DATASET" "$DIR" \
         TRAINER.COOP.N_CTX "$NCTX" \
         TRAINER.COOP.CSC "$CSC" \
         TRAINER.COOP.CLASS_TOKEN_POSITION "$CTP" \
-        DATASET.NUM_SHOTS "$SHOTS" \
-        "${COMMON_OPTS[@]}"
+        DATASET.NUM_SHOTS "$SHOTS"
 done

@@ -21,28 +21,15 @@ MODEL_DIR=$(run_dir base2new/train_base "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$
 DIR=$(run_dir base2new/test_new "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 run_finished "$MODEL_DIR" ||
     die "no finished training run in $MODEL_DIR: run scripts/petr/base2new_train.sh $DATASET $SEED"
-if run_finished "$DIR"; then
-    echo "Run finished, skipping: $DIR"
-    exit 0
-fi
+skip_if_finished "$DIR"
 CKPT=$(teacher_ckpt "$NAME")
-LOAD=$(load_epoch_args "$MODEL_DIR" seen_student)
-read -r -a LOAD_ARGS <<<"$LOAD"
+eval_args "$MODEL_DIR" seen_student
 common_opts PETR
 echo "Evaluating $TRAINER on the novel classes of $DATASET (seed $SEED) -> $DIR"
-"$PYTHON" train.py \
-    --root "$DATA" \
-    --seed "$SEED" \
-    --trainer "$TRAINER" \
-    --dataset-config-file "$(dataset_yaml "$DATASET")" \
-    --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-    --output-dir "$DIR" \
-    --model-dir "$MODEL_DIR" \
-    "${LOAD_ARGS[@]}" \
-    --eval-only \
+train_py "$DATASET" "$DIR" \
+    "${EVAL_ARGS[@]}" \
     DATASET.NUM_SHOTS "$SHOTS" \
     DATASET.SUBSAMPLE_CLASSES new \
     TRAINER.MODAL base2novel \
     TRAINER.PETR.KD_WEIGHT "$ALPHA" \
-    TRAINER.PETR.TEACHER_CKPT "$CKPT" \
-    "${COMMON_OPTS[@]}"
+    TRAINER.PETR.TEACHER_CKPT "$CKPT"

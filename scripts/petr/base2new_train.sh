@@ -19,23 +19,13 @@ require_data
 NAME=$(dataset_name "$DATASET")
 ALPHA=$(kd_weight "$DATASET")
 DIR=$(run_dir base2new/train_base "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
-if run_finished "$DIR"; then
-    echo "Run finished, skipping: $DIR"
-    exit 0
-fi
+skip_if_finished "$DIR"
 CKPT=$(teacher_ckpt "$NAME")
 common_opts PETR
 echo "Training $TRAINER on $DATASET (seed $SEED, α=$ALPHA) -> $DIR"
-"$PYTHON" train.py \
-    --root "$DATA" \
-    --seed "$SEED" \
-    --trainer "$TRAINER" \
-    --dataset-config-file "$(dataset_yaml "$DATASET")" \
-    --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-    --output-dir "$DIR" \
+train_py "$DATASET" "$DIR" \
     DATASET.NUM_SHOTS "$SHOTS" \
     DATASET.SUBSAMPLE_CLASSES base \
     TRAINER.MODAL base2novel \
     TRAINER.PETR.KD_WEIGHT "$ALPHA" \
-    TRAINER.PETR.TEACHER_CKPT "$CKPT" \
-    "${COMMON_OPTS[@]}"
+    TRAINER.PETR.TEACHER_CKPT "$CKPT"

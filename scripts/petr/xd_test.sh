@@ -23,29 +23,16 @@ MODEL_DIR=$(run_dir "$ROLE_DIR/train" "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SE
 DIR=$(run_dir "$ROLE_DIR/test" "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 run_finished "$MODEL_DIR" ||
     die "no finished training run in $MODEL_DIR: run scripts/petr/${ROLE_DIR}_train.sh $DATASET $SEED"
-if run_finished "$DIR"; then
-    echo "Run finished, skipping: $DIR"
-    exit 0
-fi
+skip_if_finished "$DIR"
 CKPT=$(teacher_ckpt ImageNet-xd)
-LOAD=$(load_epoch_args "$MODEL_DIR" seen_student)
-read -r -a LOAD_ARGS <<<"$LOAD"
+eval_args "$MODEL_DIR" seen_student
 common_opts PETR
 echo "Evaluating $TRAINER ($MODAL) on $DATASET (seed $SEED) -> $DIR"
-"$PYTHON" train.py \
-    --root "$DATA" \
-    --seed "$SEED" \
-    --trainer "$TRAINER" \
-    --dataset-config-file "$(dataset_yaml "$DATASET")" \
-    --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-    --output-dir "$DIR" \
-    --model-dir "$MODEL_DIR" \
-    "${LOAD_ARGS[@]}" \
-    --eval-only \
+train_py "$DATASET" "$DIR" \
+    "${EVAL_ARGS[@]}" \
     DATASET.NUM_SHOTS "$SHOTS" \
     DATASET.SUBSAMPLE_CLASSES all \
     DATASET.SOURCE_DATASET ImageNet \
     TRAINER.MODAL "$MODAL" \
     TRAINER.PETR.KD_WEIGHT "$ALPHA" \
-    TRAINER.PETR.TEACHER_CKPT "$CKPT" \
-    "${COMMON_OPTS[@]}"
+    TRAINER.PETR.TEACHER_CKPT "$CKPT"

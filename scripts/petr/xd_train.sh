@@ -21,24 +21,14 @@ require_data
 dataset_name "$DATASET" >/dev/null
 ALPHA=${KD_WEIGHT:-1000.0}
 DIR=$(run_dir "$ROLE_DIR/train" "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
-if run_finished "$DIR"; then
-    echo "Run finished, skipping: $DIR"
-    exit 0
-fi
+skip_if_finished "$DIR"
 CKPT=$(teacher_ckpt ImageNet-xd)
 common_opts PETR
 echo "Training $TRAINER ($MODAL: ImageNet -> $DATASET, seed $SEED, α=$ALPHA) -> $DIR"
-"$PYTHON" train.py \
-    --root "$DATA" \
-    --seed "$SEED" \
-    --trainer "$TRAINER" \
-    --dataset-config-file "$(dataset_yaml "$DATASET")" \
-    --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-    --output-dir "$DIR" \
+train_py "$DATASET" "$DIR" \
     DATASET.NUM_SHOTS "$SHOTS" \
     DATASET.SUBSAMPLE_CLASSES all \
     DATASET.SOURCE_DATASET ImageNet \
     TRAINER.MODAL "$MODAL" \
     TRAINER.PETR.KD_WEIGHT "$ALPHA" \
-    TRAINER.PETR.TEACHER_CKPT "$CKPT" \
-    "${COMMON_OPTS[@]}"
+    TRAINER.PETR.TEACHER_CKPT "$CKPT"

@@ -19,20 +19,10 @@ SHOTS=${SHOTS:-16}
 require_data
 dataset_name "$DATASET" >/dev/null
 DIR=$(run_dir base2new/train_base "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
-if run_finished "$DIR"; then
-    echo "Run finished, skipping: $DIR"
-    exit 0
-fi
+skip_if_finished "$DIR"
 TEACHER_NAME="" common_opts PETRCOOP
 echo "Training $TRAINER on the base classes of $DATASET (seed $SEED) -> $DIR"
-"$PYTHON" train.py \
-    --root "$DATA" \
-    --seed "$SEED" \
-    --trainer "$TRAINER" \
-    --dataset-config-file "$(dataset_yaml "$DATASET")" \
-    --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-    --output-dir "$DIR" \
+train_py "$DATASET" "$DIR" \
     DATASET.NUM_SHOTS "$SHOTS" \
     DATASET.SUBSAMPLE_CLASSES base \
-    TRAINER.MODAL base2novel \
-    "${COMMON_OPTS[@]}"
+    TRAINER.MODAL base2novel

@@ -29,18 +29,11 @@ if run_finished "$DIR"; then
     echo "Run finished, skipping: $DIR"
 else
     echo "PETR+CoOp plug-in on $COOP_DIR: routing and base-class evaluation of $DATASET (seed $SEED) -> $DIR"
-    "$PYTHON" train.py \
-        --root "$DATA" \
-        --seed "$SEED" \
-        --trainer "$TRAINER" \
-        --dataset-config-file "$(dataset_yaml "$DATASET")" \
-        --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-        --output-dir "$DIR" \
+    train_py "$DATASET" "$DIR" \
         DATASET.NUM_SHOTS "$SHOTS" \
         DATASET.SUBSAMPLE_CLASSES base \
         TRAINER.MODAL base2novel \
         TRAINER.PETRCOOP.COOP_MODEL_DIR "$COOP_DIR" \
-        TRAINER.PETRCOOP.COOP_LOAD_EPOCH "${COOP_LOAD_EPOCH:-0}" \
-        "${COMMON_OPTS[@]}"
+        TRAINER.PETRCOOP.COOP_LOAD_EPOCH "${COOP_LOAD_EPOCH:-0}"
 fi
 CFG="${CFG}_plugin" bash scripts/petr_coop/base2new_test.sh "$DATASET" "$SEED"

@@ -26,27 +26,14 @@ MODEL_DIR=$(run_dir xd/train imagenet "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 DIR=$(run_dir xd/test "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 run_finished "$MODEL_DIR" ||
     die "no ImageNet-distilled student in $MODEL_DIR: run scripts/promptkd/xd_train.sh imagenet $SEED"
-if run_finished "$DIR"; then
-    echo "Run finished, skipping: $DIR"
-    exit 0
-fi
+skip_if_finished "$DIR"
 CKPT=$(teacher_ckpt ImageNet-xd)
-LOAD=$(load_epoch_args "$MODEL_DIR" VLPromptLearner)
-read -r -a LOAD_ARGS <<<"$LOAD"
+eval_args "$MODEL_DIR" VLPromptLearner
 common_opts PROMPTKD
 echo "Evaluating the ImageNet-distilled $TRAINER on $DATASET (seed $SEED) -> $DIR"
-"$PYTHON" train.py \
-    --root "$DATA" \
-    --seed "$SEED" \
-    --trainer "$TRAINER" \
-    --dataset-config-file "$(dataset_yaml "$DATASET")" \
-    --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-    --output-dir "$DIR" \
-    --model-dir "$MODEL_DIR" \
-    "${LOAD_ARGS[@]}" \
-    --eval-only \
+train_py "$DATASET" "$DIR" \
+    "${EVAL_ARGS[@]}" \
     DATASET.NUM_SHOTS "$SHOTS" \
     DATASET.SUBSAMPLE_CLASSES all \
     TRAINER.MODAL "$MODAL" \
-    TRAINER.PROMPTKD.TEACHER_CKPT "$CKPT" \
-    "${COMMON_OPTS[@]}"
+    TRAINER.PROMPTKD.TEACHER_CKPT "$CKPT"

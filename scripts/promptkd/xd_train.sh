@@ -20,24 +20,14 @@ require_data
 dataset_name "$DATASET" >/dev/null
 ALPHA=${KD_WEIGHT:-1000.0}
 DIR=$(run_dir xd/train "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
-if run_finished "$DIR"; then
-    echo "Run finished, skipping: $DIR"
-    exit 0
-fi
+skip_if_finished "$DIR"
 CKPT=$(teacher_ckpt ImageNet-xd)
 common_opts PROMPTKD
 echo "Training $TRAINER (cross) on $DATASET (seed $SEED, α=$ALPHA) -> $DIR"
-"$PYTHON" train.py \
-    --root "$DATA" \
-    --seed "$SEED" \
-    --trainer "$TRAINER" \
-    --dataset-config-file "$(dataset_yaml "$DATASET")" \
-    --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-    --output-dir "$DIR" \
+train_py "$DATASET" "$DIR" \
     DATASET.NUM_SHOTS "$SHOTS" \
     DATASET.SUBSAMPLE_CLASSES all \
     TRAINER.MODAL cross \
     TRAINER.PROMPTKD.KD_WEIGHT "$ALPHA" \
     TRAINER.PROMPTKD.TEMPERATURE 1.0 \
-    TRAINER.PROMPTKD.TEACHER_CKPT "$CKPT" \
-    "${COMMON_OPTS[@]}"
+    TRAINER.PROMPTKD.TEACHER_CKPT "$CKPT"

@@ -19,25 +19,15 @@ require_data
 dataset_name "$DATASET" >/dev/null
 MODEL_DIR=$(run_dir base2new/train_base "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 DIR=$(run_dir base2new/test_new "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
-if run_finished "$DIR"; then
-    echo "Run finished, skipping: $DIR"
-    exit 0
-fi
+skip_if_finished "$DIR"
 [ -f "$MODEL_DIR/VLPromptLearner/checkpoint" ] || die "no teacher run at $MODEL_DIR: run scripts/teacher/base2new_train.sh $DATASET $SEED first"
 read -r -a LOAD <<<"$(load_epoch_args "$MODEL_DIR" VLPromptLearner)"
 BACKBONE="${TEACHER_NAME:-}" TEACHER_NAME="" common_opts PROMPTSRC
 echo "Evaluating the $TRAINER teacher of $MODEL_DIR on the novel classes of $DATASET -> $DIR"
-"$PYTHON" train.py \
-    --root "$DATA" \
-    --seed "$SEED" \
-    --trainer "$TRAINER" \
-    --dataset-config-file "$(dataset_yaml "$DATASET")" \
-    --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-    --output-dir "$DIR" \
+train_py "$DATASET" "$DIR" \
     --model-dir "$MODEL_DIR" \
     "${LOAD[@]}" \
     --eval-only \
     DATASET.NUM_SHOTS "$SHOTS" \
     DATASET.SUBSAMPLE_CLASSES new \
-    TRAINER.MODAL base2novel \
-    "${COMMON_OPTS[@]}"
+    TRAINER.MODAL base2novel

@@ -26,16 +26,9 @@ if run_finished "$DIR"; then
 else
     BACKBONE="${TEACHER_NAME:-}" TEACHER_NAME="" common_opts PROMPTSRC
     echo "Training the $TRAINER teacher on the base classes of $DATASET (seed $SEED) -> $DIR"
-    "$PYTHON" train.py \
-        --root "$DATA" \
-        --seed "$SEED" \
-        --trainer "$TRAINER" \
-        --dataset-config-file "$(dataset_yaml "$DATASET")" \
-        --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-        --output-dir "$DIR" \
+    train_py "$DATASET" "$DIR" \
         DATASET.NUM_SHOTS "$SHOTS" \
         DATASET.SUBSAMPLE_CLASSES base \
-        TRAINER.MODAL base2novel \
-        "${COMMON_OPTS[@]}"
+        TRAINER.MODAL base2novel
 fi
 publish_teacher "$DIR" "$NAME"

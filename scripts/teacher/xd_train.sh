@@ -24,16 +24,9 @@ if run_finished "$DIR"; then
 else
     BACKBONE="${TEACHER_NAME:-}" TEACHER_NAME="" common_opts PROMPTSRC
     echo "Training the $TRAINER cross-dataset teacher on $DATASET (all classes, seed $SEED) -> $DIR"
-    "$PYTHON" train.py \
-        --root "$DATA" \
-        --seed "$SEED" \
-        --trainer "$TRAINER" \
-        --dataset-config-file "$(dataset_yaml "$DATASET")" \
-        --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-        --output-dir "$DIR" \
+    train_py "$DATASET" "$DIR" \
         DATASET.NUM_SHOTS "$SHOTS" \
         DATASET.SUBSAMPLE_CLASSES all \
-        TRAINER.MODAL cross \
-        "${COMMON_OPTS[@]}"
+        TRAINER.MODAL cross
 fi
 publish_teacher "$DIR" ImageNet-xd

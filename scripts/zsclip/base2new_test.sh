@@ -28,14 +28,7 @@ for PART in base new; do
         continue
     fi
     echo "Zero-shot CLIP ($CFG) on the $PART classes of $DATASET -> $DIR"
-    "$PYTHON" train.py \
-        --root "$DATA" \
-        --seed "$SEED" \
-        --trainer "$TRAINER" \
-        --dataset-config-file "$(dataset_yaml "$DATASET")" \
-        --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-        --output-dir "$DIR" \
+    train_py "$DATASET" "$DIR" \
         --eval-only \
-        DATASET.SUBSAMPLE_CLASSES "$PART" \
-        "${COMMON_OPTS[@]}"
+        DATASET.SUBSAMPLE_CLASSES "$PART"
 done

@@ -12,22 +12,14 @@ source scripts/common.sh
 DATASET=$1
 CFG=${2:-vit_b16}
 TRAINER=ZeroshotCLIP
+SEED=""  # train.py's default seed (zero-shot evaluation is deterministic)
 
 require_data
 dataset_name "$DATASET" >/dev/null
 [ -f "configs/trainers/$TRAINER/$CFG.yaml" ] || die "no config configs/trainers/$TRAINER/$CFG.yaml"
 DIR="$OUTPUT_ROOT/$TRAINER/$CFG/$DATASET"
-if run_finished "$DIR"; then
-    echo "Run finished, skipping: $DIR"
-    exit 0
-fi
+skip_if_finished "$DIR"
 TEACHER_NAME="" common_opts ZSCLIP
 echo "Zero-shot CLIP ($CFG) on $DATASET -> $DIR"
-"$PYTHON" train.py \
-    --root "$DATA" \
-    --trainer "$TRAINER" \
-    --dataset-config-file "$(dataset_yaml "$DATASET")" \
-    --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-    --output-dir "$DIR" \
-    --eval-only \
-    "${COMMON_OPTS[@]}"
+train_py "$DATASET" "$DIR" \
+    --eval-only
