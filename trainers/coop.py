@@ -25,10 +25,9 @@ from engine import (
     count_num_param,
     load_pretrained_weights,
     make_grad_scaler,
-    resolve_precision,
 )
 
-from .zeroshot import load_clip, trim_padding
+from .zeroshot import load_backbone, trim_padding
 
 CLASS_TOKEN_POSITIONS = ("end", "middle", "front")
 # Buffers that upstream CoOp checkpoints also contain; they are rebuilt from the class names instead.
@@ -164,9 +163,7 @@ class CoOp(TrainerX):
 
     def build_model(self) -> None:
         cfg, opts = self.cfg, self.cfg.TRAINER.COOP
-        self.prec = resolve_precision(opts.PREC, self.device)
-        print(f"Loading CLIP (backbone: {cfg.MODEL.BACKBONE.NAME})")
-        self.clip_model = load_clip(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
+        self.prec, self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, opts.PREC)
         print("Building the CoOp prompt learner")
         self.prompt_learner = CoOpPromptLearner(self.clip_model, self.dm.dataset.classnames, opts.N_CTX,
                                                 opts.CTX_INIT, opts.CSC, opts.CLASS_TOKEN_POSITION).to(self.device)

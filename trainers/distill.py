@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from engine import autocast, build_lr_scheduler, build_optimizer, make_grad_scaler, resolve_precision
+from engine import autocast, build_lr_scheduler, build_optimizer, make_grad_scaler
 
 from .losses import kd_loss
 from .student import VisualPromptStudent
 from .teacher import build_teacher
-from .zeroshot import load_clip
+from .zeroshot import load_backbone
 
 
 class DistillMixin:
@@ -29,9 +29,7 @@ class DistillMixin:
     def build_distill_parts(self, classnames: list[str]) -> None:
         """Load the frozen student CLIP and the teacher for ``classnames`` (the task's full label space)."""
         cfg, ns = self.cfg, self.ns
-        self.prec = resolve_precision(ns.PREC, self.device)
-        print(f"Loading student CLIP (backbone: {cfg.MODEL.BACKBONE.NAME}, precision {self.prec})")
-        self.clip_model = load_clip(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
+        self.prec, self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, ns.PREC, role="student CLIP")
         self.logit_scale = float(self.clip_model.logit_scale.exp())
         print(f"Loading teacher {ns.TEACHER_NAME} ({ns.TEACHER_CKPT or 'plain CLIP, no checkpoint'})")
         self.teacher = build_teacher(ns.TEACHER_NAME, ns.TEACHER_CKPT, classnames, self.device,

@@ -25,7 +25,6 @@ from engine import (
     count_num_param,
     load_checkpoint,
     make_grad_scaler,
-    resolve_precision,
 )
 from engine.dataset_base import UNLABELED
 
@@ -33,7 +32,7 @@ from .coop import CoOp, CoOpPromptLearner, coop_text_features
 from .evaluation import RoutedEvaluationMixin
 from .routing import ROUTERS
 from .templates import ensemble_templates
-from .zeroshot import load_clip, zeroshot_text_features
+from .zeroshot import load_backbone, zeroshot_text_features
 
 MODEL_NAME = "prompt_learner"
 HOW_TO_TRAIN_COOP = "train CoOp first (bash scripts/coop/base2new_train.sh <dataset> <seed>)"
@@ -78,9 +77,7 @@ class PETRCoOp(RoutedEvaluationMixin, CoOp):
     def build_model(self) -> None:
         cfg, coop, ns = self.cfg, self.cfg.TRAINER.COOP, self.cfg.TRAINER.PETRCOOP
         ds = self.dm.dataset
-        self.prec = resolve_precision(ns.PREC, self.device)
-        print(f"Loading CLIP (backbone: {cfg.MODEL.BACKBONE.NAME})")
-        self.clip_model = load_clip(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
+        self.prec, self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, ns.PREC)
         train_names = self._training_classes()
         print(f"Seen branch θ_s: a CoOp context learned on {len(train_names)} seen classes")
         self.prompt_learner = CoOpPromptLearner(self.clip_model, train_names, coop.N_CTX, coop.CTX_INIT, False,

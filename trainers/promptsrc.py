@@ -29,12 +29,11 @@ from engine import (
     build_optimizer,
     compute_accuracy,
     make_grad_scaler,
-    resolve_precision,
 )
 from engine.checkpoint import atomic_torch_save
 
 from .templates import IMAGENET_TEMPLATES
-from .zeroshot import load_clip, trim_padding, zeroshot_text_features
+from .zeroshot import load_backbone, trim_padding, zeroshot_text_features
 
 MODEL_NAME = "VLPromptLearner"
 TEACHER_FEATURES_FILE = "teacher_text_features.pt"
@@ -208,9 +207,7 @@ class PromptSRC(TrainerX):
 
     def build_model(self) -> None:
         cfg, opts = self.cfg, self.cfg.TRAINER.PROMPTSRC
-        self.prec = resolve_precision(opts.PREC, self.device)
-        print(f"Loading CLIP (backbone: {cfg.MODEL.BACKBONE.NAME})")
-        self.clip_model = load_clip(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
+        self.prec, self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, opts.PREC)
         classnames = self.dm.dataset.classnames
         meta = {"backbone": cfg.MODEL.BACKBONE.NAME, "dataset": cfg.DATASET.NAME, "classnames": list(classnames)}
         self.prompt_learner = VLPromptLearner.build(

@@ -21,15 +21,18 @@ from .templates import ensemble_templates, select_templates, single_template
 TEMPLATE_MODES = ("single", "ensemble", "select")
 
 
-def load_clip(name: str, device: torch.device | str, prec: str) -> CLIP:
-    """Frozen CLIP ``name`` (model name or weight file) on ``device``; half-precision parameters for PREC fp16.
+def load_backbone(name: str, device: torch.device | str, prec: str, role: str = "CLIP") -> tuple[str, CLIP]:
+    """Resolve a PREC setting for ``device`` and load the frozen CLIP ``name`` (model name or weight file).
 
-    ``prec`` must already be resolved (engine.resolve_precision), so fp16 only reaches here on CUDA.
+    Returns ``(resolved precision, model)``; the model gets half-precision parameters for fp16 (CUDA only, after
+    engine.resolve_precision).
     """
+    prec = resolve_precision(prec, device)
+    print(f"Loading {role} (backbone: {name}, precision {prec})")
     model = clip.load(name, device)
     if prec == "fp16":
         model.to(torch.float16)
-    return model
+    return prec, model
 
 
 def templates_for(dataset_name: str, mode: str) -> list[str]:
@@ -81,11 +84,9 @@ class ZeroshotCLIP(TrainerX):
 
     def build_model(self) -> None:
         cfg = self.cfg
-        self.prec = resolve_precision(cfg.TRAINER.ZSCLIP.PREC, self.device)
         self.template_mode = cfg.TRAINER.ZSCLIP.TEMPLATES
         self.templates = templates_for(cfg.DATASET.NAME, self.template_mode)
-        print(f"Loading CLIP (backbone: {cfg.MODEL.BACKBONE.NAME})")
-        self.clip_model = load_clip(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
+        self.prec, self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, cfg.TRAINER.ZSCLIP.PREC)
         classnames = self.dm.dataset.classnames
         print(f"Zero-shot classifier: {len(classnames)} classes x {len(self.templates)} template(s) "
               f"({self.template_mode}), e.g. {self.templates[0]!r}")
