@@ -13,7 +13,6 @@ Environment: ``DEMO_DATA``, ``DEMO_OUTPUT``, ``DEMO_CACHE`` (the same as the fla
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shlex
 import sys
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from tabulate import tabulate
 
+import parse_test_res
 from demo.pretrain import PretrainParams, default_params, default_path, pretrained_path
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
 from engine.utils import read_json
@@ -174,8 +174,6 @@ class Demo:
     def summary(self) -> None:
         """The base-to-novel table (parse_test_res.py), the routing table, the effects and the plot."""
         self.header("Base-to-novel results (parse_test_res.py b2n)")
-        import parse_test_res
-
         parse_test_res.main(["b2n", self.paths.base2new, "--methods", *TABLE_METHODS, "--reference", TABLE_METHODS[0]])
         rows = self.collect()
         self.header("Routing of PETR and PETR+CoOp (results.json and the saved logits)")
@@ -224,13 +222,6 @@ def load_epoch_args(run_dir: str) -> list[str]:
     return []
 
 
-def harmonic_mean(a: float, b: float) -> float:
-    """HM of two accuracies (NaN when either is missing)."""
-    if a is None or b is None or math.isnan(a) or math.isnan(b):
-        return math.nan
-    return 0.0 if a + b == 0 else 2 * a * b / (a + b)
-
-
 def routing_table(rows: dict[str, dict[str, dict]], auroc: dict[str, float]) -> str:
     """Per routed method: routing accuracy on base and novel test samples, the AUROC of its router's scores, and
     each branch alone (Base / Novel / HM) beside the routed HM."""
@@ -239,7 +230,7 @@ def routing_table(rows: dict[str, dict[str, dict]], auroc: dict[str, float]) -> 
         base, novel = rows[trainer]["base"], rows[trainer]["novel"]
         table.append([trainer, base.get("route_acc_seen"), novel.get("route_acc_unseen"), auroc.get(trainer),
                       *branch_scores(base, novel, "acc_seen_branch"), *branch_scores(base, novel, "acc_unseen_branch"),
-                      harmonic_mean(base["accuracy"], novel["accuracy"])])
+                      parse_test_res.harmonic_mean(base["accuracy"], novel["accuracy"])])
     headers = ["method", "route base", "route novel", "AUROC", "θ_s Base", "θ_s Novel", "θ_s HM", "θ_u Base",
                "θ_u Novel", "θ_u HM", "routed HM"]
     return tabulate(table, headers=headers, floatfmt=".2f") + (
@@ -264,16 +255,16 @@ def router_auroc(run_dirs: Sequence[str], lam: float, percentile: float) -> floa
 def branch_scores(base: dict, novel: dict, key: str) -> tuple[float, float, float]:
     """Base, Novel and HM accuracy of one branch answering every sample."""
     b, n = base[key], novel[key]
-    return b, n, harmonic_mean(b, n)
+    return b, n, parse_test_res.harmonic_mean(b, n)
 
 
 def effects(rows: dict[str, dict[str, dict]], chance_novel: float) -> list[tuple[str, bool, str]]:
     """The effects the PETR paper describes, each as (claim, holds, the numbers behind it)."""
     zs, coop, petr = rows["ZeroshotCLIP"], rows["CoOp"], rows["PETR"]
     seen_branch_base = petr["base"]["acc_seen_branch"]
-    best_single = max(harmonic_mean(*[petr[s][key] for s in ("base", "novel")])
+    best_single = max(parse_test_res.harmonic_mean(*[petr[s][key] for s in ("base", "novel")])
                       for key in ("acc_seen_branch", "acc_unseen_branch"))
-    petr_hm = harmonic_mean(petr["base"]["accuracy"], petr["novel"]["accuracy"])
+    petr_hm = parse_test_res.harmonic_mean(petr["base"]["accuracy"], petr["novel"]["accuracy"])
     route = (petr["base"]["route_acc_seen"], petr["novel"]["route_acc_unseen"])
     return [
         ("zero-shot novel accuracy well above chance", zs["novel"]["accuracy"] > 3 * chance_novel,
