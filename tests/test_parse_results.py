@@ -15,10 +15,10 @@ from helpers_results import (
     coop_train_log,
     make_b2n_tree,
     make_promptkd_tree,
+    make_seed_runs,
     promptkd_log,
     run_dir,
     write_results_json,
-    write_text,
 )
 from scipy import stats
 
@@ -113,8 +113,7 @@ def test_log_parsing_upstream_formats():
 def test_default_mode_upstream_example_both_conventions(tmp_path, capsys):
     """Upstream's seed-folder tree of eval-only logs: 75, 50, 50 prints upstream's 58.33% +- 11.79% by default."""
     exp = tmp_path / "exp"
-    for s, a in enumerate([75.0, 50.0, 50.0], 1):
-        write_text(str(exp / f"seed{s}" / "log.txt"), coop_test_log(a))
+    make_seed_runs(str(exp), [75.0, 50.0, 50.0], fmt="test_log")
     assert ptr.main([str(exp), "--test-log"]) == 0
     assert "* accuracy: 58.33% +- 11.79% (population std (np.std), as upstream, n=3)" in capsys.readouterr().out
     assert ptr.main([str(exp), "--test-log", "--ci95"]) == 0
@@ -129,8 +128,7 @@ def test_default_mode_upstream_example_both_conventions(tmp_path, capsys):
 def test_default_mode_results_json_and_logs(tmp_path, capsys):
     accs = [92.13, 91.52, 92.94]
     exp = tmp_path / "exp"
-    for s, a in enumerate(accs, 1):
-        write_results_json(str(exp / f"seed{s}"), a)
+    make_seed_runs(str(exp), accs)
     assert ptr.main([str(exp)]) == 0
     out = capsys.readouterr().out
     assert f"* accuracy: {np.mean(accs):.2f}% +- {np.std(accs):.2f}% (population std" in out
@@ -140,8 +138,7 @@ def test_default_mode_results_json_and_logs(tmp_path, capsys):
     assert f"+- {(hi - lo) / 2:.2f}% (95% CI half-width, t with 2 dof, n=3)" in capsys.readouterr().out
 
     logs = tmp_path / "logs"  # upstream eval-only logs in seed_S folders need --test-log
-    for s, a in enumerate([55.2, 54.1, 56.0], 1):
-        write_text(str(logs / f"seed_{s}" / "log.txt"), coop_test_log(a))
+    make_seed_runs(str(logs), [55.2, 54.1, 56.0], fmt="test_log", seed_style="seed_{}")
     assert ptr.main([str(logs), "--test-log", "--format", "github"]) == 0
     out = capsys.readouterr().out
     assert "| seed_1 | 55.20      |" in out
@@ -159,8 +156,7 @@ def csv_rows(text: str) -> list[list[str]]:
 
 def test_csv_output_holds_only_table_rows(tmp_path, capsys):
     exp = tmp_path / "exp"
-    for s, a in enumerate([75.0, 50.0, 50.0], 1):
-        write_results_json(str(exp / f"seed{s}"), a)
+    make_seed_runs(str(exp), [75.0, 50.0, 50.0])
     assert ptr.main([str(exp), "--format", "csv"]) == 0
     out, err = capsys.readouterr()
     assert csv_rows(out) == [["run", "accuracy"], ["seed1", "75.00"], ["seed2", "50.00"], ["seed3", "50.00"]]
@@ -169,8 +165,7 @@ def test_csv_output_holds_only_table_rows(tmp_path, capsys):
 
 def test_multi_exp_both_conventions_and_missing_dir(tmp_path, capsys):
     for exp, accs in {"a": [70.0, 72.0], "b": [75.0, 50.0, 50.0]}.items():
-        for s, acc in enumerate(accs, 1):
-            write_results_json(str(tmp_path / exp / f"seed{s}"), acc)
+        make_seed_runs(str(tmp_path / exp), accs)
     assert ptr.main([str(tmp_path), "--multi-exp", "--format", "csv"]) == 0
     out, err = capsys.readouterr()
     assert csv_rows(out) == [["experiment", "n", "accuracy", "std"], ["a", "2", "71.00", "1.00"],
@@ -321,8 +316,7 @@ def test_promptkd_upstream_tree_is_marked_test_selected(tmp_path, capsys):
 def test_script_runs_from_the_command_line(tmp_path):
     """``python parse_test_res.py ...`` as users type it, from another working directory."""
     exp = tmp_path / "exp"
-    for s, a in enumerate([75.0, 50.0, 50.0], 1):
-        write_text(str(exp / f"seed_{s}" / "log.txt"), coop_train_log(a))
+    make_seed_runs(str(exp), [75.0, 50.0, 50.0], fmt="train_log", seed_style="seed_{}")
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "parse_test_res.py")
     res = subprocess.run([sys.executable, script, str(exp)], capture_output=True, text=True, cwd=tmp_path,
                          timeout=1800)
