@@ -24,6 +24,8 @@ import torch
 from tabulate import tabulate
 
 import parse_test_res
+from analysis.dumps import find_units, unit_scores
+from analysis.stats import harmonic_mean
 from demo.pretrain import PretrainParams, default_params, default_path, pretrained_path
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
 from engine.utils import read_json
@@ -174,7 +176,7 @@ class Demo:
     def summary(self) -> None:
         """The base-to-novel table (parse_test_res.py), the routing table, the effects and the plot."""
         self.header("Base-to-novel results (parse_test_res.py b2n)")
-        parse_test_res.main(["b2n", self.paths.base2new, "--methods", *TABLE_METHODS, "--reference", TABLE_METHODS[0]])
+        parse_test_res.main(["b2n", self.paths.base2new, "--methods", *TABLE_METHODS, "--baseline", TABLE_METHODS[0]])
         rows = self.collect()
         self.header("Routing of PETR and PETR+CoOp (results.json and the saved logits)")
         auroc = {}
@@ -230,7 +232,7 @@ def routing_table(rows: dict[str, dict[str, dict]], auroc: dict[str, float]) -> 
         base, novel = rows[trainer]["base"], rows[trainer]["novel"]
         table.append([trainer, base.get("route_acc_seen"), novel.get("route_acc_unseen"), auroc.get(trainer),
                       *branch_scores(base, novel, "acc_seen_branch"), *branch_scores(base, novel, "acc_unseen_branch"),
-                      parse_test_res.harmonic_mean(base["accuracy"], novel["accuracy"])])
+                      harmonic_mean(base["accuracy"], novel["accuracy"])])
     headers = ["method", "route base", "route novel", "AUROC", "θ_s Base", "θ_s Novel", "θ_s HM", "θ_u Base",
                "θ_u Novel", "θ_u HM", "routed HM"]
     return tabulate(table, headers=headers, floatfmt=".2f") + (
@@ -243,9 +245,6 @@ def router_auroc(run_dirs: Sequence[str], lam: float, percentile: float) -> floa
     """AUROC (%) of the Mahalanobis scores of novel vs base test samples, from the dumps of a routed method's runs."""
     from sklearn.metrics import roc_auc_score
 
-    from tools.plot_routing_scores import unit_scores
-    from tools.router_ablation import find_units
-
     (unit,) = find_units(run_dirs)
     base, novel, _ = unit_scores(unit, "mahalanobis", lam, percentile)
     labels = [0] * len(base) + [1] * len(novel)
@@ -255,16 +254,16 @@ def router_auroc(run_dirs: Sequence[str], lam: float, percentile: float) -> floa
 def branch_scores(base: dict, novel: dict, key: str) -> tuple[float, float, float]:
     """Base, Novel and HM accuracy of one branch answering every sample."""
     b, n = base[key], novel[key]
-    return b, n, parse_test_res.harmonic_mean(b, n)
+    return b, n, harmonic_mean(b, n)
 
 
 def effects(rows: dict[str, dict[str, dict]], chance_novel: float) -> list[tuple[str, bool, str]]:
     """The effects the PETR paper describes, each as (claim, holds, the numbers behind it)."""
     zs, coop, petr = rows["ZeroshotCLIP"], rows["CoOp"], rows["PETR"]
     seen_branch_base = petr["base"]["acc_seen_branch"]
-    best_single = max(parse_test_res.harmonic_mean(*[petr[s][key] for s in ("base", "novel")])
+    best_single = max(harmonic_mean(*[petr[s][key] for s in ("base", "novel")])
                       for key in ("acc_seen_branch", "acc_unseen_branch"))
-    petr_hm = parse_test_res.harmonic_mean(petr["base"]["accuracy"], petr["novel"]["accuracy"])
+    petr_hm = harmonic_mean(petr["base"]["accuracy"], petr["novel"]["accuracy"])
     route = (petr["base"]["route_acc_seen"], petr["novel"]["route_acc_unseen"])
     return [
         ("zero-shot novel accuracy well above chance", zs["novel"]["accuracy"] > 3 * chance_novel,

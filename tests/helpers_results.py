@@ -63,6 +63,21 @@ def write_results_json(run_dir: str, accuracy: float, **extra) -> None:
         json.dump(record, f)
 
 
+def make_seed_runs(directory: str, accs: list[float], fmt: str = "json", seed_style: str = "seed{}") -> None:
+    """One run folder per seed (1..n) under ``directory``, as CoOp's ``parse_test_res.py`` expects them.
+
+    ``fmt``: ``json`` (this project's results.json), ``train_log`` (upstream training log, read after ``Finish
+    training``) or ``test_log`` (upstream eval-only log, read with ``--test-log``).
+    """
+    logs = {"train_log": coop_train_log, "test_log": coop_test_log}
+    for seed, acc in enumerate(accs, 1):
+        path = os.path.join(directory, seed_style.format(seed))
+        if fmt == "json":
+            write_results_json(path, acc)
+        else:
+            write_text(os.path.join(path, "log.txt"), logs[fmt](acc))
+
+
 def run_dir(root: str, role: str, dataset: str, trainer: str, cfg: str, seed: int, shots: str = "shots_16",
             seed_style: str = "seed{}") -> str:
     return os.path.join(root, role, dataset, shots, trainer, cfg, seed_style.format(seed))

@@ -1,6 +1,12 @@
-"""parse_test_res.py on fabricated output trees (our results.json and upstream CoOp / PromptKD logs)."""
+"""parse_test_res.py and the analysis library on fabricated output trees (our results.json and upstream CoOp /
+PromptKD logs)."""
+import csv
+import io
 import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -9,14 +15,18 @@ from helpers_results import (
     coop_train_log,
     make_b2n_tree,
     make_promptkd_tree,
+    make_seed_runs,
     promptkd_log,
     run_dir,
     write_results_json,
-    write_text,
 )
 from scipy import stats
 
 import parse_test_res as ptr
+from analysis import stats as st
+from analysis.b2n import collect_b2n, summarize_b2n, wilcoxon_test
+from analysis.paper import load_paper, paper_rows
+from analysis.readers import val_values_from_log, value_from_log
 
 PETR = {  # dataset: (base per seed, novel per seed)
     "imagenet": ([77.12, 77.50, 76.98], [70.31, 70.02, 70.66]),
@@ -53,45 +63,82 @@ def b2n_root(tmp_path):
     return root
 
 
+# Hand-computed: 75, 50, 50 -> mean 58.333; population std sqrt(((50/3)^2 + 2 (25/3)^2) / 3) = 11.785; sample std
+# sqrt(1250/3 / 2) = 14.434; upstream CI 1.96 * 11.785 / sqrt(3) = 13.336; t CI 4.3027 * 14.434 / sqrt(3) = 35.856.
+# 80, 90 -> mean 85; population std 5; sample std 7.0711; upstream CI 1.96 * 5 / sqrt(2) = 6.9296;
+# t CI 12.7062 * 7.0711 / sqrt(2) = 12.7062 * 5 = 63.531.
+HAND = [  # values, mean, (population std, upstream ci95), (sample std, t ci95)
+    ([75.0, 50.0, 50.0], 58.3333, (11.7851, 13.3361), (14.4338, 35.8555)),
+    ([80.0, 90.0], 85.0, (5.0, 6.9296), (7.0711, 63.5310)),
+]
+
+
+@pytest.mark.parametrize("values, mean, upstream, sample", HAND)
+def test_statistics_both_conventions_hand_computed(values, mean, upstream, sample):
+    assert st.mean(values) == pytest.approx(mean, abs=1e-3)
+    for convention, (std, ci) in (("upstream", upstream), ("sample", sample)):
+        assert st.std(values, convention) == pytest.approx(std, abs=1e-3)
+        assert st.ci95_halfwidth(values, convention) == pytest.approx(ci, abs=1e-3)
+        assert st.spread(values, convention, ci95=True) == pytest.approx(ci, abs=1e-3)
+    assert st.std(values) == pytest.approx(upstream[0], abs=1e-3)  # upstream is the default
+
+
 def test_statistics_match_numpy_and_scipy():
     values = [92.1, 91.5, 92.9, 90.7]
-    mean, std = ptr.mean_std(values)
-    assert mean == pytest.approx(np.mean(values)) and std == pytest.approx(np.std(values, ddof=1))
+    assert st.std(values, "upstream") == pytest.approx(np.std(values))
+    assert st.ci95_halfwidth(values, "upstream") == pytest.approx(1.96 * np.std(values) / 2)
+    assert st.std(values, "sample") == pytest.approx(np.std(values, ddof=1))
     lo, hi = stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))
-    assert ptr.ci95_halfwidth(values) == pytest.approx((hi - lo) / 2)
-    assert math.isnan(ptr.mean_std([1.0])[1]) and math.isnan(ptr.ci95_halfwidth([1.0]))
-    assert ptr.harmonic_mean(80.0, 60.0) == pytest.approx(2 * 80 * 60 / 140)
+    assert st.ci95_halfwidth(values, "sample") == pytest.approx((hi - lo) / 2)
+    assert math.isnan(st.std([1.0], "sample")) and math.isnan(st.ci95_halfwidth([1.0], "sample"))
+    assert st.std([1.0], "upstream") == 0.0 and math.isnan(st.mean([]))  # np.std of one value, as upstream prints
+    assert st.harmonic_mean(80.0, 60.0) == pytest.approx(2 * 80 * 60 / 140)
+    with pytest.raises(ValueError, match="unknown statistics convention"):
+        st.std(values, "population")
 
 
 def test_log_parsing_upstream_formats():
     train = coop_train_log(92.1) + "Evaluate on the *test* set\n* accuracy: 93.4%\n"  # last match after signal wins
-    assert ptr.value_from_log(train) == pytest.approx(93.4)
-    assert ptr.value_from_log(coop_test_log(55.2)) is None  # eval-only log has no "Finish training"
-    assert ptr.value_from_log(coop_test_log(55.2), test_log=True) == pytest.approx(55.2)
-    assert ptr.value_from_log(coop_train_log(88.0), keyword="macro_f1") == pytest.approx(87.0)
+    assert value_from_log(train) == pytest.approx(93.4)
+    assert value_from_log(coop_test_log(55.2)) is None  # eval-only log has no "Finish training"
+    assert value_from_log(coop_test_log(55.2), test_log=True) == pytest.approx(55.2)
+    assert value_from_log(coop_train_log(88.0), keyword="macro_f1") == pytest.approx(87.0)
     log = promptkd_log([90.1, 95.5, 94.2], 80.3)
-    assert ptr.val_values_from_log(log) == pytest.approx([90.1, 95.5, 94.2])
-    assert ptr.value_from_log(log) == pytest.approx(80.3)
+    assert val_values_from_log(log) == pytest.approx([90.1, 95.5, 94.2])
+    assert value_from_log(log) == pytest.approx(80.3)
     engine_line = "Finish training\n=> result\n* accuracy: 75.25%\n"  # this project's engine prints two decimals
-    assert ptr.value_from_log(engine_line) == pytest.approx(75.25)
+    assert value_from_log(engine_line) == pytest.approx(75.25)
+
+
+def test_default_mode_upstream_example_both_conventions(tmp_path, capsys):
+    """Upstream's seed-folder tree of eval-only logs: 75, 50, 50 prints upstream's 58.33% +- 11.79% by default."""
+    exp = tmp_path / "exp"
+    make_seed_runs(str(exp), [75.0, 50.0, 50.0], fmt="test_log")
+    assert ptr.main([str(exp), "--test-log"]) == 0
+    assert "* accuracy: 58.33% +- 11.79% (population std (np.std), as upstream, n=3)" in capsys.readouterr().out
+    assert ptr.main([str(exp), "--test-log", "--ci95"]) == 0
+    assert "* accuracy: 58.33% +- 13.34% (95% CI half-width 1.96*std/sqrt(n), as upstream, n=3)" in \
+        capsys.readouterr().out
+    assert ptr.main([str(exp), "--test-log", "--stats", "sample"]) == 0
+    assert "* accuracy: 58.33% +- 14.43% (sample std (ddof=1), n=3)" in capsys.readouterr().out
+    assert ptr.main([str(exp), "--test-log", "--stats", "sample", "--ci95"]) == 0
+    assert "* accuracy: 58.33% +- 35.86% (95% CI half-width, t with 2 dof, n=3)" in capsys.readouterr().out
 
 
 def test_default_mode_results_json_and_logs(tmp_path, capsys):
     accs = [92.13, 91.52, 92.94]
     exp = tmp_path / "exp"
-    for s, a in enumerate(accs, 1):
-        write_results_json(str(exp / f"seed{s}"), a)
+    make_seed_runs(str(exp), accs)
     assert ptr.main([str(exp)]) == 0
     out = capsys.readouterr().out
-    assert f"* accuracy: {np.mean(accs):.2f}% +- {np.std(accs, ddof=1):.2f}% (sample std, n=3)" in out
+    assert f"* accuracy: {np.mean(accs):.2f}% +- {np.std(accs):.2f}% (population std" in out
     assert "seed2" in out and "91.52" in out
-    assert ptr.main([str(exp), "--ci95"]) == 0
+    assert ptr.main([str(exp), "--ci95", "--stats", "sample"]) == 0
     lo, hi = stats.t.interval(0.95, 2, loc=np.mean(accs), scale=stats.sem(accs))
     assert f"+- {(hi - lo) / 2:.2f}% (95% CI half-width, t with 2 dof, n=3)" in capsys.readouterr().out
 
     logs = tmp_path / "logs"  # upstream eval-only logs in seed_S folders need --test-log
-    for s, a in enumerate([55.2, 54.1, 56.0], 1):
-        write_text(str(logs / f"seed_{s}" / "log.txt"), coop_test_log(a))
+    make_seed_runs(str(logs), [55.2, 54.1, 56.0], fmt="test_log", seed_style="seed_{}")
     assert ptr.main([str(logs), "--test-log", "--format", "github"]) == 0
     out = capsys.readouterr().out
     assert "| seed_1 | 55.20      |" in out
@@ -100,23 +147,44 @@ def test_default_mode_results_json_and_logs(tmp_path, capsys):
     assert "try --test-log" in capsys.readouterr().err
 
 
-def test_multi_exp_and_missing_dir(tmp_path, capsys):
-    for exp, accs in {"a": [70.0, 72.0], "b": [80.0, 81.0, 82.0]}.items():
-        for s, acc in enumerate(accs, 1):
-            write_results_json(str(tmp_path / exp / f"seed{s}"), acc)
+def csv_rows(text: str) -> list[list[str]]:
+    """Parse CSV text, asserting that every row has the header's number of fields."""
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows and all(len(r) == len(rows[0]) for r in rows), text
+    return rows
+
+
+def test_csv_output_holds_only_table_rows(tmp_path, capsys):
+    exp = tmp_path / "exp"
+    make_seed_runs(str(exp), [75.0, 50.0, 50.0])
+    assert ptr.main([str(exp), "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    assert csv_rows(out) == [["run", "accuracy"], ["seed1", "75.00"], ["seed2", "50.00"], ["seed3", "50.00"]]
+    assert "Summary of directory" in err and "* accuracy: 58.33% +- 11.79%" in err
+
+
+def test_multi_exp_both_conventions_and_missing_dir(tmp_path, capsys):
+    for exp, accs in {"a": [70.0, 72.0], "b": [75.0, 50.0, 50.0]}.items():
+        make_seed_runs(str(tmp_path / exp), accs)
     assert ptr.main([str(tmp_path), "--multi-exp", "--format", "csv"]) == 0
-    out = capsys.readouterr().out
-    assert "b,3,81.00,1.00" in out
-    assert f"Average performance: {np.mean([71.0, 81.0]):.2f}%" in out
+    out, err = capsys.readouterr()
+    assert csv_rows(out) == [["experiment", "n", "accuracy", "std"], ["a", "2", "71.00", "1.00"],
+                             ["b", "3", "58.33", "11.79"]]
+    assert "std: population std (np.std), as upstream" in err
+    assert f"Average performance: {np.mean([71.0, 175 / 3]):.2f}%" in err
+    assert ptr.main([str(tmp_path), "--multi-exp", "--format", "csv", "--stats", "sample", "--ci95"]) == 0
+    out, err = capsys.readouterr()
+    assert csv_rows(out)[1:] == [["a", "2", "71.00", "12.71"], ["b", "3", "58.33", "35.86"]]  # t(1)*1.414/1.414
+    assert "ci95: 95% CI half-width, t with n-1 dof" in err
     assert ptr.main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "directory not found" in err[0]
 
 
 def test_b2n_summary_matches_independent_computation(b2n_root):
-    data = ptr.collect_b2n([b2n_root])
+    data = collect_b2n([b2n_root])
     assert set(data) == {"PETR", "CoOp"}
-    summary = ptr.summarize_b2n(data)
+    summary = summarize_b2n(data)
     for name, table in (("PETR", PETR), ("CoOp", COOP)):
         bases, novels = [], []
         for ds, (b, n) in table.items():
@@ -146,60 +214,131 @@ def test_b2n_cli_table_delta_paper_and_wilcoxon(b2n_root, capsys):
     assert ["average", "PETR (paper)", "-", "88.42", "82.09", "85.14"] == rows[-3][:6]
     order = list(dict.fromkeys(r[0] for r in rows[2:]))  # the papers' dataset order, average last
     assert order == ["imagenet", "caltech101", "oxford_pets", "dtd", "eurosat", "ucf101", "average"]
-    assert "Δ = row − PETR." in out
+    assert "Δ = row − PETR (baseline: first --methods entry; change it with --baseline NAME)." in out
     hm_petr = [ref_hm(np.mean(b), np.mean(n)) for b, n in PETR.values()]
     hm_coop = [ref_hm(np.mean(COOP[ds][0]), np.mean(COOP[ds][1])) for ds in PETR]
     ref = stats.wilcoxon(hm_petr, hm_coop)
     assert f"over 6 datasets: W = {ref.statistic:.4g}, p = {ref.pvalue:.4g}" in out
-    res = ptr.wilcoxon_test(ptr.summarize_b2n(ptr.collect_b2n([b2n_root])), "PETR", "CoOp", "base")
+    res = wilcoxon_test(summarize_b2n(collect_b2n([b2n_root])), "PETR", "CoOp", "base")
     ref_base = stats.wilcoxon([np.mean(v[0]) for v in PETR.values()], [np.mean(COOP[ds][0]) for ds in PETR])
     assert res["statistic"] == pytest.approx(ref_base.statistic) and res["pvalue"] == pytest.approx(ref_base.pvalue)
 
 
-def test_b2n_reference_paper_and_unknown_method(b2n_root, capsys):
-    assert ptr.main(["b2n", b2n_root, "--methods", "PETR", "--reference", "paper:PETR"]) == 0
+def test_b2n_baseline_paper_alias_and_unknown_method(b2n_root, capsys):
+    assert ptr.main(["b2n", b2n_root, "--methods", "PETR", "--baseline", "paper:PETR"]) == 0
     out = capsys.readouterr().out
     avg_b = np.mean([np.mean(b) for b, _ in PETR.values()])
-    assert f"{avg_b - 88.42:.2f}" in out
-    assert ptr.main(["b2n", b2n_root, "--reference", "PETRX"]) == 2
+    assert f"{avg_b - 88.42:.2f}" in out and "Δ = row − paper:PETR (baseline: --baseline;" in out
+    assert ptr.main(["b2n", b2n_root, "--reference", "PETRX"]) == 2  # --reference: the former name, still accepted
     assert "unknown method 'PETRX'" in capsys.readouterr().err
 
 
-def test_seed_table(b2n_root, capsys):
-    assert ptr.main(["b2n", b2n_root, "--methods", "PETR", "--seed-table", "--format", "csv"]) == 0
+def test_b2n_default_baseline_is_never_alphabetical(b2n_root, capsys):
+    """Without --methods: no Δ (and a note saying how to get it), or Δ vs the zero-shot CLIP runs when measured."""
+    assert ptr.main(["b2n", b2n_root, "--format", "github"]) == 0
     out = capsys.readouterr().out
+    assert md_rows(out)[0] == ["dataset", "method", "seeds", "Base", "Novel", "HM"]
+    assert "No Δ columns: name the baseline with --baseline NAME" in out
+    zs = {ds: ([60.0], [70.0]) for ds in PETR}
+    make_b2n_tree(b2n_root, "ZeroshotCLIP", "vit_b16", zs, fmt="json", shots="shots_0")
+    assert ptr.main(["b2n", b2n_root, "--format", "github"]) == 0
+    out = capsys.readouterr().out
+    rows = md_rows(out)
+    assert rows[0][6:] == ["ΔBase", "ΔNovel", "ΔHM"]
+    b, n = np.mean(COOP["dtd"][0]), np.mean(COOP["dtd"][1])  # CoOp sorts first alphabetically: not the baseline
+    assert ["dtd", "CoOp", "3/3", f"{b:.2f}", f"{n:.2f}", f"{ref_hm(b, n):.2f}", f"{b - 60:.2f}", f"{n - 70:.2f}",
+            f"{ref_hm(b, n) - ref_hm(60, 70):.2f}"] in rows
+    assert ["dtd", "ZeroshotCLIP", "1/1", "60.00", "70.00", f"{ref_hm(60, 70):.2f}", "-", "-", "-"] in rows
+    assert "Δ = row − ZeroshotCLIP (baseline: zero-shot CLIP, the default; change it with --baseline NAME)." in out
+    assert ptr.main(["b2n", b2n_root, "--baseline", "CoOp", "--format", "github"]) == 0
+    assert "Δ = row − CoOp (baseline: --baseline;" in capsys.readouterr().out
+
+
+def test_b2n_csv_has_no_footnotes(b2n_root, capsys):
+    assert ptr.main(["b2n", b2n_root, "--methods", "PETR", "CoOp", "--format", "csv", "--wilcoxon", "PETR",
+                     "CoOp"]) == 0
+    out, err = capsys.readouterr()
+    rows = csv_rows(out)
+    assert rows[0] == ["dataset", "method", "seeds", "Base", "Novel", "HM", "ΔBase", "ΔNovel", "ΔHM"]
+    assert len(rows) == 1 + 2 * 7  # 6 datasets + average, two methods
+    assert "Δ = row − PETR" in err and "HM per dataset" in err and "Wilcoxon" in err
+
+
+@pytest.mark.parametrize("convention", ["upstream", "sample"])
+def test_seed_table_both_conventions(b2n_root, capsys, convention):
+    assert ptr.main(["b2n", b2n_root, "--methods", "PETR", "--seed-table", "--format", "csv",
+                     "--stats", convention]) == 0
+    out, err = capsys.readouterr()
+    tables = out.split("\n\n")
+    assert len(tables) == 2 and csv_rows(tables[1])[0][:6] == ["dataset", "method", "n", "Base", "Base std",
+                                                                "Base ci95"]
     b, n = PETR["dtd"]
     hms = [ref_hm(x, y) for x, y in zip(b, n)]
-    expected = [np.mean(b), np.std(b, ddof=1), ptr.ci95_halfwidth(b), np.mean(n), np.std(n, ddof=1),
-                stats.t.ppf(0.975, 2) * np.std(n, ddof=1) / np.sqrt(3), np.mean(hms), np.std(hms, ddof=1)]
-    line = next(ln for ln in out.splitlines() if ln.startswith("dtd,PETR,3/3,") and ln.count(",") == 11)
-    assert line.split(",")[3:11] == [f"{v:.2f}" for v in expected]
+    if convention == "upstream":  # np.std and 1.96 * std / sqrt(n), as upstream parse_test_res.py
+        spread = [(np.std(v), 1.96 * np.std(v) / np.sqrt(3)) for v in (b, n, hms)]
+        assert "std = population std (np.std), as upstream" in err
+    else:
+        spread = [(np.std(v, ddof=1), stats.t.ppf(0.975, 2) * np.std(v, ddof=1) / np.sqrt(3)) for v in (b, n, hms)]
+        assert "std = sample std (ddof=1)" in err
+    expected = [x for v, (sd, ci) in zip((b, n, hms), spread) for x in (np.mean(v), sd, ci)]
+    line = next(r for r in csv_rows(tables[1]) if r[:3] == ["dtd", "PETR", "3/3"])
+    assert line[3:] == [f"{v:.2f}" for v in expected]
 
 
 def test_promptkd_single_folder_fallback(tmp_path):
     root = str(tmp_path / "base2new")
     make_promptkd_tree(root, {"eurosat": [([90.1, 97.2, 96.0], 82.5), ([91.0, 96.4, 97.8], 81.1)]})
-    data = ptr.collect_b2n([root])
-    cell = data["PromptKD"]["eurosat"]
-    assert cell["base"] == {"1": pytest.approx(97.2), "2": pytest.approx(97.8)}  # best val = base
-    assert cell["novel"] == {"1": pytest.approx(82.5), "2": pytest.approx(81.1)}
+    runs = collect_b2n([root])["PromptKD"]["eurosat"]
+    assert runs.base == {"1": pytest.approx(97.2), "2": pytest.approx(97.8)}  # best val = base
+    assert runs.novel == {"1": pytest.approx(82.5), "2": pytest.approx(81.1)}
+    assert runs.test_selected
+
+
+def test_promptkd_upstream_tree_is_marked_test_selected(tmp_path, capsys):
+    """PromptKD's seed_<S> tree beside CoOp's train_base/test_new pair: only the PromptKD rows carry the marker."""
+    root = str(tmp_path / "base2new")
+    make_promptkd_tree(root, {"eurosat": [([90.1, 97.2, 96.0], 82.5), ([91.0, 96.4, 97.8], 81.1)]})
+    make_b2n_tree(root, "CoOp", "vit_b16_ctxv1", {"eurosat": COOP["eurosat"]}, fmt="log")
+    for fmt in ("github", "csv"):
+        assert ptr.main(["b2n", root, "--methods", "CoOp", "PromptKD", "--format", fmt]) == 0
+        out, err = capsys.readouterr()
+        rows = md_rows(out) if fmt == "github" else csv_rows(out)
+        assert rows[0][-1] == "selection"
+        body = rows[2:] if fmt == "github" else rows[1:]  # markdown has a separator row
+        selection = {(r[0], r[1]): r[-1] for r in body}
+        assert selection == {("eurosat", "CoOp"): "-", ("eurosat", "PromptKD"): "base test",
+                             ("average", "CoOp"): "-", ("average", "PromptKD"): "base test"}
+        kd = next(r for r in rows if r[1] == "PromptKD" and r[0] == "eurosat")
+        assert kd[3:5] == [f"{np.mean([97.2, 97.8]):.2f}", f"{np.mean([82.5, 81.1]):.2f}"]
+        assert "selection 'base test': upstream PromptKD tree" in (out if fmt == "github" else err)
+
+
+def test_script_runs_from_the_command_line(tmp_path):
+    """``python parse_test_res.py ...`` as users type it, from another working directory."""
+    exp = tmp_path / "exp"
+    make_seed_runs(str(exp), [75.0, 50.0, 50.0], fmt="train_log", seed_style="seed_{}")
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "parse_test_res.py")
+    res = subprocess.run([sys.executable, script, str(exp)], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=1800)
+    assert res.returncode == 0, res.stderr
+    assert "* accuracy: 58.33% +- 11.79% (population std (np.std), as upstream, n=3)" in res.stdout
 
 
 def test_test_base_folder_and_seed_naming(tmp_path):
     root = str(tmp_path)
     write_results_json(run_dir(root, "test_base", "dtd", "PETR", "c", 1, seed_style="seed_{}"), 80.0)
     write_results_json(run_dir(root, "test_new", "dtd", "PETR", "c", 1), 60.0)
-    row = ptr.summarize_b2n(ptr.collect_b2n([root]))["PETR"]["dtd"]
+    row = summarize_b2n(collect_b2n([root]))["PETR"]["dtd"]
     assert (row["base"], row["novel"]) == (80.0, 60.0)  # seed_1 and seed1 pair up
 
 
 def test_paper_file_spot_checks():
-    paper = ptr.load_paper()
-    assert ptr.paper_rows(paper, "PETR")["average"] == {"base": 88.42, "novel": 82.09, "hm": 85.14}
-    assert ptr.paper_rows(paper, "PromptKD")["eurosat"] == {"base": 97.54, "novel": 82.08, "hm": 89.14}
-    assert ptr.paper_rows(paper, "PromptKD")["average"] == {"base": 86.96, "novel": 80.73, "hm": 83.73}
-    assert ptr.paper_rows(paper, "PETR+CoOp")["average"] == {"base": 82.39, "novel": 73.82, "hm": 77.49}
-    assert ptr.paper_rows(paper, "ZeroshotCLIP")["average"]["hm"] == 71.70
+    paper = load_paper()
+    assert paper_rows(paper, "PETR")["average"] == {"base": 88.42, "novel": 82.09, "hm": 85.14}
+    assert paper_rows(paper, "PromptKD")["eurosat"] == {"base": 97.54, "novel": 82.08, "hm": 89.14}
+    assert paper_rows(paper, "PromptKD")["average"] == {"base": 86.96, "novel": 80.73, "hm": 83.73}
+    assert paper_rows(paper, "PETR+CoOp")["average"] == {"base": 82.39, "novel": 73.82, "hm": 77.49}
+    assert paper_rows(paper, "ZeroshotCLIP")["average"]["hm"] == 71.70
     assert paper["tables"]["cross_dataset"]["methods"]["PETR"]["rows"]["average"]["accuracy"] == 73.09
     assert paper["tables"]["domain_generalization"]["methods"]["PETR"]["rows"]["average"]["accuracy"] == 72.44
     for name, table in paper["tables"].items():

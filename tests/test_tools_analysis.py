@@ -1,6 +1,8 @@
 """Routing-analysis tools on synthetic PETR dumps, against direct NumPy computations."""
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -8,7 +10,10 @@ from helpers_results import make_dumps, run_dir
 from PIL import Image
 from scipy.special import logsumexp
 
+from analysis.dumps import find_units
 from tools import lambda_sweep, plot_routing_scores, router_ablation
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 UNITS = [("eurosat", 1), ("eurosat", 2), ("dtd", 1)]
 
@@ -58,7 +63,7 @@ ROUTERS = ["mahalanobis", "energy", "average", "oracle"]
 
 def test_find_units_pairs_base_and_new(tree):
     root, _ = tree
-    units = router_ablation.find_units([root])
+    units = find_units([root])
     assert [(u.method, u.dataset, u.seed) for u in units] == [("PETR/cfg", "dtd", "1"), ("PETR/cfg", "eurosat", "1"),
                                                               ("PETR/cfg", "eurosat", "2")]  # papers' dataset order
     assert all(len(u.dirs) == 2 and len(u.logits_paths) == 2 and "train_base" in u.fit_path for u in units)
@@ -91,7 +96,7 @@ def test_router_ablation_matches_numpy(tree, tmp_path, capsys):
 
 def test_router_ablation_single_run_folder_and_errors(tmp_path, capsys):
     s = make_dumps(str(tmp_path / "eurosat" / "seed_3"), None, seed=7)
-    units = router_ablation.find_units([str(tmp_path)])
+    units = find_units([str(tmp_path)])
     assert [(u.dataset, u.seed) for u in units] == [("eurosat", "3")]
     got = router_ablation.evaluate_unit(units[0], ["mahalanobis"])["mahalanobis"]
     ref = np_expected(s, "mahalanobis")
@@ -142,9 +147,21 @@ def test_plots_are_valid_pngs(tree, tmp_path, capsys):
             img.verify()
         with Image.open(os.path.join(out_dir, name)) as img:
             assert img.format == "PNG" and img.size[0] >= 400 and img.size[1] >= 300
-    units = [u for u in router_ablation.find_units([root]) if u.dataset == "dtd"]
+    units = [u for u in find_units([root]) if u.dataset == "dtd"]
     written = plot_routing_scores.plot_routers(units, out_dir, routers=["mahalanobis", "entropy", "lof"])
     with Image.open(written[0]) as img:
         assert os.path.basename(written[0]) == "dtd_seed1_routers.png" and img.size[0] >= 1000
     assert plot_routing_scores.main([root, "--out", out_dir, "--datasets", "nope"]) == 2
     assert "none of the datasets" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("launcher", [["-m", "tools.router_ablation"], ["tools/lambda_sweep.py"],
+                                      ["tools/plot_routing_scores.py", "--out", "figs"]], ids=lambda x: x[-1])
+def test_tools_run_as_module_and_as_script(tree, tmp_path, launcher):
+    """``python -m tools.<name>`` and ``python tools/<name>.py`` (from the repository root) both run."""
+    root, _ = tree
+    cmd = [sys.executable, *(os.path.join(tmp_path, a) if a == "figs" else a for a in launcher), root]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=1800)
+    assert res.returncode == 0, res.stderr
+    first = res.stdout.splitlines()[0]
+    assert first.startswith("Saved") if "--out" in launcher else first.split()[0] == "dataset"

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,16 +28,19 @@ import torch.nn.functional as F
 from tabulate import tabulate
 from torch.utils import flop_counter
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if not __package__:  # run as `python tools/benchmark.py`
+    from _repo_root import add_to_path
 
-import clip  # noqa: E402
-from clip.model import CLIP  # noqa: E402
-from engine.precision import autocast  # noqa: E402
-from trainers.losses import kd_loss  # noqa: E402
-from trainers.promptsrc import VLPromptLearner  # noqa: E402
-from trainers.routing import MahalanobisRouter  # noqa: E402
-from trainers.student import VisualPromptStudent, batched_features  # noqa: E402
-from trainers.teacher import Teacher  # noqa: E402
+    add_to_path()
+
+import clip
+from clip.model import CLIP
+from engine.precision import autocast
+from trainers.losses import kd_loss
+from trainers.promptsrc import VLPromptLearner
+from trainers.routing import MahalanobisRouter
+from trainers.student import VisualPromptStudent, batched_features
+from trainers.teacher import Teacher
 
 # clip.model.CLIP constructor arguments of OpenAI's checkpoints, and a toy pair for tests and smoke runs.
 VIT_B16 = dict(embed_dim=512, image_resolution=224, vision_layers=12, vision_width=768, vision_patch_size=16,

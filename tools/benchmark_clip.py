@@ -5,16 +5,17 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
 import torch
 from tabulate import tabulate
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if not __package__:  # run as `python tools/benchmark_clip.py`
+    from _repo_root import add_to_path
 
-import clip  # noqa: E402
+    add_to_path()
+
+import clip
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -25,7 +25,6 @@ import importlib
 import os
 import pickle
 import re
-import sys
 import types
 from collections import Counter
 from typing import Any
@@ -33,14 +32,16 @@ from typing import Any
 import torch
 from tabulate import tabulate
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if not __package__:  # run as `python tools/import_promptkd_teacher.py`
+    from _repo_root import add_to_path
 
-import clip  # noqa: E402
-from clip.clip import _is_torchscript  # noqa: E402
-from engine.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
-from trainers.promptsrc import MODEL_NAME, TEXT_KEY, VISION_KEY, VLPromptLearner  # noqa: E402
-from trainers.teacher import check_teacher_fits  # noqa: E402
+    add_to_path()
+
+import clip
+from clip.clip import _is_torchscript
+from engine.checkpoint import load_checkpoint, save_checkpoint
+from trainers.promptsrc import MODEL_NAME, TEXT_KEY, VISION_KEY, VLPromptLearner
+from trainers.teacher import check_teacher_fits
 
 # Globals the restricted unpickler resolves for real: torch's tensor rebuilding and the containers it uses.
 _TENSOR_GLOBALS = {

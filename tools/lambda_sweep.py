@@ -1,8 +1,8 @@
 """λ sweep of the Mahalanobis router on the training sets, from saved logits (no model needed).
 
 Usage (from the repository root):
-  python tools/lambda_sweep.py output/base2new [DIR ...] [--lambdas 0.6 1.0 1.4 1.8] [--percentile 99]
-                               [--format plain|github|csv] [--json OUT]
+  python -m tools.lambda_sweep output/base2new [DIR ...] [--lambdas 0.6 1.0 1.4 1.8] [--percentile 99]
+                                  [--format plain|github|csv] [--json OUT]
 
 Per dataset (mean over seeds) and averaged: the share of seen (base) train samples routed to the seen branch
 (fit on the same ``router_fit_logits.pt``) and the share of unseen (novel) train samples (``train_u_logits.pt``)
@@ -14,16 +14,20 @@ import argparse
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # allow `python tools/lambda_sweep.py`
+if not __package__:  # run as `python tools/lambda_sweep.py`
+    from _repo_root import add_to_path
 
-import numpy as np  # noqa: E402
+    add_to_path()
 
-from engine.utils import write_json  # noqa: E402
-from parse_test_res import AVERAGE, FORMATS, ResultsError, dataset_sort_key, render_table  # noqa: E402
-from tools.router_ablation import DumpUnit, find_units  # noqa: E402
-from trainers.routing import MahalanobisRouter, load_q_dump  # noqa: E402
+import numpy as np
+
+from analysis.dumps import DumpUnit, find_units
+from analysis.errors import ResultsError
+from analysis.layout import AVERAGE, dataset_sort_key
+from analysis.tables import FORMATS, render_table
+from engine.utils import write_json
+from trainers.routing import MahalanobisRouter, load_q_dump
 
 DEFAULT_LAMBDAS = (0.6, 1.0, 1.4, 1.8)
 

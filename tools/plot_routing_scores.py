@@ -1,8 +1,8 @@
 """Plots of base vs novel routing scores from saved PETR logits (no model needed), as PNG files.
 
 Usage (from the repository root):
-  python tools/plot_routing_scores.py output/base2new [DIR ...] --out figures/ [--routers] [--datasets eurosat ...]
-                                      [--lam 1.4] [--percentile 99]
+  python -m tools.plot_routing_scores output/base2new [DIR ...] --out figures/ [--routers] [--datasets eurosat ...]
+                                         [--lam 1.4] [--percentile 99]
 
 Default: one figure per dataset/seed with the Mahalanobis distances of the base (seen) and novel (unseen) test
 samples on a log2 axis and the threshold ``T = λ · P99``, plus ``mahalanobis_grid.png`` with every dataset when
@@ -15,34 +15,23 @@ import math
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # allow `python tools/plot_routing_scores.py`
+if not __package__:  # run as `python tools/plot_routing_scores.py`
+    from _repo_root import add_to_path
 
-import matplotlib  # noqa: E402
+    add_to_path()
+
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from parse_test_res import ResultsError  # noqa: E402
-from tools.router_ablation import DumpUnit, find_units  # noqa: E402
-from trainers.routing import ROUTERS, build_router, load_logits_dump, load_q_dump  # noqa: E402
+from analysis.dumps import DumpUnit, find_units, unit_scores
+from analysis.errors import ResultsError
+from trainers.routing import ROUTERS
 
 SCORE_ROUTERS = tuple(name for name, cls in ROUTERS.items() if cls.routes and not cls.needs_truth)
-
-
-def unit_scores(unit: DumpUnit, router_name: str, lam: float, percentile: float) -> tuple[np.ndarray, np.ndarray,
-                                                                                         float]:
-    """Outlier scores of the base and novel test samples of ``unit`` and the router's threshold."""
-    router = build_router(router_name, lam=lam, percentile=percentile).fit(load_q_dump(unit.fit_path))
-    dumps = [load_logits_dump(p) for p in unit.logits_paths]
-    if not dumps:
-        raise ResultsError(f"no logits_<split>.pt dumps for {unit.label} in {', '.join(unit.dirs)}")
-    scores = torch.cat([router.score(torch.cat([d["q_s"], d["q_u"]], dim=1)) for d in dumps]).cpu().numpy()
-    is_seen = torch.cat([d["is_seen"] for d in dumps]).numpy()
-    return scores[is_seen], scores[~is_seen], router.threshold
 
 
 def _histogram(ax: plt.Axes, base: np.ndarray, novel: np.ndarray, threshold: float, log2: bool) -> None:

@@ -1,8 +1,8 @@
 """Routing ablation from saved logits: every router of trainers/routing.py on every dataset, no model needed.
 
 Usage (from the repository root):
-  python tools/router_ablation.py output/base2new [DIR ...] [--routers mahalanobis lof ...] [--lam 1.4]
-                                   [--percentile 99] [--format plain|github|csv] [--json OUT]
+  python -m tools.router_ablation output/base2new [DIR ...] [--routers mahalanobis lof ...] [--lam 1.4]
+                                      [--percentile 99] [--format plain|github|csv] [--json OUT]
 
 DIR may be an output root (``train_base/`` + ``test_new/`` run folders are paired by dataset and seed), a method
 folder, or a run folder holding both dumps. Each router is fitted on ``router_fit_logits.pt`` (seen train logits)
@@ -13,123 +13,35 @@ samples, Base / Novel accuracy of the routed prediction (argmax restricted to ea
 from __future__ import annotations
 
 import argparse
-import glob
 import math
-import os
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # allow `python tools/router_ablation.py`
+if not __package__:  # run as `python tools/router_ablation.py`
+    from _repo_root import add_to_path
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+    add_to_path()
 
-from engine.utils import write_json  # noqa: E402
-from parse_test_res import (  # noqa: E402
-    AVERAGE,
-    FORMATS,
-    ResultsError,
-    dataset_sort_key,
-    harmonic_mean,
-    parse_run_path,
-    render_table,
-    seed_of,
-)
-from trainers.routing import (  # noqa: E402
-    FIT_DUMP_NAME,
-    ROUTERS,
-    TRAIN_U_DUMP_NAME,
-    build_router,
-    load_logits_dump,
-    load_q_dump,
-    restricted_argmax,
-    routing_metrics,
-)
+import torch
+from tqdm import tqdm
+
+from analysis.dumps import DumpUnit, find_units, load_test_dumps
+from analysis.errors import ResultsError
+from analysis.layout import AVERAGE, dataset_sort_key
+from analysis.stats import harmonic_mean, nanmean
+from analysis.tables import FORMATS, render_table
+from engine.utils import write_json
+from trainers.routing import ROUTERS, build_router, load_q_dump, restricted_argmax, routing_metrics
 
 METRIC_KEYS = ("route_base", "route_novel", "base", "novel")
-
-
-@dataclass
-class DumpUnit:
-    """The dumps of one method / dataset / seed, possibly spread over a train_base and a test_new folder."""
-
-    method: str
-    dataset: str
-    seed: str
-    dirs: list[str] = field(default_factory=list)
-
-    def _first(self, name: str) -> str | None:
-        paths = [os.path.join(d, name) for d in self.dirs if os.path.isfile(os.path.join(d, name))]
-        return paths[0] if paths else None
-
-    @property
-    def fit_path(self) -> str:
-        path = self._first(FIT_DUMP_NAME)
-        if path is None:
-            raise ResultsError(f"no {FIT_DUMP_NAME} in {', '.join(self.dirs)} (PETR evaluation writes it)")
-        return path
-
-    @property
-    def train_u_path(self) -> str:
-        path = self._first(TRAIN_U_DUMP_NAME)
-        if path is None:
-            raise ResultsError(f"no {TRAIN_U_DUMP_NAME} in {', '.join(self.dirs)} (PETR evaluation writes it)")
-        return path
-
-    @property
-    def logits_paths(self) -> list[str]:
-        return sorted(p for d in self.dirs for p in glob.glob(os.path.join(d, "logits_*.pt")))
-
-    @property
-    def label(self) -> str:
-        return f"{self.dataset} seed {self.seed}" if self.seed else self.dataset
-
-
-def _unit_key(directory: str) -> tuple[str, str, str]:
-    rp = parse_run_path(directory)
-    if rp is not None:
-        seed = seed_of(rp.seed)
-        return f"{rp.trainer}/{rp.config}", rp.dataset, str(seed) if seed is not None else rp.seed
-    path = Path(os.path.abspath(directory))
-    seed = seed_of(path.name)
-    if seed is not None:
-        return "", path.parent.name, str(seed)
-    return "", path.name, ""
-
-
-def find_units(dirs: Sequence[str]) -> list[DumpUnit]:
-    """Every folder under ``dirs`` holding PETR dumps, grouped by (method, dataset, seed)."""
-    units: dict[tuple[str, str, str], DumpUnit] = {}
-    for top in dirs:
-        if not os.path.isdir(top):
-            raise ResultsError(f"directory not found: {top}")
-        for dirpath, dirnames, filenames in os.walk(top):
-            dirnames.sort()
-            if not any(f in (FIT_DUMP_NAME, TRAIN_U_DUMP_NAME) or (f.startswith("logits_") and f.endswith(".pt"))
-                       for f in filenames):
-                continue
-            key = _unit_key(dirpath)
-            unit = units.setdefault(key, DumpUnit(*key))
-            if dirpath not in unit.dirs:
-                unit.dirs.append(dirpath)
-    if not units:
-        raise ResultsError(f"no PETR logits dumps ({FIT_DUMP_NAME}, logits_<split>.pt) under {', '.join(dirs)}")
-    for unit in units.values():  # the train_base folder first, so its fit dump wins
-        unit.dirs.sort(key=lambda d: (parse_run_path(d) is None or parse_run_path(d).role != "train_base", d))
-    return sorted(units.values(), key=lambda u: (u.method, dataset_sort_key(u.dataset), u.seed))
 
 
 def evaluate_unit(unit: DumpUnit, routers: Sequence[str], lam: float = 1.4, percentile: float = 99.0,
                   **router_kw: dict) -> dict[str, dict[str, float]]:
     """Per router: routing accuracy on base/novel samples and Base/Novel accuracy (percent) of one unit."""
     fit_q = load_q_dump(unit.fit_path)
-    dumps = [load_logits_dump(p) for p in unit.logits_paths]
-    if not dumps:
-        raise ResultsError(f"no logits_<split>.pt dumps for {unit.label} in {', '.join(unit.dirs)}")
+    dumps = load_test_dumps(unit)
     is_seen = torch.cat([d["is_seen"] for d in dumps])
     out = {}
     for name in routers:
@@ -155,11 +67,6 @@ def _pct(x: torch.Tensor) -> float:
     return 100.0 * x.mean().item() if x.numel() else math.nan
 
 
-def _nanmean(values: Sequence[float]) -> float:
-    values = [v for v in values if not math.isnan(v)]
-    return float(np.mean(values)) if values else math.nan
-
-
 def aggregate(per_unit: dict[tuple[str, str, str], dict[str, dict[str, float]]]) -> dict:
     """``{method: {dataset or "average": {router: metrics + hm}}}``: seed means, HM of means, dataset average."""
     grouped: dict[str, dict[str, dict[str, list[dict[str, float]]]]] = defaultdict(
@@ -171,10 +78,10 @@ def aggregate(per_unit: dict[tuple[str, str, str], dict[str, dict[str, float]]])
     for method, datasets in grouped.items():
         rows: dict[str, dict[str, dict[str, float]]] = {}
         for ds in sorted(datasets, key=dataset_sort_key):
-            rows[ds] = {r: _with_hm({k: _nanmean([m[k] for m in ms]) for k in METRIC_KEYS})
+            rows[ds] = {r: _with_hm({k: nanmean([m[k] for m in ms]) for k in METRIC_KEYS})
                         for r, ms in datasets[ds].items()}
         routers = list(next(iter(rows.values())))
-        rows[AVERAGE] = {r: _with_hm({k: _nanmean([rows[ds][r][k] for ds in rows]) for k in METRIC_KEYS})
+        rows[AVERAGE] = {r: _with_hm({k: nanmean([rows[ds][r][k] for ds in rows]) for k in METRIC_KEYS})
                          for r in routers}
         out[method] = rows
     return out
