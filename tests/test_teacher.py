@@ -108,7 +108,7 @@ def test_import_round_trip_runs_no_pickled_code(tmp_path, promptkd_file, tiny_te
 
     imported = build_teacher(tiny_teacher_clip_file, out, NAMES, "cpu", dataset_name="EuroSAT")
     direct = Teacher(tiny_teacher_clip, NAMES, prompts=learner)
-    plain = Teacher(clip.load(tiny_teacher_clip_file), NAMES)
+    plain = Teacher(clip.load_model(tiny_teacher_clip_file), NAMES)
     images = _images()
     torch.testing.assert_close(imported(images), direct(images), rtol=0, atol=1e-5)
     torch.testing.assert_close(imported.text_features_for(NAMES[1:]), direct.text_features_for(NAMES[1:]))

@@ -175,7 +175,7 @@ def test_trained_in_the_same_run_then_novel_from_its_folder(tmp_path, coop_run, 
     assert "epoch [2/2]" in (out / "log.txt").read_text()
     checkpoint = load_checkpoint(str(out / "prompt_learner" / "model.pth.tar-2"))
     ctx = checkpoint["state_dict"]["ctx"]
-    init = clip.load(tiny_clip_file).token_embedding(clip.tokenize("a photo of a"))[0, 1:5]
+    init = clip.load_model(tiny_clip_file).token_embedding(clip.tokenize("a photo of a"))[0, 1:5]
     assert not torch.allclose(ctx, init)  # θ_s was trained
     assert set(checkpoint["state_dict"]) == {"ctx"}  # CoOp's checkpoint layout
     result = check_against_reference(out, reference_routing(tree, tiny_openclip_model, ctx, BASE))

@@ -61,7 +61,7 @@ def import_teacher(src: str, clip_name: str, output_dir: str, dataset: str = "",
     print(tabulate(rows, headers=["PromptKD key", "our key", "shape", "dtype (→ float32)"]))
     print(tabulate(sorted(ignored.items()), headers=["ignored keys", "count"]))
     print(f"Loading CLIP {clip_name} to check the teacher's size")
-    clip_model = clip.load(clip_name, "cpu")
+    clip_model = clip.load_model(clip_name, "cpu")
     check_frozen_shapes(state, clip_model, clip_name, src, "--clip")
     check_teacher_fits(prompts, clip_model, clip_name, src, setting="--clip")
     sizes = prompts.describe()

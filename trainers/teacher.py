@@ -3,7 +3,7 @@
 Teacher files are PromptSRC checkpoints of this project (``<run>/VLPromptLearner/model.pth.tar-<E>``, Dassl
 layout, tensors and plain values only), files written by ``tools/import_promptkd_teacher.py`` in the same layout, or
 upstream PromptKD's released files (read with the restricted unpickler, keys mapped by ``upstream_teacher``).
-Only the prompts are read from them: the frozen CLIP comes from ``TEACHER_NAME`` (``clip.load``).
+Only the prompts are read from them: the frozen CLIP comes from ``TEACHER_NAME`` (``clip.load_model``).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tabulate import tabulate
 from torch import nn
 
 import clip
-from clip.model import CLIP
+from clip.model import CLIP, require_vit
 from engine.checkpoint import load_checkpoint
 
 from .promptsrc import MODEL_NAME, VLPromptLearner, prompted_text_features
@@ -186,9 +186,9 @@ def build_teacher(name: str, ckpt: str, classnames: Sequence[str], device: torch
         path = resolve_teacher_file(ckpt)
         prompts = read_teacher_prompts(path)
     print(f"Loading teacher CLIP (TEACHER_NAME: {name})")
-    clip_model = clip.load(name, device)
-    if dtype is not None:
-        clip_model.to(dtype)
+    clip_model = clip.load_model(name, device, dtype)
+    if prompts is not None:
+        require_vit(clip_model, name, "TEACHER_NAME", "a prompted teacher")
     if prompts is None:
         template = single_template(dataset_name)
         print(f"Note: no teacher checkpoint (TEACHER_CKPT is empty): the teacher is plain CLIP {name} with the "
