@@ -14,7 +14,7 @@ import torch
 
 import trainers  # noqa: F401  (registers the trainers and provides extend_cfg)
 from engine import build_trainer, collect_env_info, get_cfg_default, set_random_seed, setup_logger
-from trainers.config import extend_cfg
+from trainers.config import extend_cfg, foreign_trainer_message
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 if os.path.isfile(os.path.join(REPO_ROOT, "datasets", "__init__.py")):
@@ -53,6 +53,8 @@ def _merge(cfg, source: str, merge) -> None:
         msg = str(e.args[0]) if e.args else str(e)
         if msg.startswith(("Non-existent config key:", "Non-existent key:")):  # yacs: file / opts wording
             key = msg.split(":", 1)[1].strip()
+            if foreign_trainer_message(key):
+                raise SystemExit(f"error: {source}: {foreign_trainer_message(key)}") from None
             raise SystemExit(f"error: {source}: unknown config key '{key}' "
                              "(declare it in trainers/config.py extend_cfg or fix the typo)") from None
         raise SystemExit(f"error: {source}: {msg}") from None

@@ -1,4 +1,5 @@
-"""OpenAI-compatible CLIP entry points: available_models, load (local files first, then download), tokenize."""
+"""OpenAI-compatible CLIP entry points: available_models, load (``(model, preprocess)`` as OpenAI's package),
+load_model (the frozen model alone, what the trainers use; local files first, then download), tokenize."""
 from __future__ import annotations
 
 import hashlib
@@ -11,15 +12,27 @@ import warnings
 import zipfile
 
 import torch
+import torchvision.transforms as T
+from PIL import Image
 from tqdm import tqdm
 
 from .model import CLIP, build_model
 from .tokenizer import EOT_TOKEN, SOT_TOKEN, encode
 
-__all__ = ["available_models", "build_model", "load", "tokenize"]
+__all__ = ["available_models", "build_model", "load", "load_model", "preprocess_for", "tokenize"]
 
 # OpenAI's public checkpoints; the second-to-last path segment is the file's SHA-256.
 _MODELS = {
+    "RN50": "https://openaipublic.azureedge.net/clip/models/"
+            "afeb0e10f9e5a86da6080e35cf09123aca3b358a0c3e3b6c78a7b63bc04b6762/RN50.pt",
+    "RN101": "https://openaipublic.azureedge.net/clip/models/"
+             "8fa8567bab74a42d41c5915025a8e4538c3bdbe8804a470a72f30b0d94fab599/RN101.pt",
+    "RN50x4": "https://openaipublic.azureedge.net/clip/models/"
+              "7e526bd135e493cef0776de27d5f42653e6b4c8bf9e0f653bb11773263205fdd/RN50x4.pt",
+    "RN50x16": "https://openaipublic.azureedge.net/clip/models/"
+               "52378b407f34354e150460fe41077663dd5b39c54cd0bfd2b27167a4a06ec9aa/RN50x16.pt",
+    "RN50x64": "https://openaipublic.azureedge.net/clip/models/"
+               "be1cfb55d75a9666199fb2206c106743da0f6468c9d327f3e0d0a543a9919d9c/RN50x64.pt",
     "ViT-B/32": "https://openaipublic.azureedge.net/clip/models/"
                 "40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af/ViT-B-32.pt",
     "ViT-B/16": "https://openaipublic.azureedge.net/clip/models/"
@@ -41,13 +54,13 @@ def _cache_dir() -> str:
     return os.path.join(os.path.expanduser("~"), ".cache", "clip")
 
 
-def _candidate_paths(name: str) -> list[str]:
-    """Places searched for a named model, in order: ./clip/, $CLIP_WEIGHTS_DIR, ~/.cache/clip."""
+def _candidate_paths(name: str, download_root: str | None = None) -> list[str]:
+    """Places searched for a named model, in order: ./clip/, $CLIP_WEIGHTS_DIR, ``download_root`` or ~/.cache/clip."""
     basename = os.path.basename(_MODELS[name])
     dirs = [os.path.join(os.getcwd(), "clip")]
     if os.environ.get("CLIP_WEIGHTS_DIR"):
         dirs.append(os.environ["CLIP_WEIGHTS_DIR"])
-    dirs.append(_cache_dir())
+    dirs.append(download_root or _cache_dir())
     return [os.path.join(d, basename) for d in dirs]
 
 
@@ -77,26 +90,27 @@ def download(url: str, root: str) -> str:
     return target
 
 
-def _resolve(name_or_path: str) -> str:
-    """Path of the weight file for a file path or a model name, downloading into ~/.cache/clip when needed."""
+def _resolve(name_or_path: str, download_root: str | None = None) -> str:
+    """Path of the weight file for a file path or a model name, downloading into ``download_root`` (default
+    ~/.cache/clip) when needed."""
     if os.path.isfile(name_or_path):
         return name_or_path
     if name_or_path not in _MODELS:
         raise RuntimeError(f"CLIP weights '{name_or_path}' are neither a file nor a known model; "
                            f"available models: {', '.join(available_models())}")
-    tried = _candidate_paths(name_or_path)
+    tried = _candidate_paths(name_or_path, download_root)
     for path in tried:
         if os.path.isfile(path):
             return path
     url = _MODELS[name_or_path]
     try:
-        return download(url, _cache_dir())
+        return download(url, download_root or _cache_dir())
     except (urllib.error.URLError, OSError) as e:
         basename = os.path.basename(url)
         raise RuntimeError(
             f"CLIP weights for {name_or_path} not found (tried {', '.join(tried)}) and the download failed ({e}); "
             f"download {url} and put {basename} in ./clip/ (run from the repository root), in $CLIP_WEIGHTS_DIR "
-            f"or in {_cache_dir()}"
+            f"or in {download_root or _cache_dir()}"
         ) from None
 
 
@@ -126,18 +140,50 @@ def _read_state_dict(path: str) -> dict:
     return obj
 
 
-def load(name_or_path: str, device: str | torch.device = "cpu", jit: bool = False) -> CLIP:
-    """Frozen float32 CLIP from a model name (see available_models) or a weight file, moved to ``device``.
+def load_model(name_or_path: str, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> CLIP:
+    """Frozen CLIP from a model name (see available_models) or a weight file, on ``device``, cast once to ``dtype``
+    (None = float32).
 
     Names are looked up in ./clip/, $CLIP_WEIGHTS_DIR and ~/.cache/clip, then downloaded (SHA-256 checked).
     """
-    if jit:
-        raise ValueError("jit=True is not supported: the prompt-aware CLIP runs as a Python model; use jit=False")
-    path = _resolve(name_or_path)
+    return _build(_resolve(name_or_path)).to(device=device, dtype=dtype or torch.float32)
+
+
+def _build(path: str) -> CLIP:
     try:
-        return build_model(_read_state_dict(path)).to(device)
+        return build_model(_read_state_dict(path))
     except (ValueError, NotImplementedError) as e:
         raise type(e)(f"{path}: {e}") from None
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    return image.convert("RGB")
+
+
+def preprocess_for(n_px: int) -> T.Compose:
+    """OpenAI's image preprocessing: bicubic resize of the short side, center crop, RGB, tensor, CLIP mean/std."""
+    return T.Compose([
+        T.Resize(n_px, interpolation=T.InterpolationMode.BICUBIC),
+        T.CenterCrop(n_px),
+        _to_rgb,
+        T.ToTensor(),
+        T.Normalize((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)),
+    ])
+
+
+def load(name: str, device: str | torch.device = "cpu", jit: bool = False,
+         download_root: str | None = None) -> tuple[CLIP, T.Compose]:
+    """``(model, preprocess)`` as OpenAI's ``clip.load``: the model in eval mode with trainable parameters, float16
+    on CUDA and float32 elsewhere, and the preprocessing for its input resolution.
+
+    ``name`` is a model name or a weight file; ``download_root`` (default ~/.cache/clip) is searched and downloaded
+    into. The model runs as Python code (``jit=True`` is refused, as OpenAI's TorchScript path is not provided).
+    """
+    if jit:
+        raise ValueError("jit=True is not supported: the prompt-aware CLIP runs as a Python model; use jit=False")
+    dtype = torch.float16 if torch.device(device).type == "cuda" else torch.float32
+    model = _build(_resolve(name, download_root)).to(device=device, dtype=dtype).requires_grad_(True)
+    return model, preprocess_for(model.visual.input_resolution)
 
 
 def tokenize(texts: str | list[str], context_length: int = 77, truncate: bool = False) -> torch.LongTensor:

@@ -1,4 +1,7 @@
-"""Prompt-aware ViT CLIP: OpenAI's architecture and parameter names, deep prompts passed in at call time."""
+"""Prompt-aware OpenAI CLIP: OpenAI's architecture and parameter names, deep prompts passed in at call time (ViT).
+
+ResNet CLIPs (RN50, ...; image tower in ``clip/resnet.py``) load too; they take no visual prompts.
+"""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -8,11 +11,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .resnet import ModifiedResNet, resnet_dims
+
 Prompts = Sequence[torch.Tensor] | None
 
 # Integer entries of OpenAI's JIT archives that are not parameters.
 _NON_PARAMETER_KEYS = ("input_resolution", "context_length", "vocab_size")
-_SUPPORTED = "ViT CLIPs in OpenAI's format (ViT-B/32, ViT-B/16, ViT-L/14, ViT-L/14@336px or any other size)"
+_SUPPORTED = ("CLIPs in OpenAI's format: ViT (ViT-B/32, ViT-B/16, ViT-L/14, ViT-L/14@336px) or ResNet (RN50, RN101, "
+              "RN50x4, RN50x16, RN50x64), of any size")
 
 
 class LayerNorm(nn.LayerNorm):
@@ -153,11 +159,12 @@ class VisionTransformer(nn.Module):
 
 
 class CLIP(nn.Module):
-    """OpenAI ViT CLIP whose encoders take optional deep prompts (see encode_image / encode_text)."""
+    """OpenAI CLIP whose encoders take optional deep prompts (see encode_image / encode_text); a tuple of
+    ``vision_layers`` (blocks per stage) builds OpenAI's modified ResNet image tower instead of a ViT."""
 
-    def __init__(self, embed_dim: int, image_resolution: int, vision_layers: int, vision_width: int,
-                 vision_patch_size: int, context_length: int, vocab_size: int, transformer_width: int,
-                 transformer_heads: int, transformer_layers: int):
+    def __init__(self, embed_dim: int, image_resolution: int, vision_layers: int | tuple[int, ...],
+                 vision_width: int, vision_patch_size: int | None, context_length: int, vocab_size: int,
+                 transformer_width: int, transformer_heads: int, transformer_layers: int):
         super().__init__()
         self.embed_dim = embed_dim
         self.image_resolution = image_resolution
@@ -168,14 +175,23 @@ class CLIP(nn.Module):
         self.vocab_size = vocab_size
         self.text_width = transformer_width
         self.text_layers = transformer_layers
-        self.visual = VisionTransformer(image_resolution, vision_patch_size, vision_width, vision_layers,
-                                        vision_width // 64, embed_dim)
+        if isinstance(vision_layers, (tuple, list)):
+            self.visual = ModifiedResNet(tuple(vision_layers), embed_dim, vision_width * 32 // 64, image_resolution,
+                                         vision_width)
+        else:
+            self.visual = VisionTransformer(image_resolution, vision_patch_size, vision_width, vision_layers,
+                                            vision_width // 64, embed_dim)
         self.transformer = Transformer(transformer_width, transformer_layers, transformer_heads, causal=True)
         self.token_embedding = nn.Embedding(vocab_size, transformer_width)
         self.positional_embedding = nn.Parameter(torch.empty(context_length, transformer_width))
         self.ln_final = LayerNorm(transformer_width)
         self.text_projection = nn.Parameter(torch.empty(transformer_width, embed_dim))
         self.logit_scale = nn.Parameter(torch.empty(()))
+
+    @property
+    def is_vit(self) -> bool:
+        """True for a ViT image tower (deep visual prompts possible), False for a ResNet one."""
+        return isinstance(self.visual, VisionTransformer)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -223,46 +239,63 @@ class CLIP(nn.Module):
         return logits_per_image, logits_per_image.t()
 
 
+def require_vit(model: CLIP, name: str, setting: str, user: str) -> None:
+    """Raise one clear ValueError when ``user`` (a trainer needing deep visual prompts) got a ResNet CLIP."""
+    if not model.is_vit:
+        raise ValueError(f"{user} needs a ViT CLIP (deep visual prompts), but {setting} {name} is a ResNet CLIP; set "
+                         f"{setting} to a ViT such as ViT-B/16 (ResNet CLIPs run ZeroshotCLIP, CoOp and PETRCoOp)")
+
+
 def _count_blocks(state_dict: dict, prefix: str) -> int:
     """Number of distinct ``<prefix>.N`` transformer blocks in a state dict."""
     return len({k[len(prefix):].split(".")[0] for k in state_dict if k.startswith(prefix)})
 
 
+def _vit_dims(sd: dict) -> dict:
+    """Sizes of an OpenAI-format ViT image tower read off its state dict."""
+    vision_width, _, patch_size, _ = sd["visual.conv1.weight"].shape
+    grid = round((sd["visual.positional_embedding"].shape[0] - 1) ** 0.5)
+    if vision_width % 64:
+        raise ValueError(f"transformer widths must be multiples of 64 (heads = width // 64, as OpenAI); got vision "
+                         f"{vision_width}")
+    return {"image_resolution": patch_size * grid, "vision_layers": _count_blocks(sd, "visual.transformer.resblocks."),
+            "vision_width": vision_width, "vision_patch_size": patch_size}
+
+
 def build_model(state_dict: dict) -> CLIP:
-    """Build a frozen float32 CLIP from an OpenAI-format ViT state dict of any size (sizes read off the shapes)."""
-    if "visual.proj" not in state_dict:
-        if any(k.startswith("visual.layer1.") for k in state_dict):
-            raise NotImplementedError(f"ResNet CLIP checkpoints (RN50, ...) are not supported; only {_SUPPORTED}")
-        raise ValueError(f"not an OpenAI-format CLIP state dict (no 'visual.proj' key); expected {_SUPPORTED}")
+    """Build a frozen float32 CLIP from an OpenAI-format ViT or ResNet state dict of any size (sizes read off
+    the shapes)."""
+    if "visual.proj" in state_dict:
+        vision_dims = _vit_dims
+    elif "visual.attnpool.positional_embedding" in state_dict:
+        vision_dims = resnet_dims
+    else:
+        raise ValueError(f"not an OpenAI-format CLIP state dict (no 'visual.proj' or 'visual.attnpool.*' key); "
+                         f"expected {_SUPPORTED}")
     sd = {k: v for k, v in state_dict.items() if k not in _NON_PARAMETER_KEYS}
     try:
-        vision_width, _, patch_size, _ = sd["visual.conv1.weight"].shape
-        grid = round((sd["visual.positional_embedding"].shape[0] - 1) ** 0.5)
         context_length, text_width = sd["positional_embedding"].shape
         dims = dict(
             embed_dim=sd["text_projection"].shape[1],
-            image_resolution=patch_size * grid,
-            vision_layers=_count_blocks(sd, "visual.transformer.resblocks."),
-            vision_width=vision_width,
-            vision_patch_size=patch_size,
             context_length=context_length,
             vocab_size=sd["token_embedding.weight"].shape[0],
             transformer_width=text_width,
             transformer_heads=text_width // 64,
             transformer_layers=_count_blocks(sd, "transformer.resblocks."),
+            **vision_dims(sd),
         )
     except KeyError as e:
         raise ValueError(f"OpenAI-format CLIP state dict lacks key {e}; expected {_SUPPORTED}") from None
-    if vision_width % 64 or text_width % 64:
+    if text_width % 64:
         raise ValueError(f"transformer widths must be multiples of 64 (heads = width // 64, as OpenAI); "
-                         f"got vision {vision_width}, text {text_width}")
+                         f"got text {text_width}")
     with torch.device("meta"):
         model = CLIP(**dims)
     model.to_empty(device="cpu")
     expected = set(model.state_dict())
     missing, unexpected = sorted(expected - set(sd)), sorted(set(sd) - expected)
     if missing or unexpected:
-        raise ValueError(f"state dict does not match an OpenAI ViT CLIP of the inferred size: missing keys "
+        raise ValueError(f"state dict does not match an OpenAI CLIP of the inferred size: missing keys "
                          f"{missing[:8]}, unexpected keys {unexpected[:8]}")
     model.load_state_dict(sd, strict=True)
     model.requires_grad_(False)

@@ -107,10 +107,10 @@ def quick_check(step: int, model: torch.nn.Module) -> None:
 
 
 def print_zero_shot(path: str, probe_per_class: int = 0) -> None:
-    """Load a tiny CLIP file with ``clip.load`` and print its evaluation table (accuracies in %)."""
+    """Load a tiny CLIP file with ``clip.load_model`` and print its evaluation table (accuracies in %)."""
     import clip
 
-    model = clip.load(path)
+    model = clip.load_model(path)
     headers, rows = evaluate(model, clip.tokenize, probe_per_class=probe_per_class)
     print(f"Zero-shot accuracy (%) of {path} on the demo test set (chance: all 2.1, base/novel 4.2)")
     print(tabulate(rows, headers=headers, floatfmt=".1f"))

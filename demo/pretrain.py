@@ -3,7 +3,7 @@
 Symmetric InfoNCE where every same-class image/caption pair in the batch is a positive (soft targets), on a
 fresh stream of pretraining-style images of all 48 classes and varied captions (``demo.captions``), as web-scale
 CLIP knows every concept. Models are open_clip CLIPs with QuickGELU, whose state dicts carry OpenAI's key names,
-so ``clip.load(<file>)`` reads the saved file. The text tower keeps OpenAI's 77 positions; training feeds only
+so ``clip.load_model(<file>)`` reads the saved file. The text tower keeps OpenAI's 77 positions; training feeds only
 the tokens up to the longest caption of a batch, which is exact under the causal mask and much faster.
 
 The teacher is wider (192 vs 128, embedding 256 vs 128) and pretrained under random lighting

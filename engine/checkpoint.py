@@ -1,7 +1,8 @@
 """Checkpoint files with Dassl's layout (``<dir>/model.pth.tar-<E>``, ``checkpoint`` pointer file).
 
 Writes are atomic (temporary file + ``os.replace``); contents are tensors and plain Python values only, so
-every load uses ``torch.load(weights_only=True)``. Pickled third-party files need an explicit opt-in.
+every load uses ``torch.load(weights_only=True)``. Files that hold pickled objects (upstream Dassl checkpoints) are
+read with ``restricted_pickle``: no pickled code runs, and only their entries free of objects are kept.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .restricted_pickle import load_upstream_checkpoint
 from .utils import atomic_write, atomic_write_text, mkdir_if_missing
 
 _PLAIN = (bool, int, float, str, bytes, type(None), torch.Tensor, torch.Size, torch.dtype, torch.device)
@@ -74,7 +76,8 @@ def save_checkpoint(
 
 
 def load_checkpoint(fpath: str, trust_pickle: bool = False) -> Any:
-    """Load a checkpoint on CPU with ``weights_only=True``; ``trust_pickle=True`` unpickles a trusted file."""
+    """Load a checkpoint on CPU with ``weights_only=True`` (restricted unpickling for upstream files that hold
+    pickled objects); ``trust_pickle=True`` unpickles a trusted file as it is."""
     if fpath is None:
         raise ValueError("load_checkpoint: file path is None")
     if not os.path.exists(fpath):
@@ -83,13 +86,8 @@ def load_checkpoint(fpath: str, trust_pickle: bool = False) -> Any:
         return torch.load(fpath, map_location="cpu", weights_only=False)
     try:
         return torch.load(fpath, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise pickle.UnpicklingError(
-            f'{fpath} contains pickled Python objects ({reason}); refusing to unpickle it. If you trust this file '
-            "(e.g. a checkpoint saved by upstream Dassl/CoOp/PromptKD), load it with "
-            "load_checkpoint(path, trust_pickle=True)"
-        ) from None
+    except pickle.UnpicklingError:
+        return load_upstream_checkpoint(fpath)
 
 
 def get_rng_state() -> dict:
@@ -120,6 +118,15 @@ def set_rng_state(state: dict) -> None:
             warnings.warn("CUDA RNG states not restored: the number of GPUs differs from the saved run", stacklevel=2)
 
 
+def advance_scheduler(scheduler, epochs: int) -> None:
+    """Step a fresh per-epoch scheduler ``epochs`` times (a checkpoint without scheduler state, e.g. upstream's)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "scheduler.step() before optimizer.step()": intended here
+        for _ in range(epochs):
+            scheduler.step()
+    print(f"No scheduler state in the checkpoint: advanced the scheduler by {epochs} epoch(s)")
+
+
 def resume_from_checkpoint(fdir: str, model: nn.Module, optimizer=None, scheduler=None,
                            restore_rng: bool = True) -> int:
     """Restore model/optimizer/scheduler (and RNG states) from the file named in ``<fdir>/checkpoint``."""
@@ -136,6 +143,8 @@ def resume_from_checkpoint(fdir: str, model: nn.Module, optimizer=None, schedule
     if scheduler is not None and checkpoint.get("scheduler") is not None:
         scheduler.load_state_dict(checkpoint["scheduler"])
         print("Loaded scheduler")
+    elif scheduler is not None:
+        advance_scheduler(scheduler, checkpoint["epoch"])
     if restore_rng and checkpoint.get("rng_state") is not None:
         set_rng_state(checkpoint["rng_state"])
         print("Restored random number generator states")

@@ -2,12 +2,57 @@
 
 Values are Dassl's defaults; method keys (``TRAINER.<NAME>.*``) are added by ``trainers/config.py:extend_cfg``.
 One project addition: ``CONFIG_NAME`` (set by train.py to the trainer config's file stem, written to results.json).
+The tree is a ``Config``: yacs' merge, except that an int is accepted (as a float) where a float is declared.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from yacs.config import CfgNode as CN
 
-_C = CN()
+
+def _int_as_float(value: Any, default: Any) -> Any:
+    """``float(value)`` when ``default`` is a float and ``value`` an int (not a bool); else ``value`` unchanged."""
+    if type(default) is float and type(value) is int:
+        return float(value)
+    return value
+
+
+def _widen_ints(other: dict, ours: dict) -> None:
+    """In ``other`` (a loaded yaml tree, in place), turn ints into floats wherever ``ours`` declares a float."""
+    for key, value in other.items():
+        if key not in ours:
+            continue
+        if isinstance(value, dict) and isinstance(ours[key], dict):
+            _widen_ints(value, ours[key])
+        else:
+            other[key] = _int_as_float(value, ours[key])
+
+
+class Config(CN):
+    """yacs ``CfgNode`` whose merges accept ``25`` for a key declared ``25.0`` (upstream yamls write ints)."""
+
+    @classmethod
+    def _decode_cfg_value(cls, value: Any) -> Any:
+        """As yacs, but a merged sub-tree becomes a plain ``CfgNode`` (the type of the declared nodes)."""
+        return CN._decode_cfg_value(value)
+
+    def merge_from_other_cfg(self, cfg_other: CN) -> None:
+        _widen_ints(cfg_other, self)
+        super().merge_from_other_cfg(cfg_other)
+
+    def merge_from_list(self, cfg_list: list) -> None:
+        widened = list(cfg_list)
+        for i in range(0, len(widened) - 1, 2):
+            path, node = str(widened[i]).split("."), self
+            for part in path[:-1]:
+                node = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, dict) and path[-1] in node:
+                widened[i + 1] = _int_as_float(self._decode_cfg_value(widened[i + 1]), node[path[-1]])
+        super().merge_from_list(widened)
+
+
+_C = Config()
 
 _C.VERSION = 1
 _C.OUTPUT_DIR = "./output"

@@ -1,6 +1,8 @@
 """Optional bridge to the real Dassl package: share our trainers/datasets with its registries and use its datasets.
 
-Nothing here imports Dassl at module import time; when Dassl is absent every function is a cheap no-op.
+Nothing here imports Dassl at module import time; when Dassl is absent every function is a cheap no-op. Importing
+``trainers`` or ``datasets`` calls ``register_into_dassl(strict=False)``, so with Dassl importable
+``dassl.engine.build_trainer(cfg)`` finds PETR and the other trainers of this project.
 """
 from __future__ import annotations
 
@@ -36,22 +38,32 @@ def dassl_available() -> bool:
     return _registries() is not None
 
 
-def register_into_dassl() -> list[str]:
-    """Register our trainers and datasets into Dassl's registries (idempotent); returns the names added."""
+def register_into_dassl(strict: bool = True) -> list[str]:
+    """Register our trainers and datasets into Dassl's registries (idempotent); returns the names added.
+
+    A name Dassl already holds for another object (e.g. CoOp's own ``CoOp`` trainer) raises KeyError when
+    ``strict``; otherwise theirs is kept and one warning names the skipped names (the automatic registration).
+    """
     regs = _registries()
     if regs is None:
         return []
-    added = []
+    added, skipped = [], []
     for ours, theirs in zip((TRAINER_REGISTRY, DATASET_REGISTRY), regs):
         for name in ours.registered_names():
             obj = ours.get(name)
             if name in theirs.registered_names():
                 if theirs.get(name) is obj:
                     continue
-                raise KeyError(f"Dassl's registry already holds a different object named {name!r}; "
-                               "rename ours or do not import both implementations in one process")
+                if strict:
+                    raise KeyError(f"Dassl's registry already holds a different object named {name!r}; "
+                                   "rename ours or do not import both implementations in one process")
+                skipped.append(name)
+                continue
             theirs.register(obj)
             added.append(name)
+    if skipped:
+        warnings.warn(f"Dassl's registries already hold other objects named {skipped}; kept those (this project's "
+                      "train.py still uses its own)", stacklevel=2)
     return added
 
 

@@ -27,7 +27,7 @@ def tiny_teacher_openclip_model():
 
 @pytest.fixture(scope="session")
 def tiny_clip_file(tmp_path_factory, tiny_openclip_model) -> str:
-    """Path of a plain .pt state dict of the tiny student CLIP, readable by clip.load."""
+    """Path of a plain .pt state dict of the tiny student CLIP, readable by clip.load_model."""
     path = tmp_path_factory.mktemp("clip_weights") / "tiny-student.pt"
     torch.save(tiny_openclip_model.state_dict(), path)
     return str(path)
@@ -45,15 +45,15 @@ def tiny_teacher_clip_file(tmp_path_factory, tiny_teacher_openclip_model) -> str
 
 @pytest.fixture
 def tiny_clip(tiny_clip_file):
-    """A fresh frozen tiny student CLIP (clip.CLIP) loaded through clip.load."""
+    """A fresh frozen tiny student CLIP (clip.CLIP) loaded through clip.load_model."""
     import clip
 
-    return clip.load(tiny_clip_file)
+    return clip.load_model(tiny_clip_file)
 
 
 @pytest.fixture
 def tiny_teacher_clip(tiny_teacher_clip_file):
-    """A fresh frozen tiny teacher CLIP (clip.CLIP) loaded through clip.load."""
+    """A fresh frozen tiny teacher CLIP (clip.CLIP) loaded through clip.load_model."""
     import clip
 
-    return clip.load(tiny_teacher_clip_file)
+    return clip.load_model(tiny_teacher_clip_file)

@@ -30,6 +30,24 @@ def make_tiny_openclip(embed_dim: int, vision_width: int, vision_layers: int, pa
     return model.eval()
 
 
+def make_resnet_openclip(layers: tuple[int, ...], width: int, image_size: int, embed_dim: int,
+                         seed: int = 0) -> open_clip.CLIP:
+    """Seeded open_clip ResNet CLIP (RN50-quickgelu style; tiny text tower) with random BatchNorm statistics."""
+    torch.manual_seed(seed)
+    model = open_clip.CLIP(embed_dim=embed_dim, quick_gelu=True,
+                           vision_cfg=dict(image_size=image_size, layers=layers, width=width, head_width=64),
+                           text_cfg=dict(context_length=77, vocab_size=49408, width=64, heads=1, layers=2))
+    with torch.no_grad():
+        for module in model.visual.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0, 0.1)
+                module.running_mean.normal_(0, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+        model.visual.attnpool.positional_embedding.normal_(0, 0.5)
+    return model.eval()
+
+
 def per_sample(prompt: torch.Tensor, batch: int) -> torch.Tensor:
     """[n_ctx, w] -> [batch, n_ctx, w]; per-sample tensors pass through."""
     return prompt.unsqueeze(0).repeat(batch, 1, 1) if prompt.dim() == 2 else prompt
@@ -66,6 +84,17 @@ def reference_encode_text(model: open_clip.CLIP, tokens: torch.Tensor, prompts: 
         x = block(x, attn_mask=model.attn_mask)
     x = model.ln_final(x)
     return x[torch.arange(batch), tokens.argmax(dim=-1)] @ model.text_projection
+
+
+def assert_matches_open_clip(model, reference, images: torch.Tensor, tokens: torch.Tensor) -> None:
+    """Image and text features and the image-text logits of ``model`` equal open_clip's (relative error < 1e-5)."""
+    with torch.no_grad():
+        assert rel_err(model.encode_image(images), reference.encode_image(images)) < 1e-5
+        assert rel_err(model.encode_text(tokens), reference.encode_text(tokens)) < 1e-5
+        logits_per_image, logits_per_text = model(images, tokens)
+        expected, _ = reference.get_logits(images, tokens)
+    assert rel_err(logits_per_image, expected) < 1e-5
+    assert torch.equal(logits_per_text, logits_per_image.t())
 
 
 def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:

@@ -1,4 +1,4 @@
-"""Tiny-CLIP pretraining of the demo: the loss, the trimmed text forward, and a short run whose file clip.load reads
+"""Tiny-CLIP pretraining of the demo: the loss, the trimmed text forward, and a short run whose file load_model reads
 with the same features as open_clip's forward on the same weights."""
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_short_pretraining_writes_a_file_clip_load_reads(tmp_path, tiny_size, ca
 
     reference = pretrain.build_open_clip(TINY_SPEC).eval()
     reference.load_state_dict(state_dict)
-    ours = clip.load(path)
+    ours = clip.load_model(path)
     assert ours.context_length == 77 and ours.embed_dim == 32
     images = torch.randn(4, 3, 32, 32)
     tokens = clip.tokenize(["a photo of a red circle.", "itap of a blue star."])

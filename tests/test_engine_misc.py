@@ -112,12 +112,15 @@ def test_bridge_with_a_dassl_package(stand_in_dassl):
     try:
         with pytest.raises(KeyError, match="different object named 'EngineXURecorderClash'"):
             dassl_bridge.register_into_dassl()
+        with pytest.warns(UserWarning, match=r"already hold other objects named \['EngineXURecorderClash'\]; kept"):
+            assert dassl_bridge.register_into_dassl(strict=False) == []  # the automatic registration keeps theirs
     finally:
         TRAINER_REGISTRY._obj_map.pop("EngineXURecorderClash")
 
 
 def test_bridge_without_dassl(monkeypatch):
-    monkeypatch.setitem(sys.modules, "dassl", None)  # makes `import dassl` fail as if it were not installed
+    for name in ["dassl", *[m for m in sys.modules if m.startswith("dassl.")]]:
+        monkeypatch.setitem(sys.modules, name, None)  # makes `import dassl...` fail as if it were not installed
     monkeypatch.setattr(dassl_bridge, "_dassl_checked", False)
     monkeypatch.setattr(dassl_bridge, "_dassl_registries", None)
     assert not dassl_bridge.dassl_available()

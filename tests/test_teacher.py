@@ -108,7 +108,7 @@ def test_import_round_trip_runs_no_pickled_code(tmp_path, promptkd_file, tiny_te
 
     imported = build_teacher(tiny_teacher_clip_file, out, NAMES, "cpu", dataset_name="EuroSAT")
     direct = Teacher(tiny_teacher_clip, NAMES, prompts=learner)
-    plain = Teacher(clip.load(tiny_teacher_clip_file), NAMES)
+    plain = Teacher(clip.load_model(tiny_teacher_clip_file), NAMES)
     images = _images()
     torch.testing.assert_close(imported(images), direct(images), rtol=0, atol=1e-5)
     torch.testing.assert_close(imported.text_features_for(NAMES[1:]), direct.text_features_for(NAMES[1:]))
@@ -120,6 +120,28 @@ def test_import_round_trip_runs_no_pickled_code(tmp_path, promptkd_file, tiny_te
     trusted = build_teacher(tiny_teacher_clip_file, trusted_out, NAMES, "cpu", dataset_name="EuroSAT")
     torch.testing.assert_close(trusted(images), direct(images), rtol=0, atol=1e-5)
     assert default_output_dir(src) == os.path.join("teachers", "EuroSAT")
+
+
+def test_upstream_teacher_file_and_tree_load_directly_without_running_code(tmp_path, promptkd_file, capsys,
+                                                                           tiny_teacher_clip_file, tiny_teacher_clip):
+    """TEACHER_CKPT=<PromptKD's file> and TEACHER_DIR=<its teacher_model/ tree> need no import step."""
+    src, learner, marker = promptkd_file
+    direct = Teacher(tiny_teacher_clip, NAMES, prompts=learner)
+    images = _images()
+    tree = os.path.dirname(os.path.dirname(os.path.dirname(src)))  # teacher_model/
+    for ckpt in (src, os.path.join(tree, "EuroSAT")):  # the file, and <TEACHER_DIR>/<DATASET.NAME>
+        teacher = build_teacher(tiny_teacher_clip_file, ckpt, NAMES, "cpu", dataset_name="EuroSAT")
+        torch.testing.assert_close(teacher(images), direct(images), rtol=0, atol=1e-5)
+        assert teacher.source == src
+    assert not os.path.exists(marker), "loading the upstream teacher ran its pickled code"
+    out = capsys.readouterr().out
+    assert "kept state_dict, epoch" in out and f"ignored scheduler ({os.mkdir.__module__}.mkdir, " in out
+    xd = tmp_path / "teacher_model" / "ImageNet-xd" / "VLPromptLearner_large"  # the cross-dataset teacher's place
+    xd.mkdir(parents=True)
+    os.replace(src, xd / "model.pth.tar-20")
+    teacher = build_teacher(tiny_teacher_clip_file, str(xd.parent), NAMES, "cpu", dataset_name="DescribableTextures")
+    torch.testing.assert_close(teacher(images), direct(images), rtol=0, atol=1e-5)
+    assert "trained on ImageNet" in capsys.readouterr().out and not os.path.exists(marker)
 
 
 def test_import_errors(tmp_path, promptkd_file, tiny_clip_file, tiny_teacher_clip_file):
@@ -143,13 +165,10 @@ def test_import_errors(tmp_path, promptkd_file, tiny_clip_file, tiny_teacher_cli
 
 def test_build_teacher_errors(tmp_path, promptkd_file, tiny_clip_file, tiny_teacher_clip_file):
     src, _, marker = promptkd_file
-    with pytest.raises(FileNotFoundError, match=r"not found: .*missing.*base2new_train\.sh.*import_promptkd_teacher"):
+    with pytest.raises(FileNotFoundError, match=r"not found: .*missing.*base2new_train\.sh.*teacher_model/"):
         build_teacher(tiny_teacher_clip_file, str(tmp_path / "missing"), NAMES, "cpu")
-    with pytest.raises(ValueError, match=r"pickled Python objects.*tools/import_promptkd_teacher\.py"):
-        build_teacher(tiny_teacher_clip_file, src, NAMES, "cpu")
-    released_folder = os.path.dirname(os.path.dirname(src))  # teacher_model/EuroSAT, as PromptKD ships it
-    with pytest.raises(FileNotFoundError, match=r"convert it: python tools/import_promptkd_teacher\.py .*model-best"):
-        build_teacher(tiny_teacher_clip_file, released_folder, NAMES, "cpu")
+    with pytest.raises(ValueError, match=r"vision width 128, but TEACHER_NAME=.* has 64; set TEACHER_NAME"):
+        build_teacher(tiny_clip_file, src, NAMES, "cpu")  # upstream file read directly, same size check
     assert not os.path.exists(marker)
     out = str(tmp_path / "teacher")
     written = import_main([src, "--clip", tiny_teacher_clip_file, "--output-dir", out])

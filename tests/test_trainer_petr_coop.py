@@ -17,6 +17,7 @@ import train
 from engine import load_checkpoint
 from tests.helpers_clip import reference_encode_text
 from tests.helpers_datasets import write_tree
+from tests.helpers_upstream import write_dassl_checkpoint
 from trainers.petr_coop import coop_checkpoint_path
 from trainers.routing import MahalanobisRouter
 from trainers.templates import ENSEMBLE_TEMPLATES
@@ -174,7 +175,7 @@ def test_trained_in_the_same_run_then_novel_from_its_folder(tmp_path, coop_run, 
     assert "epoch [2/2]" in (out / "log.txt").read_text()
     checkpoint = load_checkpoint(str(out / "prompt_learner" / "model.pth.tar-2"))
     ctx = checkpoint["state_dict"]["ctx"]
-    init = clip.load(tiny_clip_file).token_embedding(clip.tokenize("a photo of a"))[0, 1:5]
+    init = clip.load_model(tiny_clip_file).token_embedding(clip.tokenize("a photo of a"))[0, 1:5]
     assert not torch.allclose(ctx, init)  # θ_s was trained
     assert set(checkpoint["state_dict"]) == {"ctx"}  # CoOp's checkpoint layout
     result = check_against_reference(out, reference_routing(tree, tiny_openclip_model, ctx, BASE))
@@ -201,3 +202,46 @@ def test_bad_input_gives_one_clear_error(tmp_path, coop_run, tiny_clip_file):
     with pytest.raises(FileNotFoundError, match=r"No router in .*REFIT_ROUTER True"):
         train.main(argv(tree.root, tmp_path / "norouter", "PETRCoOp", tiny_clip_file, "new",
                         flags=("--eval-only", "--model-dir", str(coop_dir), "--load-epoch", "2")))
+
+
+def upstream_coop_run(coop_dir, dest, marker: str) -> torch.Tensor:
+    """The CoOp run rewritten as upstream Dassl saves it (fp16 ctx + class-token buffers, optimiser, pickled
+    scheduler objects); returns the context as the plug-in must see it."""
+    ours = load_checkpoint(str(coop_dir / "prompt_learner" / "model.pth.tar-2"))
+    ctx = ours["state_dict"]["ctx"].half()
+    width = ctx.shape[-1]
+    state = {"ctx": ctx, "token_prefix": torch.zeros(3, 1, width).half(),
+             "token_suffix": torch.zeros(3, 77 - 1 - ctx.shape[0], width).half()}
+    write_dassl_checkpoint(str(dest / "prompt_learner"), state, 2, ours["optimizer"], marker)
+    return ctx.float()
+
+
+def test_plugin_eval_only_and_resume_on_an_upstream_coop_run(tmp_path, coop_run, tiny_clip_file, tiny_openclip_model,
+                                                              capsys):
+    tree, coop_dir = coop_run
+    marker = str(tmp_path / "pickled_code_ran")
+    upstream = tmp_path / "upstream_coop"
+    ctx = upstream_coop_run(coop_dir, upstream, marker)
+    runner = ScriptRunner(tmp_path, tree, tiny_clip_file)
+    runner.run("plugin.sh", str(upstream))
+    done, _ = runner.run("plugin.sh", str(upstream))
+    assert done.returncode == 0 and not os.path.exists(marker)
+    base = tmp_path / "output/base2new/train_base/eurosat/shots_0/PETRCoOp/vit_b16_ctxv1_plugin/seed1"
+    new = tmp_path / "output/base2new/test_new/eurosat/shots_0/PETRCoOp/vit_b16_ctxv1_plugin/seed1"
+    check_against_reference(base, reference_routing(tree, tiny_openclip_model, ctx, BASE))
+    check_against_reference(new, reference_routing(tree, tiny_openclip_model, ctx, NEW))
+    assert "ignored scheduler (" in (base / "log.txt").read_text()
+
+    out = tmp_path / "eval_new"  # CoOp --eval-only straight from the upstream run folder, on the novel classes
+    train.main(argv(tree.root, out, "CoOp", tiny_clip_file, "new",
+                    flags=("--eval-only", "--model-dir", str(upstream), "--load-epoch", "2")))
+    expected = reference_routing(tree, tiny_openclip_model, ctx, NEW)["acc_seen_branch"]
+    assert json.loads((out / "results.json").read_text())["accuracy"] == pytest.approx(expected, abs=1e-6)
+
+    resumed = tmp_path / "resumed"  # --resume continues the upstream run at epoch 3 of 3
+    train.main(argv(tree.root, resumed, "CoOp", tiny_clip_file, "base", "OPTIM.MAX_EPOCH", "3",
+                    flags=("--resume", str(upstream))))
+    log = (resumed / "log.txt").read_text()
+    assert "epoch [3/3]" in log and "epoch [1/3]" not in log and "advanced the scheduler by 2 epoch(s)" in log
+    assert load_checkpoint(str(resumed / "prompt_learner" / "model.pth.tar-3"))["epoch"] == 3
+    assert not os.path.exists(marker)

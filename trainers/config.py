@@ -6,6 +6,22 @@ from __future__ import annotations
 
 from yacs.config import CfgNode as CN
 
+from engine.registry import TRAINER_REGISTRY
+
+# Config namespaces of upstream trainers this project does not implement, and the trainer each belongs to.
+FOREIGN_TRAINERS = {"MAPLE": "MaPLe", "IVLP": "IVLP", "COCOOP": "CoCoOp"}
+
+# Keys upstream's yamls set that have no effect here, with the reason (logged once by the trainer).
+INERT_KEYS = {
+    "PROMPTKD": {
+        "PROJECT_LAYER": "upstream never reads it; the projector is two 1x1 convs, as upstream's",
+        "CE_WEIGHT": "upstream never reads it; PromptKD distils label-free (PETR has its own CE_WEIGHT)",
+        "N_CTX_TEXT": "the teacher's text prompts (count and values) come from TEACHER_CKPT",
+        "CTX_INIT": "the teacher's text prompts (count and values) come from TEACHER_CKPT",
+        "PROMPT_DEPTH_TEXT": "the student has no text prompts (upstream builds them and never uses them)",
+    },
+}
+
 
 def extend_cfg(cfg: CN) -> CN:
     """Add the method namespaces and protocol keys to a ``get_cfg_default()`` tree (in place; also returned)."""
@@ -22,12 +38,6 @@ def extend_cfg(cfg: CN) -> CN:
     cfg.TRAINER.COOP.CTX_INIT = ""
     cfg.TRAINER.COOP.PREC = "fp16"
     cfg.TRAINER.COOP.CLASS_TOKEN_POSITION = "end"
-
-    # CoCoOp: CoOp with an image-conditioned meta-net (declared so CoCoOp configs load).
-    cfg.TRAINER.COCOOP = CN()
-    cfg.TRAINER.COCOOP.N_CTX = 16
-    cfg.TRAINER.COCOOP.CTX_INIT = ""
-    cfg.TRAINER.COCOOP.PREC = "fp16"
 
     # ZeroshotCLIP: hand-crafted prompts, one template (single) or the per-dataset ensemble (ensemble).
     cfg.TRAINER.ZSCLIP = CN()
@@ -59,6 +69,9 @@ def extend_cfg(cfg: CN) -> CN:
     cfg.TRAINER.PROMPTKD.TEACHER_CKPT = ""
     cfg.TRAINER.PROMPTKD.KD_WEIGHT = 1.0
     cfg.TRAINER.PROMPTKD.TEMPERATURE = 1.0
+    # Declared and set by upstream's yamls but never read by upstream's trainer (see INERT_KEYS).
+    cfg.TRAINER.PROMPTKD.PROJECT_LAYER = 2
+    cfg.TRAINER.PROMPTKD.CE_WEIGHT = 0.0
 
     # PETR: seen/unseen student prompts on one frozen CLIP, KD (+CE for seen) and a training-free router.
     cfg.TRAINER.PETR = CN()
@@ -96,3 +109,21 @@ def extend_cfg(cfg: CN) -> CN:
     # Labelled source dataset of PETR's cross-dataset and dg protocols, read from the same DATASET.ROOT.
     cfg.DATASET.SOURCE_DATASET = "ImageNet"
     return cfg
+
+
+def inert_keys_note(cfg: CN, ns: str) -> str:
+    """One log line listing the keys of ``TRAINER.<ns>`` that are accepted but have no effect here, and why."""
+    keys = INERT_KEYS.get(ns, {})
+    if not keys:
+        return ""
+    parts = [f"{key}={cfg.TRAINER[ns][key]!r} ({why})" for key, why in keys.items()]
+    return f"Note: TRAINER.{ns} keys accepted for upstream configs but without effect here: " + "; ".join(parts)
+
+
+def foreign_trainer_message(key: str) -> str:
+    """For an unknown ``TRAINER.<NS>.*`` key of an upstream trainer we lack, the error naming our trainers; else ""."""
+    parts = key.split(".")
+    if len(parts) < 2 or parts[0] != "TRAINER" or parts[1] not in FOREIGN_TRAINERS:
+        return ""
+    return (f"'{key}' configures upstream's {FOREIGN_TRAINERS[parts[1]]} trainer, which this project does not have; "
+            f"trainers here: {', '.join(sorted(TRAINER_REGISTRY.registered_names()))}")

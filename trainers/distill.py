@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from clip.model import require_vit
 from engine import autocast, build_lr_scheduler, build_optimizer, make_grad_scaler
 
 from .losses import kd_loss
@@ -30,6 +31,7 @@ class DistillMixin:
         """Load the frozen student CLIP and the teacher for ``classnames`` (the task's full label space)."""
         cfg, ns = self.cfg, self.ns
         self.prec, self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, ns.PREC, role="student CLIP")
+        require_vit(self.clip_model, cfg.MODEL.BACKBONE.NAME, "MODEL.BACKBONE.NAME", type(self).__name__)
         self.logit_scale = float(self.clip_model.logit_scale.exp())
         print(f"Loading teacher {ns.TEACHER_NAME} ({ns.TEACHER_CKPT or 'plain CLIP, no checkpoint'})")
         self.teacher = build_teacher(ns.TEACHER_NAME, ns.TEACHER_CKPT, classnames, self.device,

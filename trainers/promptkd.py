@@ -12,6 +12,7 @@ import torch
 
 from engine import TRAINER_REGISTRY, TrainerX
 
+from .config import inert_keys_note
 from .distill import DistillMixin
 from .evaluation import restrict_to_labels
 
@@ -24,6 +25,7 @@ class PromptKD(DistillMixin, TrainerX):
     NS = "PROMPTKD"
 
     def build_model(self) -> None:
+        print(inert_keys_note(self.cfg, self.NS))
         ds = self.dm.dataset
         self.build_distill_parts(ds.classnames)
         self.student = self.make_student("VLPromptLearner")

@@ -19,7 +19,7 @@ from tabulate import tabulate
 from torch import nn
 
 import clip
-from clip.model import CLIP
+from clip.model import CLIP, require_vit
 from clip.prompts import DeepPrompts
 from engine import (
     TRAINER_REGISTRY,
@@ -208,6 +208,7 @@ class PromptSRC(TrainerX):
     def build_model(self) -> None:
         cfg, opts = self.cfg, self.cfg.TRAINER.PROMPTSRC
         self.prec, self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, opts.PREC)
+        require_vit(self.clip_model, cfg.MODEL.BACKBONE.NAME, "MODEL.BACKBONE.NAME", type(self).__name__)
         classnames = self.dm.dataset.classnames
         meta = {"backbone": cfg.MODEL.BACKBONE.NAME, "dataset": cfg.DATASET.NAME, "classnames": list(classnames)}
         self.prompt_learner = VLPromptLearner.build(

@@ -1,15 +1,15 @@
 """The frozen teacher of PromptKD and PETR: a CLIP with PromptSRC prompts (or plain CLIP), text features made once.
 
 Teacher files are PromptSRC checkpoints of this project (``<run>/VLPromptLearner/model.pth.tar-<E>``, Dassl
-layout, tensors and plain values only) or files written by ``tools/import_promptkd_teacher.py`` in the same layout.
-Only the prompts are read from them: the frozen CLIP comes from ``TEACHER_NAME`` (``clip.load``).
+layout, tensors and plain values only), files written by ``tools/import_promptkd_teacher.py`` in the same layout, or
+upstream PromptKD's released files (read with the restricted unpickler, keys mapped by ``upstream_teacher``).
+Only the prompts are read from them: the frozen CLIP comes from ``TEACHER_NAME`` (``clip.load_model``).
 """
 from __future__ import annotations
 
 import glob
 import math
 import os
-import pickle
 from collections.abc import Sequence
 
 import torch
@@ -18,16 +18,16 @@ from tabulate import tabulate
 from torch import nn
 
 import clip
-from clip.model import CLIP
+from clip.model import CLIP, require_vit
 from engine.checkpoint import load_checkpoint
 
 from .promptsrc import MODEL_NAME, VLPromptLearner, prompted_text_features
 from .templates import single_template
+from .upstream_teacher import is_upstream_layout, upstream_teacher_prompts
 from .zeroshot import zeroshot_text_features
 
-HOW_TO_GET = ("train one with `bash scripts/teacher/base2new_train.sh <dataset> <seed>` or import PromptKD's "
-              "released teacher with `python tools/import_promptkd_teacher.py "
-              "teacher_model/<Dataset>/VLPromptLearner/model-best.pth.tar`")
+HOW_TO_GET = ("train one with `bash scripts/teacher/base2new_train.sh <dataset> <seed>` or point TEACHER_CKPT at "
+              "PromptKD's released teacher (teacher_model/<Dataset>/VLPromptLearner/model-best.pth.tar)")
 
 
 class Teacher(nn.Module):
@@ -76,10 +76,26 @@ class Teacher(nn.Module):
         return self.logit_scale * self.encode_image(images) @ self.text_features.t()
 
 
-def resolve_teacher_file(ckpt: str) -> str:
-    """The checkpoint file of TEACHER_CKPT: a file, a run directory or its ``VLPromptLearner`` folder.
+def _upstream_teacher_file(directory: str) -> str:
+    """In upstream's tree (``<Dataset>/VLPromptLearner*/``, no pointer file): ``model-best.pth.tar``, else the last
+    ``model.pth.tar-<E>``; "" when there is none."""
+    for folder in sorted(glob.glob(os.path.join(directory, f"{MODEL_NAME}*"))):
+        best = os.path.join(folder, "model-best.pth.tar")
+        if os.path.isfile(best):
+            return best
+        epochs = sorted(glob.glob(os.path.join(folder, "model.pth.tar-*")),
+                        key=lambda p: int(p.rsplit("-", 1)[1]) if p.rsplit("-", 1)[1].isdigit() else -1)
+        if epochs:
+            return epochs[-1]
+    return ""
 
-    For a directory, the file named in ``VLPromptLearner/checkpoint`` (the last one saved) is used.
+
+def resolve_teacher_file(ckpt: str) -> str:
+    """The checkpoint file of TEACHER_CKPT: a file, a run directory, its ``VLPromptLearner`` folder, or a dataset
+    folder of upstream PromptKD's ``teacher_model/`` tree.
+
+    For a directory, the file named in ``VLPromptLearner/checkpoint`` (the last one saved) is used; without that
+    pointer, upstream's ``model-best.pth.tar`` (else the last ``model.pth.tar-<E>``).
     """
     if os.path.isfile(ckpt):
         return ckpt
@@ -94,29 +110,25 @@ def resolve_teacher_file(ckpt: str) -> str:
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"{pointer} names {name!r}, which does not exist; {HOW_TO_GET}")
             return path
-    found = sorted(glob.glob(os.path.join(ckpt, f"{MODEL_NAME}*", "model*.pth.tar*")))
-    if found:
-        raise FileNotFoundError(f"teacher directory {ckpt} has no {MODEL_NAME}/checkpoint file but holds {found[0]}; "
-                                f"if that is PromptKD's released teacher, convert it: python "
-                                f"tools/import_promptkd_teacher.py {found[0]} (writes teachers/<Dataset>)")
+    upstream = _upstream_teacher_file(ckpt)
+    if upstream:
+        return upstream
     raise FileNotFoundError(f"teacher directory {ckpt} has no {MODEL_NAME}/checkpoint file (is it a finished PromptSRC "
                             f"run?); {HOW_TO_GET}")
 
 
 def read_teacher_prompts(path: str) -> VLPromptLearner:
-    """The frozen prompts (and training metadata) of a teacher file, loaded with ``weights_only=True``."""
-    try:
-        checkpoint = load_checkpoint(path)
-    except pickle.UnpicklingError:
-        raise ValueError(f"{path} is not a teacher file of this project (it holds pickled Python objects, as "
-                         f"PromptKD's released checkpoints do); convert it first: python "
-                         f"tools/import_promptkd_teacher.py {path}") from None
+    """The frozen prompts (and training metadata) of a teacher file: ours, or upstream PromptKD/PromptSRC's (read
+    without running its pickled objects and mapped onto our prompt keys)."""
+    checkpoint = load_checkpoint(path)
     state = checkpoint.get("state_dict", checkpoint) if isinstance(checkpoint, dict) else None
     if not isinstance(state, dict):
         raise ValueError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dict; {HOW_TO_GET}")
-    if "prompt_learner.ctx" in state:
-        raise ValueError(f"{path} is in PromptKD's key layout; convert it first: python "
-                         f"tools/import_promptkd_teacher.py {path}")
+    if is_upstream_layout(state):
+        prompts, _, rows, ignored = upstream_teacher_prompts(checkpoint, path)
+        print(f"Upstream teacher {path}: {len(rows)} prompt tensors mapped onto ours; ignored "
+              + ", ".join(f"{count} {why}" for why, count in sorted(ignored.items())))
+        return prompts
     prompts = VLPromptLearner.from_state_dict(state, path)
     prompts.requires_grad_(False)
     return prompts
@@ -174,9 +186,9 @@ def build_teacher(name: str, ckpt: str, classnames: Sequence[str], device: torch
         path = resolve_teacher_file(ckpt)
         prompts = read_teacher_prompts(path)
     print(f"Loading teacher CLIP (TEACHER_NAME: {name})")
-    clip_model = clip.load(name, device)
-    if dtype is not None:
-        clip_model.to(dtype)
+    clip_model = clip.load_model(name, device, dtype)
+    if prompts is not None:
+        require_vit(clip_model, name, "TEACHER_NAME", "a prompted teacher")
     if prompts is None:
         template = single_template(dataset_name)
         print(f"Note: no teacher checkpoint (TEACHER_CKPT is empty): the teacher is plain CLIP {name} with the "

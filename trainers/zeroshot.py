@@ -29,10 +29,7 @@ def load_backbone(name: str, device: torch.device | str, prec: str, role: str = 
     """
     prec = resolve_precision(prec, device)
     print(f"Loading {role} (backbone: {name}, precision {prec})")
-    model = clip.load(name, device)
-    if prec == "fp16":
-        model.to(torch.float16)
-    return prec, model
+    return prec, clip.load_model(name, device, torch.float16 if prec == "fp16" else None)
 
 
 def templates_for(dataset_name: str, mode: str) -> list[str]:
