@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn.functional as dist_fn
+import torch.distributed._functional_collectives as funcol
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
@@ -97,6 +97,11 @@ def shutdown_distributed() -> None:
 
 
 # ----- models -------------------------------------------------------------------------------------------------
+def _all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum over all processes, differentiable (its backward sums the gradients over all processes)."""
+    return funcol.wait_tensor(funcol.all_reduce(tensor, "sum", dist.group.WORLD))
+
+
 class CPUSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
     """BatchNorm over the global batch for CPU (gloo) runs, where torch's SyncBatchNorm has no kernels.
 
@@ -117,11 +122,11 @@ class CPUSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
         dims = [0, *range(2, x.dim())]
         shape = (1, -1) + (1,) * (x.dim() - 2)
         count = torch.tensor([x.numel() / x.shape[1]], dtype=x.dtype)
-        totals = dist_fn.all_reduce(torch.cat([x.sum(dims), count]))
+        totals = _all_reduce_sum(torch.cat([x.sum(dims), count]))
         n = totals[-1]
         mean = totals[:-1] / n
         centred = x - mean.view(shape)
-        var = dist_fn.all_reduce((centred * centred).sum(dims)) / n
+        var = _all_reduce_sum((centred * centred).sum(dims)) / n
         out = centred * torch.rsqrt(var.view(shape) + self.eps)
         if self.affine:
             out = out * self.weight.view(shape) + self.bias.view(shape)

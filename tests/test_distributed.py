@@ -31,10 +31,10 @@ EPOCHS = 8
 TRAIN_PER_CLASS = 5  # 15 base train images: the router fit set does not split evenly over two processes
 MODELS = ("seen_student", "unseen_student")
 # Tolerance on max|two - one| / max|one| per tensor. Float sums over two shards differ from one batch's in the last
-# bits: 1e-7 of a tensor's scale after the first epoch, growing through the α = 1000 distillation to about 5e-5 after
-# 8 epochs. A real mismatch is far larger: per-process BatchNorm statistics (TRAIN.SYNC_BN False) differ by 0.36
-# after the first epoch already.
-TOL_FIRST_EPOCH, TOL_LAST_EPOCH = 1e-5, 1e-3
+# bits: at most 2.3e-6 of a tensor's scale after the first epoch (the projector's BatchNorm bias, still near 0),
+# growing through the α = 1000 distillation to about 5e-5 after 8 epochs. A real mismatch is far larger: with
+# per-process BatchNorm statistics (TRAIN.SYNC_BN False) the first epoch already differs by 0.36.
+TOL_FIRST_EPOCH, TOL_LAST_EPOCH = 1e-4, 1e-3
 
 
 def free_port() -> int:
