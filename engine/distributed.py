@@ -32,10 +32,12 @@ def is_distributed() -> bool:
 
 
 def get_rank() -> int:
+    """This process's rank (0 in a single process)."""
     return dist.get_rank() if is_distributed() else 0
 
 
 def get_world_size() -> int:
+    """Number of processes in the group (1 in a single process)."""
     return dist.get_world_size() if is_distributed() else 1
 
 
@@ -178,6 +180,7 @@ class _StepMarker(nn.Module):
 
 
 def has_trainable_parameters(model: nn.Module | None) -> bool:
+    """True when ``model`` has a parameter with requires_grad (what DDP has to synchronise)."""
     return model is not None and any(p.requires_grad for p in model.parameters())
 
 
