@@ -14,6 +14,7 @@ import torch
 
 import trainers  # noqa: F401  (registers the trainers and provides extend_cfg)
 from engine import build_trainer, collect_env_info, get_cfg_default, set_random_seed, setup_logger
+from engine.distributed import init_distributed, is_main, shutdown_distributed
 from trainers.config import extend_cfg, foreign_trainer_message
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None):
     """Run train.py with ``argv`` (default sys.argv[1:]) and return the trainer; stdout is restored afterwards."""
     args = build_parser().parse_args(argv)
     cfg = setup_cfg(args)
-    logger = setup_logger(cfg.OUTPUT_DIR)
+    init_distributed(cfg.USE_CUDA)  # under torchrun with several processes; rank 0 alone logs and writes
+    logger = setup_logger(cfg.OUTPUT_DIR if is_main() else None)
     try:
         if cfg.SEED >= 0:
             print(f"Setting fixed seed: {cfg.SEED}")
@@ -140,6 +142,7 @@ def main(argv: list[str] | None = None):
         sys.stdout.flush()
         if logger is not None:
             logger.close()
+        shutdown_distributed()
 
 
 if __name__ == "__main__":

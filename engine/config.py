@@ -1,7 +1,8 @@
 """Dassl's default configuration tree (``get_cfg_default``): every key CoOp/PromptKD configs and scripts touch.
 
 Values are Dassl's defaults; method keys (``TRAINER.<NAME>.*``) are added by ``trainers/config.py:extend_cfg``.
-One project addition: ``CONFIG_NAME`` (set by train.py to the trainer config's file stem, written to results.json).
+Project additions: ``CONFIG_NAME`` (set by train.py to the trainer config's file stem, written to results.json) and
+``TRAIN.SYNC_BN`` (torchrun runs, engine/distributed.py).
 The tree is a ``Config``: yacs' merge, except that an int is accepted (as a float) where a float is declared.
 """
 from __future__ import annotations
@@ -156,6 +157,8 @@ _C.TRAIN = CN()
 _C.TRAIN.CHECKPOINT_FREQ = 0
 _C.TRAIN.PRINT_FREQ = 10
 _C.TRAIN.COUNT_ITER = "train_x"
+# under torchrun: BatchNorm layers of the trained models (the students' projectors) use the global batch's statistics
+_C.TRAIN.SYNC_BN = True
 
 _C.TEST = CN()
 _C.TEST.EVALUATOR = "Classification"

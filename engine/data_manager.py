@@ -5,10 +5,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 from tabulate import tabulate
-from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, Sampler, SequentialSampler
 from torchvision import transforms as T
 
 from .dataset_base import DatasetBase, Datum, build_dataset
+from .distributed import get_backend, get_rank, get_world_size, is_distributed
 from .transforms import INTERPOLATION_MODES, build_transform
 from .utils import read_image
 
@@ -22,6 +23,30 @@ def build_sampler(sampler_type: str, data_source: Sequence[Datum]) -> Sampler:
     if sampler_type == "SequentialSampler":
         return SequentialSampler(data_source)
     raise ValueError(f"Unknown sampler {sampler_type!r} (DATALOADER.*.SAMPLER); supported: {', '.join(SAMPLERS)}")
+
+
+def build_distributed_sampler(sampler_type: str, data_source: Sequence[Datum], batch_size: int, is_train: bool,
+                              drop_last: bool, seed: int) -> tuple[DistributedSampler, int]:
+    """This process's shard of ``data_source`` under torchrun, and its per-process batch size.
+
+    Training batch sizes are global: each of the N processes loads ``batch_size / N`` images, so a step sees the
+    same global batch as one process (sequentially sampled: the very same images). Evaluation batch sizes are per
+    process (they change no number). RandomSampler becomes a shuffled DistributedSampler (seeded with ``seed``,
+    reshuffled through ``set_epoch``), SequentialSampler an unshuffled one. ``drop_last`` drops the tail that does
+    not fill a global batch, as the single-process loader does; otherwise shards are padded to equal length.
+    """
+    if sampler_type not in SAMPLERS:
+        build_sampler(sampler_type, data_source)  # the one unknown-sampler error
+    world = get_world_size()
+    if is_train:
+        if batch_size % world:
+            raise ValueError(f"The training batch size {batch_size} (DATALOADER.TRAIN_X / TRAIN_U .BATCH_SIZE) is the "
+                             f"global batch over all processes and must be a multiple of the {world} processes "
+                             "(torchrun --nproc_per_node); change the batch size or the number of processes")
+        batch_size //= world
+    sampler = DistributedSampler(data_source, num_replicas=world, rank=get_rank(),
+                                 shuffle=sampler_type == "RandomSampler", seed=seed, drop_last=drop_last)
+    return sampler, batch_size
 
 
 class DatasetWrapper(Dataset):
@@ -76,17 +101,23 @@ def build_data_loader(
     is_train: bool = True,
     dataset_wrapper: type | None = None,
 ) -> DataLoader:
-    """A DataLoader with Dassl's settings (drop_last only for full training batches, pin_memory only on CUDA)."""
+    """A DataLoader with Dassl's settings (drop_last only for full training batches, pin_memory only on CUDA); under
+    torchrun it loads this process's shard (``build_distributed_sampler``)."""
     if not data_source:
         raise ValueError("build_data_loader: the data source is empty")
-    sampler = build_sampler(sampler_type, data_source)
+    drop_last = is_train and len(data_source) >= batch_size
+    if is_distributed():
+        sampler, batch_size = build_distributed_sampler(sampler_type, data_source, batch_size, is_train, drop_last,
+                                                        seed=max(cfg.SEED, 0))
+    else:
+        sampler = build_sampler(sampler_type, data_source)
     wrapper = dataset_wrapper or DatasetWrapper
     loader = DataLoader(
         wrapper(cfg, data_source, transform=tfm, is_train=is_train),
         batch_size=batch_size,
         sampler=sampler,
         num_workers=cfg.DATALOADER.NUM_WORKERS,
-        drop_last=is_train and len(data_source) >= batch_size,
+        drop_last=drop_last,
         pin_memory=torch.cuda.is_available() and cfg.USE_CUDA,
     )
     assert len(loader) > 0
@@ -125,6 +156,10 @@ class DataManager:
         self.dataset: DatasetBase = dataset
         if cfg.VERBOSE:
             self.show_dataset_summary()
+        if is_distributed():
+            world, batch = get_world_size(), dl.TRAIN_X.BATCH_SIZE
+            print(f"Data parallel: {world} processes ({get_backend()}); global training batch {batch} = "
+                  f"{batch // world} per process x {world}; evaluation batch {dl.TEST.BATCH_SIZE} per process")
 
     def _loader(self, sampler, source, batch_size, n_domain, n_ins, tfm, is_train) -> DataLoader:
         return build_data_loader(self.cfg, sampler_type=sampler, data_source=source, batch_size=batch_size,

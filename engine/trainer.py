@@ -19,6 +19,14 @@ from tqdm import tqdm
 
 from .checkpoint import get_rng_state, load_checkpoint, resume_from_checkpoint, save_checkpoint
 from .data_manager import DataManager
+from .distributed import (
+    barrier,
+    gather_in_order,
+    is_main,
+    prepare_backward,
+    set_sampler_epoch,
+    wrap_trainable_models,
+)
 from .evaluator import build_evaluator
 from .meters import AverageMeter, MetricMeter
 from .registry import TRAINER_REGISTRY, check_availability
@@ -37,6 +45,7 @@ class TrainerBase:
         self._optims: OrderedDict[str, torch.optim.Optimizer | None] = OrderedDict()
         self._scheds: OrderedDict[str, object] = OrderedDict()
         self._writer = None
+        self._ddp: list = []  # DDP wrappers of the trainable models under torchrun (engine/distributed.py)
         self.scaler: torch.amp.GradScaler | None = None
 
     # ----- models -----------------------------------------------------------------------------------------
@@ -85,7 +94,11 @@ class TrainerBase:
     # ----- checkpoints ------------------------------------------------------------------------------------
     def save_model(self, epoch: int, directory: str, is_best: bool = False, val_result: float | None = None,
                    model_name: str = "") -> None:
-        """Write ``<directory>/<name>/model.pth.tar-<epoch+1>`` (or ``model_name``) for every registered model."""
+        """Write ``<directory>/<name>/model.pth.tar-<epoch+1>`` (or ``model_name``) for every registered model
+        (rank 0 writes, every process waits for the files)."""
+        if not is_main():
+            barrier()
+            return
         rng_state = get_rng_state()
         for name in self.get_model_names():
             optim, sched = self._optims[name], self._scheds[name]
@@ -98,6 +111,7 @@ class TrainerBase:
                 "rng_state": rng_state,
             }
             save_checkpoint(state, os.path.join(directory, name), is_best=is_best, model_name=model_name)
+        barrier()
 
     def resume_model_if_exist(self, directory: str) -> int:
         """Resume every model from ``<directory>/<name>/checkpoint``; return the epoch to start from (0 if none)."""
@@ -131,8 +145,8 @@ class TrainerBase:
 
     # ----- tensorboard (optional) -------------------------------------------------------------------------
     def init_writer(self, log_dir: str) -> None:
-        """Create a tensorboard writer when tensorboard is installed; silently skip otherwise."""
-        if self._writer is not None:
+        """Create a tensorboard writer (rank 0) when tensorboard is installed; silently skip otherwise."""
+        if self._writer is not None or not is_main():
             return
         try:
             from torch.utils.tensorboard import SummaryWriter
@@ -213,6 +227,7 @@ class TrainerBase:
 
     def model_backward(self, loss: torch.Tensor) -> None:
         self.detect_anomaly(loss)
+        prepare_backward(self._ddp)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
@@ -250,6 +265,7 @@ class SimpleTrainer(TrainerBase):
         self._validating = False
         self.build_data_loader()
         self.build_model()
+        self._ddp = wrap_trainable_models(self._models, self.device, cfg.TRAIN.SYNC_BN)
         self.evaluator = build_evaluator(cfg, lab2cname=self.lab2cname)
         self.best_result = -np.inf
 
@@ -339,10 +355,13 @@ class SimpleTrainer(TrainerBase):
             split = "test"
             data_loader = self.test_loader
         print(f"Evaluate on the *{split}* set")
-        for batch in tqdm(data_loader, desc=f"eval {split}"):
+        outputs, labels, index = [], [], []
+        for batch in tqdm(data_loader, desc=f"eval {split}", disable=not is_main()):
             input, label = self.parse_batch_test(batch)
-            output = self.model_inference(input)
-            self.evaluator.process(output, label)
+            outputs.append(self.model_inference(input).cpu())
+            labels.append(label.cpu())
+            index.append(batch["index"])
+        self.evaluator.process(*gather_in_order(torch.cat(index), torch.cat(outputs), torch.cat(labels)))
         results = self.evaluator.evaluate()
         for k, v in results.items():
             self.write_scalar(f"{split}/{k}", v, self.epoch)
@@ -354,8 +373,8 @@ class SimpleTrainer(TrainerBase):
         return {}
 
     def save_results(self, split: str, results: dict) -> None:
-        """Write ``<OUTPUT_DIR>/results.json`` for a final evaluation (skipped for per-epoch validation)."""
-        if self._validating:
+        """Write ``<OUTPUT_DIR>/results.json`` for a final evaluation (rank 0; skipped for per-epoch validation)."""
+        if self._validating or not is_main():
             return
         cfg = self.cfg
         record = {
@@ -405,6 +424,7 @@ class TrainerX(SimpleTrainer):
 
     def run_epoch(self) -> None:
         self.set_model_mode("train")
+        set_sampler_epoch([self.train_loader_x], self.epoch)
         losses, batch_time, data_time = MetricMeter(), AverageMeter(), AverageMeter()
         self.num_batches = len(self.train_loader_x)
         end = time.time()
@@ -432,6 +452,7 @@ class TrainerXU(SimpleTrainer):
         if self.train_loader_u is None:
             raise ValueError(f"{type(self).__name__} needs unlabelled data, but the dataset has an empty train_u")
         self.set_model_mode("train")
+        set_sampler_epoch([self.train_loader_x, self.train_loader_u], self.epoch)
         losses, batch_time, data_time = MetricMeter(), AverageMeter(), AverageMeter()
         len_x, len_u = len(self.train_loader_x), len(self.train_loader_u)
         count_iter = self.cfg.TRAIN.COUNT_ITER

@@ -13,6 +13,8 @@
 #   TEACHER_NAME  teacher CLIP (TRAINER.<NS>.TEACHER_NAME)
 #   EXTRA_OPTS    extra "KEY VALUE ..." config overrides appended last, e.g. "OPTIM.MAX_EPOCH 1 INPUT.SIZE (32,32)"
 #   LOAD_EPOCH    epoch a test script loads (default: model-best.pth.tar when the run saved one, else the last epoch)
+#   NPROC         processes (GPUs) per run: N > 1 launches train.py with `python -m torch.distributed.run
+#                 --standalone --nproc-per-node N` (data parallel; the config's training batch is the global one)
 
 PYTHON=${PYTHON:-python}
 OUTPUT_ROOT=${OUTPUT_ROOT:-output}
@@ -154,6 +156,7 @@ eval_args() {
 
 # train_py DATASET DIR [ARG ...]: runs train.py for $TRAINER with configs/trainers/$TRAINER/$CFG.yaml on DATASET,
 # writing to DIR, with --seed $SEED unless SEED is empty; ARGs (flags, then KEY VALUE overrides) precede COMMON_OPTS.
+# With NPROC > 1 it runs under torchrun (NPROC processes on this machine).
 train_py() {
     local dataset=$1 dir=$2
     shift 2
@@ -161,7 +164,12 @@ train_py() {
     if [ -n "$SEED" ]; then
         seed=(--seed "$SEED")
     fi
-    "$PYTHON" train.py --root "$DATA" "${seed[@]}" --trainer "$TRAINER" \
+    local launch=(train.py)
+    [[ "${NPROC:-1}" =~ ^[1-9][0-9]*$ ]] || die "NPROC=$NPROC: give the number of processes (GPUs), e.g. NPROC=4"
+    if [ "${NPROC:-1}" -gt 1 ]; then
+        launch=(-m torch.distributed.run --standalone --nproc-per-node "$NPROC" train.py)
+    fi
+    "$PYTHON" "${launch[@]}" --root "$DATA" "${seed[@]}" --trainer "$TRAINER" \
         --dataset-config-file "$(dataset_yaml "$dataset")" --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
         --output-dir "$dir" "$@" "${COMMON_OPTS[@]}"
 }

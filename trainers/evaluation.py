@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from datasets.protocols import class_subset
 from engine.checkpoint import atomic_torch_save, load_checkpoint
+from engine.distributed import gather_in_order, is_main
 from engine.utils import write_json
 
 from .routing import (
@@ -148,15 +149,17 @@ class RoutedEvaluationMixin:
 
     @torch.no_grad()
     def collect_branch_logits(self, loader, desc: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q_s, q_u [M, C] (float32, CPU) and labels [M] of every sample of ``loader``."""
+        """q_s, q_u [M, C] (float32, CPU) and labels [M] of every sample of ``loader``, in the loader's dataset order
+        (under torchrun each process scores its shard and every process receives all rows)."""
         self.set_model_mode("eval")
-        q_s, q_u, labels = [], [], []
-        for batch in tqdm(loader, desc=desc):
+        q_s, q_u, labels, index = [], [], [], []
+        for batch in tqdm(loader, desc=desc, disable=not is_main()):
             s, u = self.branch_logits(batch["img"].to(self.device))
             q_s.append(s.float().cpu())
             q_u.append(u.float().cpu())
             labels.append(batch["label"].cpu())
-        return torch.cat(q_s), torch.cat(q_u), torch.cat(labels)
+            index.append(batch["index"])
+        return gather_in_order(torch.cat(index), torch.cat(q_s), torch.cat(q_u), torch.cat(labels))
 
     def _subset_loader(self, items, what: str):
         """Test-transform loader over ``items``, a seeded random subset when ROUTER_MAX_IMAGES caps it."""
@@ -180,15 +183,19 @@ class RoutedEvaluationMixin:
         print(f"Router {router.name} fitted on {q.shape[0]:,} seen train images: threshold {router.threshold:.4g}")
         if save_dir:
             self.save_router(router, save_dir, num_classes=q_s.shape[1])
-            save_q_dump(os.path.join(save_dir, FIT_DUMP_NAME), q)
+            if is_main():
+                save_q_dump(os.path.join(save_dir, FIT_DUMP_NAME), q)
             if self.router_cfg.get("DUMP_TRAIN_U", True) and ds.train_u:
                 u_s, u_u, _ = self.collect_branch_logits(self._subset_loader(ds.train_u, "train_u dump"),
                                                          "train_u logits")
-                save_q_dump(os.path.join(save_dir, TRAIN_U_DUMP_NAME), torch.cat([u_s, u_u], dim=1))
+                if is_main():
+                    save_q_dump(os.path.join(save_dir, TRAIN_U_DUMP_NAME), torch.cat([u_s, u_u], dim=1))
         return router
 
     def save_router(self, router: Router, directory: str, num_classes: int) -> None:
-        """``router.pth.tar`` (tensors and plain values) and ``router.json`` (λ, percentile, T, score quantiles)."""
+        """``router.pth.tar`` (tensors, plain values) and ``router.json`` (λ, percentile, T, quantiles), by rank 0."""
+        if not is_main():
+            return
         atomic_torch_save({"router": router.state_dict(), "num_classes": num_classes},
                           os.path.join(directory, ROUTER_FILE))
         write_json({**router.summary(), "num_classes": num_classes, "dataset": self.cfg.DATASET.NAME,
@@ -271,8 +278,9 @@ class RoutedEvaluationMixin:
             self.write_scalar(f"{split}/{k}", v, self.epoch)
         if not validating:
             dump = logits_dump_name(split)
-            save_logits_dump(os.path.join(self.output_dir, dump), q_s, q_u, labels, is_seen,
-                             torch.as_tensor(ds.eval_labels))
+            if is_main():
+                save_logits_dump(os.path.join(self.output_dir, dump), q_s, q_u, labels, is_seen,
+                                 torch.as_tensor(ds.eval_labels))
             self._routing_extras = {**_json_safe(result.metrics), "protocol": ds.protocol,
                                     "num_classes": q_s.shape[1], "num_eval_classes": len(ds.eval_labels),
                                     "logits_dump": dump}

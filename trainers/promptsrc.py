@@ -31,6 +31,7 @@ from engine import (
     make_grad_scaler,
 )
 from engine.checkpoint import atomic_torch_save
+from engine.distributed import is_main
 
 from .templates import IMAGENET_TEMPLATES
 from .zeroshot import load_backbone, trim_padding, zeroshot_text_features
@@ -292,7 +293,7 @@ class PromptSRC(TrainerX):
 
     def after_train(self) -> None:
         super().after_train()
-        if self.cfg.TEST.NO_TEST:
+        if self.cfg.TEST.NO_TEST and is_main():
             self.save_teacher_text_features()
 
     @torch.no_grad()
@@ -303,7 +304,7 @@ class PromptSRC(TrainerX):
             result = super().test(split)
         finally:
             self._test_text = None
-        if not self._validating:
+        if not self._validating and is_main():
             self.save_teacher_text_features()
         return result
 

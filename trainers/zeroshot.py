@@ -15,6 +15,7 @@ from tqdm import tqdm
 import clip
 from clip.model import CLIP
 from engine import TRAINER_REGISTRY, TrainerX, autocast, resolve_precision
+from engine.distributed import is_main
 
 from .templates import ensemble_templates, select_templates, single_template
 
@@ -65,7 +66,8 @@ def zeroshot_text_features(clip_model: CLIP, classnames: Sequence[str], template
     owner = torch.arange(len(names), device=device).repeat_interleave(len(templates))
     total = torch.zeros(len(names), clip_model.embed_dim, device=device)
     starts = range(0, len(texts), batch_size)
-    for start in tqdm(starts, desc=f"text features ({len(templates)} templates)", disable=len(starts) <= 1):
+    for start in tqdm(starts, desc=f"text features ({len(templates)} templates)",
+                      disable=len(starts) <= 1 or not is_main()):
         tokens = clip.tokenize(texts[start:start + batch_size], context_length=clip_model.context_length,
                                truncate=True).to(device)
         features = F.normalize(clip_model.encode_text(trim_padding(tokens)).float(), dim=-1)
