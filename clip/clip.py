@@ -13,6 +13,8 @@ import zipfile
 import torch
 from tqdm import tqdm
 
+from engine.errors import ConfigError, CorruptFileError, InputNotFoundError
+
 from .model import CLIP, build_model
 from .tokenizer import EOT_TOKEN, SOT_TOKEN, encode
 
@@ -82,7 +84,7 @@ def _resolve(name_or_path: str) -> str:
     if os.path.isfile(name_or_path):
         return name_or_path
     if name_or_path not in _MODELS:
-        raise RuntimeError(f"CLIP weights '{name_or_path}' are neither a file nor a known model; "
+        raise ConfigError(f"CLIP weights '{name_or_path}' are neither a file nor a known model; "
                            f"available models: {', '.join(available_models())}")
     tried = _candidate_paths(name_or_path)
     for path in tried:
@@ -93,7 +95,7 @@ def _resolve(name_or_path: str) -> str:
         return download(url, _cache_dir())
     except (urllib.error.URLError, OSError) as e:
         basename = os.path.basename(url)
-        raise RuntimeError(
+        raise InputNotFoundError(
             f"CLIP weights for {name_or_path} not found (tried {', '.join(tried)}) and the download failed ({e}); "
             f"download {url} and put {basename} in ./clip/ (run from the repository root), in $CLIP_WEIGHTS_DIR "
             f"or in {_cache_dir()}"
@@ -117,7 +119,7 @@ def _read_state_dict(path: str) -> dict:
                 return torch.jit.load(path, map_location="cpu").state_dict()
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, pickle.UnpicklingError) as e:
-        raise RuntimeError(f"cannot read CLIP weights from {path} ({type(e).__name__}: {e}); the file may be "
+        raise CorruptFileError(f"cannot read CLIP weights from {path} ({type(e).__name__}: {e}); the file may be "
                            "incomplete or corrupt: delete it and obtain it again") from None
     if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
         obj = obj["state_dict"]

@@ -104,9 +104,9 @@ def test_interrupted_run_resumes_to_identical_weights(full_run, tiny_root, tmp_p
     train.main(argv)  # same command again: auto-resume from OUTPUT_DIR
     resumed, reference = _weights(out, 3), _weights(full_run, 3)
     assert all(torch.equal(resumed[k], reference[k]) for k in reference)
-    logs = sorted(f for f in os.listdir(out) if f.startswith("log.txt"))
-    assert len(logs) == 2 and logs[0] == "log.txt"  # the first log was kept, the second got a time suffix
-    assert "Previous epoch: 1" in open(os.path.join(out, logs[1])).read()
+    assert [f for f in os.listdir(out) if f.startswith("log.txt")] == ["log.txt"]  # both attempts in one log
+    first, second = open(os.path.join(out, "log.txt")).read().split("new attempt (earlier ones above)")
+    assert "simulated crash at the start of epoch 2" in first and "Previous epoch: 1" in second
     # --resume DIR points a fresh output folder at the crashed run's checkpoints (finished: epoch 3)
     trainer = train.main(tiny_argv(tiny_root, str(tmp_path / "other"), opts=[], extra_args=["--resume", out]))
     assert trainer.start_epoch == 3
