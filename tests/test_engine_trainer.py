@@ -114,6 +114,26 @@ def test_interrupted_run_resumes_to_identical_weights(full_run, tiny_root, tmp_p
         train.main(tiny_argv(tiny_root, str(tmp_path / "other2"), extra_args=["--resume", str(tmp_path / "none")]))
 
 
+def test_crash_resumes_from_the_per_epoch_state_without_checkpoint_freq(full_run, tiny_root, tmp_path,
+                                                                        monkeypatch):
+    """TRAIN.CHECKPOINT_FREQ 0 (the shipped configs): resume.pth.tar alone carries the run over a crash."""
+    out = str(tmp_path / "crashed")
+    argv = tiny_argv(tiny_root, out, epochs=3)
+    monkeypatch.setattr(EngineLinearProbe, "crash_at_epoch", 2)
+    with pytest.raises(RuntimeError, match="simulated crash at the start of epoch 3"):
+        train.main(argv)
+    assert os.path.isfile(os.path.join(out, "resume.pth.tar")) and not os.path.exists(os.path.join(out, "linear_probe"))
+    assert torch.load(os.path.join(out, "resume.pth.tar"), weights_only=True)["epoch"] == 2
+    monkeypatch.setattr(EngineLinearProbe, "crash_at_epoch", None)
+    train.main(argv)
+    resumed, reference = _weights(out, 3), _weights(full_run, 3)
+    assert all(torch.equal(resumed[k], reference[k]) for k in reference)
+    assert json.load(open(os.path.join(out, "results.json")))["accuracy"] == \
+        json.load(open(os.path.join(full_run, "results.json")))["accuracy"]
+    assert not os.path.exists(os.path.join(out, "resume.pth.tar"))  # finished: only the Dassl checkpoints stay
+    assert "Previous epoch: 2" in open(os.path.join(out, "log.txt")).read()
+
+
 def test_non_finite_loss_names_the_step(tiny_root, tmp_path, monkeypatch):
     monkeypatch.setattr(EngineLinearProbe, "nan_at_batch", 1)
     with pytest.raises(FloatingPointError, match=r"epoch 1/2, batch 2/3 \(step 1\)"):
