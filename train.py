@@ -9,6 +9,7 @@ import argparse
 import importlib
 import os
 import re
+import signal
 import sys
 import traceback
 
@@ -210,4 +211,8 @@ def cli(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    status = cli()
+    if status == EXIT_INTERRUPTED:  # end by SIGINT itself, so a calling shell script (a loop of runs) stops too
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    sys.exit(status)

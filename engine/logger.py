@@ -29,6 +29,8 @@ class Logger:
         self.console.write(msg)
         if self.file is not None:
             self.file.write(msg)
+            if "\n" in msg:  # whole lines reach the file at once, so a killed run's log ends where it stopped
+                self.file.flush()
 
     def write_file(self, msg: str) -> None:
         """Write ``msg`` to the log file only (e.g. an error the caller reports on stderr)."""

@@ -170,8 +170,8 @@ skip_if_finished() {
         finished) echo "Run finished, skipping: $1"; exit 0 ;;
         finished-upstream) echo "Run finished (upstream log.txt, no results.json), skipping: $1"; exit 0 ;;
         resumable) echo "Resuming the interrupted run in $1" ;;
-        failed) echo "note: $1 holds only the log.txt of a failed attempt (no checkpoint, no results): not finished," \
-            "not resumable; running it again from the start (the log keeps the earlier attempt)" ;;
+        failed) echo "note: $1 holds only the log.txt of an attempt that stopped before saving a checkpoint or" \
+            "results (failed or interrupted): not finished, not resumable; running it again from the start" ;;
     esac
 }
 

@@ -56,8 +56,8 @@ def make_run(root, state: str) -> str:
     ("finished", "Run finished, skipping: ", False),
     ("finished-upstream", "Run finished (upstream log.txt, no results.json), skipping: ", False),
     ("resumable", "Resuming the interrupted run in ", True),
-    ("failed", "holds only the log.txt of a failed attempt (no checkpoint, no results): not finished, not "
-               "resumable; running it again from the start", True),
+    ("failed", "holds only the log.txt of an attempt that stopped before saving a checkpoint or results (failed "
+               "or interrupted): not finished, not resumable; running it again from the start", True),
     ("new", "", True),
 ])
 def test_run_state_and_what_the_scripts_do(tmp_path, state, message, runs_train_py):
