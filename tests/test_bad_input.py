@@ -220,3 +220,19 @@ def test_python_train_py_exits_2_with_one_line_and_help_is_light(tmp_path):
                                timeout=HANG_GUARD_S).stdout
     assert "trainers: CoOp, PETR, PETRCoOp, PromptKD, PromptSRC, ZeroshotCLIP" in help_text
     assert "EuroSAT" in help_text and "DemoShapesHard" in help_text
+
+
+def test_every_shipped_config_passes_the_value_checks():
+    """The range checks reject no yaml the project ships (trainer and dataset configs merged as the scripts do)."""
+    from engine.validation import check_config_values
+
+    trainers = sorted(os.path.join(d, f) for d, _, fs in os.walk(os.path.join(REPO, "configs", "trainers"))
+                      for f in fs if f.endswith(".yaml"))
+    datasets = sorted(os.path.join(REPO, "configs", "datasets", f)
+                      for f in os.listdir(os.path.join(REPO, "configs", "datasets")))
+    assert len(trainers) >= 25 and len(datasets) >= 15
+    for trainer_yaml in trainers:
+        for dataset_yaml in (datasets[0], datasets[-1]):
+            args = train.build_parser().parse_args(["--config-file", trainer_yaml, "--dataset-config-file",
+                                                    dataset_yaml])
+            check_config_values(train.setup_cfg(args))
