@@ -8,23 +8,37 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
+import signal
 import sys
-
-import torch
-
-import trainers  # noqa: F401  (registers the trainers and provides extend_cfg)
-from engine import build_trainer, collect_env_info, get_cfg_default, set_random_seed, setup_logger
-from engine.distributed import init_distributed, is_main, shutdown_distributed
-from trainers.config import extend_cfg, foreign_trainer_message
+import traceback
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
-if os.path.isfile(os.path.join(REPO_ROOT, "datasets", "__init__.py")):
-    importlib.import_module("datasets")  # registers the datasets (our package, not any installed namesake)
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+DEBUG_ENV = "PETR_DEBUG"
+
+
+def registered_names(package: str, registry: str) -> list[str]:
+    """Class names decorated with ``@<registry>.register()`` in ``<package>/*.py``, read without importing torch."""
+    folder = os.path.join(REPO_ROOT, package)
+    pattern = re.compile(rf"^@{registry}\.register\(\)\s*\nclass (\w+)", re.MULTILINE)
+    names = []
+    for fname in sorted(os.listdir(folder)):
+        if fname.endswith(".py"):
+            with open(os.path.join(folder, fname), encoding="utf-8") as f:
+                names.extend(pattern.findall(f.read()))
+    return sorted(names)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The CoOp/PromptKD argument set (plus --env-info)."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """The CoOp/PromptKD argument set (plus --env-info and --debug); --help lists the trainers and datasets."""
+    epilog = (f"trainers: {', '.join(registered_names('trainers', 'TRAINER_REGISTRY'))}\n"
+              f"datasets: {', '.join(registered_names('datasets', 'DATASET_REGISTRY'))}\n"
+              f"A user error (bad name, value or file) prints one 'error:' line and exits with status "
+              f"{EXIT_USER_ERROR}; --debug or {DEBUG_ENV}=1 also prints its traceback.")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=epilog,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", type=str, default="", help="path to the datasets folder (DATASET.ROOT)")
     p.add_argument("--output-dir", type=str, default="", help="output directory (OUTPUT_DIR)")
     p.add_argument("--resume", type=str, default="", help="checkpoint directory to resume from (RESUME)")
@@ -42,28 +56,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load-epoch", type=int, help="load model.pth.tar-<epoch> (default: model-best.pth.tar)")
     p.add_argument("--no-train", action="store_true", help="build the trainer but do not train")
     p.add_argument("--env-info", action="store_true", help="also print the environment (torch collect_env)")
+    p.add_argument("--debug", action="store_true", help=f"print the traceback of user errors too (or {DEBUG_ENV}=1)")
     p.add_argument("opts", default=None, nargs=argparse.REMAINDER, help="KEY VALUE pairs overriding the config")
     return p
 
 
 def _merge(cfg, source: str, merge) -> None:
-    """Run one merge step; a bad key or value becomes a single ``error: <source>: ...`` line (SystemExit)."""
+    """Run one merge step; a bad key or value becomes a ConfigError naming ``source`` (one ``error:`` line)."""
+    from engine.errors import ConfigError
+    from trainers.config import foreign_trainer_message
+
     try:
         merge()
     except (KeyError, ValueError, AssertionError) as e:
         msg = str(e.args[0]) if e.args else str(e)
         if msg.startswith(("Non-existent config key:", "Non-existent key:")):  # yacs: file / opts wording
             key = msg.split(":", 1)[1].strip()
-            if foreign_trainer_message(key):
-                raise SystemExit(f"error: {source}: {foreign_trainer_message(key)}") from None
-            raise SystemExit(f"error: {source}: unknown config key '{key}' "
-                             "(declare it in trainers/config.py extend_cfg or fix the typo)") from None
-        raise SystemExit(f"error: {source}: {msg}") from None
+            message = foreign_trainer_message(key)
+            if message:
+                raise ConfigError(f"{source}: {message}") from None
+            raise ConfigError(f"{source}: unknown config key '{key}' "
+                              "(declare it in trainers/config.py extend_cfg or fix the typo)") from None
+        raise ConfigError(f"{source}: {msg}") from None
 
 
 def _merge_file(cfg, path: str, what: str) -> None:
+    from engine.errors import InputNotFoundError
+
     if not os.path.isfile(path):
-        raise SystemExit(f"error: {what} not found: {path}")
+        raise InputNotFoundError(f"{what} not found: {path}")
     _merge(cfg, path, lambda: cfg.merge_from_file(path))
 
 
@@ -91,8 +112,19 @@ def reset_cfg(cfg, args: argparse.Namespace) -> None:
         cfg.MODEL.HEAD.NAME = args.head
 
 
+def register_project() -> None:
+    """Import the trainers and datasets so they register themselves (imports torch, so not done for --help)."""
+    import trainers  # noqa: F401
+
+    if os.path.isfile(os.path.join(REPO_ROOT, "datasets", "__init__.py")):
+        importlib.import_module("datasets")  # our package, not any installed namesake
+
+
 def setup_cfg(args: argparse.Namespace):
     """default → extend_cfg → dataset yaml → trainer yaml → CLI → opts → freeze."""
+    from engine import get_cfg_default
+    from trainers.config import extend_cfg
+
     cfg = get_cfg_default()
     extend_cfg(cfg)
     if args.dataset_config_file:
@@ -115,12 +147,25 @@ def print_args(args: argparse.Namespace, cfg) -> None:
 
 
 def main(argv: list[str] | None = None):
-    """Run train.py with ``argv`` (default sys.argv[1:]) and return the trainer; stdout is restored afterwards."""
+    """Run train.py with ``argv`` (default sys.argv[1:]) and return the trainer; stdout is restored afterwards.
+
+    Errors propagate (``cli`` turns user errors into one line); once the run's log.txt is open, the error (or the
+    interruption) is written there too.
+    """
     args = build_parser().parse_args(argv)
+    register_project()
+    import torch
+
+    from engine import build_trainer, collect_env_info, set_random_seed, setup_logger
+    from engine.distributed import init_distributed, is_main, shutdown_distributed
+    from engine.errors import first_line, is_user_error
+    from engine.validation import check_config_values
+
     cfg = setup_cfg(args)
     init_distributed(cfg.USE_CUDA)  # under torchrun with several processes; rank 0 alone logs and writes
     logger = setup_logger(cfg.OUTPUT_DIR if is_main() else None)
     try:
+        check_config_values(cfg)
         if cfg.SEED >= 0:
             print(f"Setting fixed seed: {cfg.SEED}")
             set_random_seed(cfg.SEED)
@@ -138,6 +183,14 @@ def main(argv: list[str] | None = None):
         if not args.no_train:
             trainer.train()
         return trainer
+    except KeyboardInterrupt:
+        if logger is not None:
+            logger.write_file("\ninterrupted: rerun the same command to resume from the last saved epoch\n")
+        raise
+    except Exception as e:
+        if logger is not None:
+            logger.write_file(f"\nerror: {first_line(e)}\n" if is_user_error(e) else f"\n{traceback.format_exc()}")
+        raise
     finally:
         sys.stdout.flush()
         if logger is not None:
@@ -145,5 +198,30 @@ def main(argv: list[str] | None = None):
         shutdown_distributed()
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """train.py's exit status: 0, 2 after one ``error:`` line for a user error, 130 when interrupted (Ctrl-C)."""
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    try:
+        main(argv)
+    except KeyboardInterrupt:
+        print("interrupted: rerun the same command to resume from the last saved epoch", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:
+        from engine.errors import first_line, is_user_error
+
+        if not is_user_error(e):
+            raise
+        if debug:
+            traceback.print_exc()
+        print(f"error: {first_line(e)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    status = cli()
+    if status == EXIT_INTERRUPTED:  # end by SIGINT itself, so a calling shell script (a loop of runs) stops too
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    sys.exit(status)

@@ -16,6 +16,8 @@ import torchvision.transforms as T
 from PIL import Image
 from tqdm import tqdm
 
+from engine.errors import ConfigError, CorruptFileError, InputNotFoundError
+
 from .model import CLIP, build_model
 from .tokenizer import EOT_TOKEN, SOT_TOKEN, encode
 
@@ -96,7 +98,7 @@ def _resolve(name_or_path: str, download_root: str | None = None) -> str:
     if os.path.isfile(name_or_path):
         return name_or_path
     if name_or_path not in _MODELS:
-        raise RuntimeError(f"CLIP weights '{name_or_path}' are neither a file nor a known model; "
+        raise ConfigError(f"CLIP weights '{name_or_path}' are neither a file nor a known model; "
                            f"available models: {', '.join(available_models())}")
     tried = _candidate_paths(name_or_path, download_root)
     for path in tried:
@@ -107,7 +109,7 @@ def _resolve(name_or_path: str, download_root: str | None = None) -> str:
         return download(url, download_root or _cache_dir())
     except (urllib.error.URLError, OSError) as e:
         basename = os.path.basename(url)
-        raise RuntimeError(
+        raise InputNotFoundError(
             f"CLIP weights for {name_or_path} not found (tried {', '.join(tried)}) and the download failed ({e}); "
             f"download {url} and put {basename} in ./clip/ (run from the repository root), in $CLIP_WEIGHTS_DIR "
             f"or in {download_root or _cache_dir()}"
@@ -131,7 +133,7 @@ def _read_state_dict(path: str) -> dict:
                 return torch.jit.load(path, map_location="cpu").state_dict()
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, pickle.UnpicklingError) as e:
-        raise RuntimeError(f"cannot read CLIP weights from {path} ({type(e).__name__}: {e}); the file may be "
+        raise CorruptFileError(f"cannot read CLIP weights from {path} ({type(e).__name__}: {e}); the file may be "
                            "incomplete or corrupt: delete it and obtain it again") from None
     if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
         obj = obj["state_dict"]

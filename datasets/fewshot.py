@@ -36,6 +36,18 @@ def sample_per_class(items: Sequence[Datum], num_shots: int, rng: random.Random)
     return output
 
 
+def warn_short_classes(items: Sequence[Datum], lab2cname: dict[int, str], num_shots: int, split_file: str) -> None:
+    """Log a warning naming the classes with fewer than ``num_shots`` images (they train on all they have)."""
+    counts: dict[int, int] = defaultdict(int)
+    for item in items:
+        counts[item.label] += 1
+    short = [f"{lab2cname.get(label, label)} ({n})" for label, n in sorted(counts.items()) if n < num_shots]
+    if short:
+        shown = ", ".join(short[:10]) + (f", ... ({len(short) - 10} more)" if len(short) > 10 else "")
+        print(f"warning: DATASET.NUM_SHOTS is {num_shots}, but {len(short)} of {len(counts)} classes have fewer "
+              f"train images in {split_file}; they use every image they have: {shown}")
+
+
 def check_all_classes(items: Sequence[Datum], lab2cname: dict[int, str], split: str, source: str) -> None:
     """Raise ValueError naming the first class without any image in ``items``."""
     present = {item.label for item in items}
@@ -63,6 +75,7 @@ def fewshot_splits(data: SplitData, num_shots: int, seed: int) -> tuple[list[Dat
     """
     if num_shots < 1:
         return data.train, data.val
+    warn_short_classes(data.train, data.lab2cname, num_shots, data.split_file)
     cache = fewshot_path(data.dataset_dir, num_shots, seed)
     if os.path.isfile(cache):
         print(f"Loading few-shot data from {cache}")

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .errors import CorruptFileError, InputNotFoundError, first_line
 from .restricted_pickle import load_upstream_checkpoint
 from .utils import atomic_write, atomic_write_text, mkdir_if_missing
 
@@ -81,13 +82,17 @@ def load_checkpoint(fpath: str, trust_pickle: bool = False) -> Any:
     if fpath is None:
         raise ValueError("load_checkpoint: file path is None")
     if not os.path.exists(fpath):
-        raise FileNotFoundError(f'Checkpoint file not found: "{fpath}"')
+        raise InputNotFoundError(f'Checkpoint file not found: "{fpath}"')
     if trust_pickle:
         return torch.load(fpath, map_location="cpu", weights_only=False)
     try:
         return torch.load(fpath, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         return load_upstream_checkpoint(fpath)
+    except (RuntimeError, EOFError, KeyError, ValueError) as e:  # torch's zip reader / unpickler on a cut-off file
+        raise CorruptFileError(
+            f"{fpath} is truncated or corrupt ({first_line(e)[:120]}); delete it (a rerun of the same command "
+            "resumes from the previous checkpoint, if any) or restore a good copy") from None
 
 
 def get_rng_state() -> dict:

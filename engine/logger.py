@@ -1,4 +1,5 @@
-"""Tee ``sys.stdout`` to a run's ``log.txt`` (Dassl's ``setup_logger``); an existing log is never overwritten."""
+"""Tee ``sys.stdout`` to a run's ``log.txt`` (Dassl's ``setup_logger``); a rerun appends to it, so one file keeps
+every attempt of a run (an interrupted one and its resumption, a failed one and its retry)."""
 from __future__ import annotations
 
 import os
@@ -18,12 +19,24 @@ class Logger:
         self.fpath = fpath
         if fpath is not None:
             mkdir_if_missing(os.path.dirname(os.path.abspath(fpath)))
-            self.file = open(fpath, "w")
+            earlier = os.path.isfile(fpath) and os.path.getsize(fpath) > 0
+            self.file = open(fpath, "a")
+            if earlier:
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+                self.file.write(f"\n===== {stamp}: new attempt (earlier ones above) =====\n")
 
     def write(self, msg: str) -> None:
         self.console.write(msg)
         if self.file is not None:
             self.file.write(msg)
+            if "\n" in msg:  # whole lines reach the file at once, so a killed run's log ends where it stopped
+                self.file.flush()
+
+    def write_file(self, msg: str) -> None:
+        """Write ``msg`` to the log file only (e.g. an error the caller reports on stderr)."""
+        if self.file is not None:
+            self.file.write(msg)
+            self.flush()
 
     def flush(self) -> None:
         self.console.flush()
@@ -50,12 +63,10 @@ class Logger:
 
 
 def setup_logger(output: str | None = None) -> Logger | None:
-    """Tee stdout to ``<output>/log.txt`` (or ``output`` if it ends in .txt/.log); returns the Logger."""
+    """Tee stdout to ``<output>/log.txt`` (or ``output`` if it ends in .txt/.log), appending; returns the Logger."""
     if output is None:
         return None
     fpath = output if output.endswith((".txt", ".log")) else os.path.join(output, "log.txt")
-    if os.path.exists(fpath):
-        fpath += time.strftime("-%Y-%m-%d-%H-%M-%S")
     logger = Logger(fpath)
     sys.stdout = logger
     return logger

@@ -5,15 +5,17 @@ import difflib
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .errors import ConfigError
+
 
 def check_availability(requested: str, available: Iterable[str], kind: str = "name") -> None:
-    """Raise ValueError naming ``requested`` and the closest available names when it is unknown."""
+    """Raise ConfigError (a ValueError) naming ``requested`` and the closest available names when it is unknown."""
     available = list(available)
     if requested in available:
         return
     close = difflib.get_close_matches(requested, available, n=3, cutoff=0.4)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    raise ValueError(
+    raise ConfigError(
         f"Unknown {kind} {requested!r}.{hint} Available: {', '.join(sorted(available))}"
     )
 

@@ -1,13 +1,16 @@
 """Dassl's trainer lifecycle: TrainerBase → SimpleTrainer → TrainerX (labelled) / TrainerXU (labelled + unlabelled).
 
-Differences from Dassl, all on purpose: checkpoints also store RNG states (an interrupted run resumed with
-``--resume`` or from OUTPUT_DIR ends with the same weights as an uninterrupted one), ``load_model`` works for
+Differences from Dassl, all on purpose: checkpoints also store RNG states, and after every epoch the whole training
+state is written atomically to ``<OUTPUT_DIR>/resume.pth.tar`` (one file, replaced each epoch, removed when the run
+finishes), so an interrupted run (Ctrl-C, a kill, a crash) rerun with the same command or ``--resume`` ends with
+the same weights as an uninterrupted one whatever ``TRAIN.CHECKPOINT_FREQ`` is; ``load_model`` works for
 last-step checkpoints, tensorboard is optional, and every test split evaluated outside the training loop is
 written to ``<OUTPUT_DIR>/results.json`` (trainers that override ``test`` call ``save_results`` themselves).
 """
 from __future__ import annotations
 
 import datetime
+import glob
 import os
 import time
 from collections import OrderedDict
@@ -17,7 +20,15 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .checkpoint import get_rng_state, load_checkpoint, resume_from_checkpoint, save_checkpoint
+from .checkpoint import (
+    atomic_torch_save,
+    check_plain,
+    get_rng_state,
+    load_checkpoint,
+    resume_from_checkpoint,
+    save_checkpoint,
+    set_rng_state,
+)
 from .data_manager import DataManager
 from .distributed import (
     barrier,
@@ -31,6 +42,9 @@ from .evaluator import build_evaluator
 from .meters import AverageMeter, MetricMeter
 from .registry import TRAINER_REGISTRY, check_availability
 from .utils import write_json
+
+RESUME_FILE = "resume.pth.tar"
+"""The latest resumable training state of a run, in its output folder (see ``save_resume_state``)."""
 
 
 def _as_list(names) -> list[str]:
@@ -113,8 +127,55 @@ class TrainerBase:
             save_checkpoint(state, os.path.join(directory, name), is_best=is_best, model_name=model_name)
         barrier()
 
+    def save_resume_state(self, epoch: int, best_result: float | None = None) -> None:
+        """Replace ``<OUTPUT_DIR>/resume.pth.tar`` with the state after ``epoch`` (0-based): every model, optimiser
+        and scheduler, the grad scaler, the RNG states and the best val result, in one atomic write (rank 0 writes,
+        every process waits for the file)."""
+        if not is_main():
+            barrier()
+            return
+        state = {
+            "epoch": epoch + 1,
+            "models": {name: {"state_dict": self._models[name].state_dict(),
+                              "optimizer": self._optims[name].state_dict() if self._optims[name] is not None else None,
+                              "scheduler": self._scheds[name].state_dict() if self._scheds[name] is not None else None}
+                       for name in self.get_model_names()},
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "rng_state": get_rng_state(),
+            "best_result": best_result,
+        }
+        check_plain(state, RESUME_FILE)
+        atomic_torch_save(state, os.path.join(self.output_dir, RESUME_FILE))
+        barrier()
+
+    def _resume_from_state(self, path: str) -> int:
+        """Restore what ``save_resume_state`` wrote; return the number of finished epochs."""
+        state = load_checkpoint(path)
+        names = self.get_model_names()
+        if sorted(state["models"]) != sorted(names):
+            raise ValueError(f"{path} holds the models {sorted(state['models'])}, this trainer has {sorted(names)}; "
+                             "use another OUTPUT_DIR or delete it")
+        for name in names:
+            saved = state["models"][name]
+            self._models[name].load_state_dict(saved["state_dict"])
+            if self._optims[name] is not None and saved["optimizer"] is not None:
+                self._optims[name].load_state_dict(saved["optimizer"])
+            if self._scheds[name] is not None and saved["scheduler"] is not None:
+                self._scheds[name].load_state_dict(saved["scheduler"])
+        if self.scaler is not None and state["scaler"] is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        set_rng_state(state["rng_state"])
+        if state["best_result"] is not None:
+            self.best_result = state["best_result"]
+        print(f'Resuming from "{path}" (models, optimisers, schedulers, RNG states)')
+        print(f"Previous epoch: {state['epoch']}")
+        return state["epoch"]
+
     def resume_model_if_exist(self, directory: str) -> int:
-        """Resume every model from ``<directory>/<name>/checkpoint``; return the epoch to start from (0 if none)."""
+        """Resume from ``<directory>/resume.pth.tar``, else from every ``<directory>/<name>/checkpoint``; return the
+        epoch to start from (0 if none)."""
+        if os.path.isfile(os.path.join(directory, RESUME_FILE)):
+            return self._resume_from_state(os.path.join(directory, RESUME_FILE))
         names = self.get_model_names()
         if not names or any(not os.path.isfile(os.path.join(directory, n, "checkpoint")) for n in names):
             print("No checkpoint found, train from scratch")
@@ -292,11 +353,15 @@ class SimpleTrainer(TrainerBase):
 
     def before_train(self) -> None:
         directory = self.cfg.RESUME or self.cfg.OUTPUT_DIR
-        if self.cfg.RESUME and not all(
+        if self.cfg.RESUME and not os.path.isfile(os.path.join(directory, RESUME_FILE)) and not all(
             os.path.isfile(os.path.join(directory, n, "checkpoint")) for n in self.get_model_names()
         ):
             raise FileNotFoundError(f'RESUME "{directory}" has no checkpoint for the models '
-                                    f"{self.get_model_names()} (expected <dir>/<model>/checkpoint)")
+                                    f"{self.get_model_names()} (expected {RESUME_FILE} or <dir>/<model>/checkpoint)")
+        for leftover in glob.glob(os.path.join(self.output_dir, ".tmp-*")) + glob.glob(
+                os.path.join(self.output_dir, "*", ".tmp-*")):
+            os.remove(leftover)
+            print(f"Removed {leftover} (left by a write that was cut off)")
         self.start_epoch = self.resume_model_if_exist(directory)
         if self.start_epoch > 0:
             self._restore_best_result(directory)
@@ -305,7 +370,7 @@ class SimpleTrainer(TrainerBase):
 
     def _restore_best_result(self, directory: str) -> None:
         """On resume with best_val, recover the best val result so far from ``model-best.pth.tar``."""
-        if self.cfg.TEST.FINAL_MODEL != "best_val":
+        if self.cfg.TEST.FINAL_MODEL != "best_val" or self.best_result > -np.inf:
             return
         names = self.get_model_names()
         path = os.path.join(directory, names[0], "model-best.pth.tar")
@@ -329,6 +394,8 @@ class SimpleTrainer(TrainerBase):
                 self.save_model(self.epoch, self.output_dir, val_result=curr_result, model_name="model-best.pth.tar")
         if meet_checkpoint_freq or last_epoch:
             self.save_model(self.epoch, self.output_dir)
+        best = float(self.best_result) if np.isfinite(self.best_result) else None
+        self.save_resume_state(self.epoch, best)
 
     def after_train(self) -> None:
         print("Finish training")
@@ -339,6 +406,9 @@ class SimpleTrainer(TrainerBase):
             else:
                 print("Deploy the last-epoch model")
             self.test()
+        resume_file = os.path.join(self.output_dir, RESUME_FILE)
+        if is_main() and os.path.isfile(resume_file):  # finished: the Dassl checkpoints above are what stays
+            os.remove(resume_file)
         elapsed = round(time.time() - self.time_start)
         print(f"Elapsed: {datetime.timedelta(seconds=elapsed)}")
         self.close_writer()

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from .errors import CorruptFileError, InputNotFoundError
+
 
 def mkdir_if_missing(dirname: str) -> None:
     """Create ``dirname`` (and parents) if it does not exist."""
@@ -76,14 +78,16 @@ def listdir_nohidden(path: str, sort: bool = False) -> list[str]:
 
 
 def read_image(path: str) -> Image.Image:
-    """Open an image as RGB; a missing or corrupt file raises an error naming it."""
+    """Open an image as RGB; a missing or corrupt file raises an error naming it and the fix."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f"Image not found: {path}")
+        raise InputNotFoundError(f"Image not found: {path} (restore it from the dataset's archive, or fix the split "
+                                 "file that lists it)")
     try:
         with Image.open(path) as img:
             return img.convert("RGB")
     except (UnidentifiedImageError, OSError) as e:
-        raise OSError(f"Cannot read image {path} (corrupt or not an image: {e}); re-download or remove it") from None
+        raise CorruptFileError(f"Cannot read image {path} (corrupt or not an image: {e}); restore it from the "
+                               "dataset's archive, or fix the split file that lists it") from None
 
 
 def set_random_seed(seed: int) -> None:

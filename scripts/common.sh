@@ -2,7 +2,8 @@
 #
 # Environment read here (all optional except DATA):
 #   DATA          datasets folder (CoOp layout, see DATASETS.md)            [required]
-#   PYTHON        interpreter (default: python)
+#   PYTHON        interpreter (default: the active virtual environment's python, else the project's .venv made by
+#                 `make demo` / `make test`, else python3)
 #   OUTPUT_ROOT   root of the output trees (default: output)
 #   KD_WEIGHT     distillation weight α for every dataset (default: PromptKD's per-dataset table, kd_weight below)
 #   TEACHER_CKPT  teacher checkpoint file or PromptSRC run folder; "none" = plain CLIP teacher (not the paper's setup)
@@ -16,7 +17,15 @@
 #   NPROC         processes (GPUs) per run: N > 1 launches train.py with `python -m torch.distributed.run
 #                 --standalone --nproc-per-node N` (data parallel; the config's training batch is the global one)
 
-PYTHON=${PYTHON:-python}
+if [ -z "${PYTHON:-}" ]; then
+    if [ -n "${VIRTUAL_ENV:-}" ]; then
+        PYTHON=python
+    elif [ -x "$PWD/.venv/bin/python" ]; then
+        PYTHON="$PWD/.venv/bin/python"
+    else
+        PYTHON=python3
+    fi
+fi
 OUTPUT_ROOT=${OUTPUT_ROOT:-output}
 
 BASE2NEW_DATASETS=(imagenet caltech101 oxford_pets stanford_cars oxford_flowers food101 fgvc_aircraft sun397 dtd
@@ -103,9 +112,29 @@ run_dir() {
     echo "$OUTPUT_ROOT/$1/$2/shots_$3/$4/$5/seed$6"
 }
 
-# run_finished DIR: true when the run in DIR completed (it wrote results.json).
+# run_state DIR: "finished" (results.json), "finished-upstream" (an upstream Dassl/CoOp/PromptKD run: no
+# results.json, its log.txt has the accuracy block after "Finish training"), "resumable" (interrupted: a resume state
+# or a checkpoint, no results), "failed" (only the log of an attempt that stopped before any checkpoint) or "new".
+run_state() {
+    if [ -f "$1/results.json" ]; then
+        echo finished
+    elif [ -f "$1/log.txt" ] && awk '/^Finish training/ {f = 1} f && /^\* accuracy: / {a = 1} END {exit !a}' "$1/log.txt"; then
+        echo finished-upstream
+    elif [ -f "$1/resume.pth.tar" ] || compgen -G "$1/*/checkpoint" >/dev/null; then
+        echo resumable
+    elif [ -f "$1/log.txt" ]; then
+        echo failed
+    else
+        echo new
+    fi
+}
+
+# run_finished DIR: true when the run in DIR completed (ours, or an upstream run's log; see run_state).
 run_finished() {
-    [ -f "$1/results.json" ]
+    case "$(run_state "$1")" in
+        finished | finished-upstream) return 0 ;;
+        *) return 1 ;;
+    esac
 }
 
 # load_epoch_args MODEL_DIR MODEL_NAME: "--load-epoch N" for the run's last saved epoch, nothing when the run kept a
@@ -136,12 +165,23 @@ common_opts() {
     COMMON_OPTS+=("${extra[@]}")
 }
 
-# skip_if_finished DIR: ends the script (status 0) when the run in DIR already finished.
+# skip_if_finished DIR: ends the script (status 0) when the run in DIR already finished; otherwise says whether
+# train.py will resume it or start it again.
 skip_if_finished() {
-    if run_finished "$1"; then
-        echo "Run finished, skipping: $1"
-        exit 0
-    fi
+    case "$(run_state "$1")" in
+        finished) echo "Run finished, skipping: $1"; exit 0 ;;
+        finished-upstream) echo "Run finished (upstream log.txt, no results.json), skipping: $1"; exit 0 ;;
+        resumable) echo "Resuming the interrupted run in $1" ;;
+        failed) echo "note: $1 holds only the log.txt of an attempt that stopped before saving a checkpoint or" \
+            "results (failed or interrupted): not finished, not resumable; running it again from the start" ;;
+    esac
+}
+
+# require_python: PYTHON must have torch; otherwise one line saying how to get an environment.
+require_python() {
+    "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)" 2>/dev/null ||
+        die "PYTHON=$PYTHON has no torch: run 'make install' (creates .venv, which the scripts then use), activate \
+a virtual environment with requirements.txt installed, or set PYTHON=/path/to/python"
 }
 
 # eval_args MODEL_DIR MODEL_NAME: fills the array EVAL_ARGS with the train.py flags that evaluate the saved model
@@ -160,6 +200,7 @@ eval_args() {
 train_py() {
     local dataset=$1 dir=$2
     shift 2
+    require_python
     local seed=()
     if [ -n "$SEED" ]; then
         seed=(--seed "$SEED")

@@ -1,8 +1,15 @@
 """Shared fixtures: tiny student/teacher CLIP weight files (OpenAI key names) built from open_clip, no downloads."""
 from __future__ import annotations
 
-import pytest
-import torch
+import os
+
+# Every test runs on the CPU, GPU or not: hide CUDA from this process and the subprocesses it starts, before torch
+# initialises CUDA (torch reads the variable lazily, at its first CUDA call). Set PETR_TEST_CUDA=1 to keep it visible.
+if os.environ.get("PETR_TEST_CUDA") != "1":
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # The tests run tiny models, for which torch's intra-op threads cost more than they bring (and contend badly
 # when the machine is busy); one thread keeps the suite fast and its timings stable.

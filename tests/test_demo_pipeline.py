@@ -14,6 +14,7 @@ import pytest
 
 from demo.pipeline import DemoPlan, Paths, default_paths, load_epoch_args
 from engine.utils import read_json, write_json
+from tests.helpers_run import HANG_GUARD_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = ("ZeroshotCLIP", "CoOp", "PromptKD", "PETR", "PETRCoOp")
@@ -59,7 +60,7 @@ def quick_demo(tmp_path_factory):
     for key in ("DEMO_DATA", "DEMO_OUTPUT", "DEMO_CACHE"):
         env.pop(key, None)
     proc = subprocess.run(["bash", "scripts/demo.sh", "--quick", "--workdir", str(work)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=290)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, f"demo failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return work, proc.stdout
 

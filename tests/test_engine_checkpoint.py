@@ -68,6 +68,7 @@ def test_load_pretrained_weights_keeps_matching_entries(tmp_path, capsys):
     dst = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 5))
     before = dst[1].weight.detach().clone()
     save_checkpoint({"state_dict": nn.DataParallel(src).state_dict(), "epoch": 1}, str(tmp_path))
+    src.cpu()  # DataParallel moves ``src`` to cuda:0 when a GPU is visible; compare on the CPU
     load_pretrained_weights(dst, str(tmp_path / "model.pth.tar-1"))
     assert torch.equal(dst[0].weight, src[0].weight) and torch.equal(dst[0].bias, src[0].bias)
     assert torch.equal(dst[1].weight, before)

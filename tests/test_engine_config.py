@@ -5,6 +5,7 @@ import pytest
 
 import train
 from engine import get_cfg_default
+from engine.errors import ConfigError
 from trainers.config import extend_cfg
 
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
@@ -95,17 +96,17 @@ def test_merge_order_and_seed_zero(tmp_path):
 def test_unknown_key_in_yaml_names_key_and_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("OPTIM:\n  FOO: 1\n")
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(ConfigError) as e:
         _cfg(["--config-file", str(bad)])
     msg = str(e.value)
-    assert msg.startswith(f"error: {bad}: unknown config key 'OPTIM.FOO'") and "\n" not in msg
+    assert msg.startswith(f"{bad}: unknown config key 'OPTIM.FOO'") and "\n" not in msg
     assert "extend_cfg" in msg
 
 
 def test_unknown_key_in_opts_and_bad_values(tmp_path):
-    with pytest.raises(SystemExit, match=r"^error: command-line opts: unknown config key 'TRAINER.PETR.LAMDA'"):
+    with pytest.raises(ConfigError, match=r"^command-line opts: unknown config key 'TRAINER.PETR.LAMDA'"):
         _cfg(["TRAINER.PETR.LAMDA", "1.5"])
-    with pytest.raises(SystemExit, match=r"^error: command-line opts: .*Type mismatch.*OPTIM.MAX_EPOCH"):
+    with pytest.raises(ConfigError, match=r"^command-line opts: .*Type mismatch.*OPTIM.MAX_EPOCH"):
         _cfg(["OPTIM.MAX_EPOCH", "'ten'"])
-    with pytest.raises(SystemExit, match=r"^error: trainer config file not found: .*nope.yaml$"):
+    with pytest.raises(FileNotFoundError, match=r"^trainer config file not found: .*nope.yaml$"):
         _cfg(["--config-file", str(tmp_path / "nope.yaml")])

@@ -22,7 +22,7 @@ from engine.registry import DATASET_REGISTRY, TRAINER_REGISTRY
 from tests.helpers_engine import EngineLinearProbe, EngineTinyDataset
 
 
-def test_logger_tees_never_overwrites_and_restores(tmp_path, capsys):
+def test_logger_tees_appends_and_restores(tmp_path, capsys):
     original = sys.stdout
     (tmp_path / "log.txt").write_text("previous run\n")
     logger = setup_logger(str(tmp_path))
@@ -32,9 +32,10 @@ def test_logger_tees_never_overwrites_and_restores(tmp_path, capsys):
     finally:
         logger.close()
     assert sys.stdout is original
-    assert (tmp_path / "log.txt").read_text() == "previous run\n"
-    assert logger.fpath.startswith(str(tmp_path / "log.txt-")) and len(os.listdir(tmp_path)) == 2
-    assert open(logger.fpath).read() == "hello log\n"
+    lines = (tmp_path / "log.txt").read_text().splitlines()
+    assert logger.fpath == str(tmp_path / "log.txt") and os.listdir(tmp_path) == ["log.txt"]
+    assert lines[:2] == ["previous run", ""] and lines[2].endswith("new attempt (earlier ones above) =====")
+    assert lines[3:] == ["hello log"]
     assert "hello log" in capsys.readouterr().out
     explicit = setup_logger(str(tmp_path / "custom.log"))
     explicit.close()

@@ -104,14 +104,34 @@ def test_interrupted_run_resumes_to_identical_weights(full_run, tiny_root, tmp_p
     train.main(argv)  # same command again: auto-resume from OUTPUT_DIR
     resumed, reference = _weights(out, 3), _weights(full_run, 3)
     assert all(torch.equal(resumed[k], reference[k]) for k in reference)
-    logs = sorted(f for f in os.listdir(out) if f.startswith("log.txt"))
-    assert len(logs) == 2 and logs[0] == "log.txt"  # the first log was kept, the second got a time suffix
-    assert "Previous epoch: 1" in open(os.path.join(out, logs[1])).read()
+    assert [f for f in os.listdir(out) if f.startswith("log.txt")] == ["log.txt"]  # both attempts in one log
+    first, second = open(os.path.join(out, "log.txt")).read().split("new attempt (earlier ones above)")
+    assert "simulated crash at the start of epoch 2" in first and "Previous epoch: 1" in second
     # --resume DIR points a fresh output folder at the crashed run's checkpoints (finished: epoch 3)
     trainer = train.main(tiny_argv(tiny_root, str(tmp_path / "other"), opts=[], extra_args=["--resume", out]))
     assert trainer.start_epoch == 3
     with pytest.raises(FileNotFoundError, match="has no checkpoint"):
         train.main(tiny_argv(tiny_root, str(tmp_path / "other2"), extra_args=["--resume", str(tmp_path / "none")]))
+
+
+def test_crash_resumes_from_the_per_epoch_state_without_checkpoint_freq(full_run, tiny_root, tmp_path,
+                                                                        monkeypatch):
+    """TRAIN.CHECKPOINT_FREQ 0 (the shipped configs): resume.pth.tar alone carries the run over a crash."""
+    out = str(tmp_path / "crashed")
+    argv = tiny_argv(tiny_root, out, epochs=3)
+    monkeypatch.setattr(EngineLinearProbe, "crash_at_epoch", 2)
+    with pytest.raises(RuntimeError, match="simulated crash at the start of epoch 3"):
+        train.main(argv)
+    assert os.path.isfile(os.path.join(out, "resume.pth.tar")) and not os.path.exists(os.path.join(out, "linear_probe"))
+    assert torch.load(os.path.join(out, "resume.pth.tar"), weights_only=True)["epoch"] == 2
+    monkeypatch.setattr(EngineLinearProbe, "crash_at_epoch", None)
+    train.main(argv)
+    resumed, reference = _weights(out, 3), _weights(full_run, 3)
+    assert all(torch.equal(resumed[k], reference[k]) for k in reference)
+    assert json.load(open(os.path.join(out, "results.json")))["accuracy"] == \
+        json.load(open(os.path.join(full_run, "results.json")))["accuracy"]
+    assert not os.path.exists(os.path.join(out, "resume.pth.tar"))  # finished: only the Dassl checkpoints stay
+    assert "Previous epoch: 2" in open(os.path.join(out, "log.txt")).read()
 
 
 def test_non_finite_loss_names_the_step(tiny_root, tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ import yaml
 
 from engine import DATASET_REGISTRY
 from tests.helpers_petr import numpy_mahalanobis_route, write_eurosat
+from tests.helpers_run import HANG_GUARD_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CFG = "vit_b16_ep40_batch8_4ctx"
@@ -24,7 +25,7 @@ EXTRA = ("INPUT.SIZE (32,32) OPTIM.MAX_EPOCH 1 DATALOADER.NUM_WORKERS 0 DATALOAD
 
 def run_script(script: str, *args: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", f"scripts/{script}", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=240)
+                          timeout=HANG_GUARD_S)
 
 
 def common_sh(expr: str) -> str:

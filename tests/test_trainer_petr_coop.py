@@ -17,6 +17,7 @@ import train
 from engine import load_checkpoint
 from tests.helpers_clip import reference_encode_text
 from tests.helpers_datasets import write_tree
+from tests.helpers_run import HANG_GUARD_S
 from tests.helpers_upstream import write_dassl_checkpoint
 from trainers.petr_coop import coop_checkpoint_path
 from trainers.routing import MahalanobisRouter
@@ -121,7 +122,7 @@ class ScriptRunner:
         """Run ``script``; returns its result and the train.py commands it issued (already replayed)."""
         self.record.unlink(missing_ok=True)
         done = subprocess.run(["bash", f"scripts/petr_coop/{script}", "eurosat", "1", *args], env=self.env,
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=HANG_GUARD_S)
         commands, current = [], []
         for line in self.record.read_text().splitlines() if self.record.exists() else []:
             if line == "--END--":

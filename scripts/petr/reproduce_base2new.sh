@@ -13,6 +13,7 @@ export CFG
 read -r -a DATASET_LIST <<<"${DATASETS:-${BASE2NEW_DATASETS[*]}}"
 read -r -a SEED_LIST <<<"${SEEDS:-1 2 3}"
 require_data
+require_python
 
 failed=()
 for dataset in "${DATASET_LIST[@]}"; do

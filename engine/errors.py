@@ -1,0 +1,35 @@
+"""Errors that mean "the input is wrong", not "the code is wrong": train.py prints them as one ``error:`` line.
+
+Each also derives from the built-in type callers already catch (ValueError, FileNotFoundError, OSError).
+"""
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A mistake in the user's input (name, config value, path, file); the message names it and the fix."""
+
+
+class ConfigError(UserError, ValueError):
+    """An unknown name or an out-of-range value in the config (the message names the key)."""
+
+
+class InputNotFoundError(UserError, FileNotFoundError):
+    """A file or folder the run needs does not exist (the message names the paths tried)."""
+
+
+class CorruptFileError(UserError, OSError):
+    """An input file exists but cannot be read: truncated, corrupt or not of the expected kind."""
+
+
+def first_line(error: BaseException) -> str:
+    """The one-line message of ``error``; for an error re-raised from a DataLoader worker, the original's message."""
+    text = str(error.args[0]) if error.args and isinstance(error.args[0], str) else str(error)
+    if text.startswith("Caught ") and "Original Traceback" in text:  # torch's ExceptionWrapper.reraise()
+        last = [line for line in text.strip().splitlines() if line.strip()][-1]
+        text = last.split(": ", 1)[1] if ": " in last else last
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def is_user_error(error: BaseException) -> bool:
+    """True for errors train.py reports in one line: UserError, and any missing file (its message names the path)."""
+    return isinstance(error, (UserError, FileNotFoundError))
