@@ -59,6 +59,10 @@ def extend_cfg(cfg: CN) -> CN:
     cfg.TRAINER.PROMPTKD.TEACHER_CKPT = ""
     cfg.TRAINER.PROMPTKD.KD_WEIGHT = 1.0
     cfg.TRAINER.PROMPTKD.TEMPERATURE = 1.0
+    # Teacher feature cache (trainers/teacher_cache.py): none (online teacher) | fixed | views (K stored crops).
+    cfg.TRAINER.PROMPTKD.TEACHER_CACHE = "none"
+    cfg.TRAINER.PROMPTKD.TEACHER_CACHE_VIEWS = 4
+    cfg.TRAINER.PROMPTKD.TEACHER_CACHE_DIR = ""  # "" = <OUTPUT_DIR>/teacher_cache; share one folder across runs
 
     # PETR: seen/unseen student prompts on one frozen CLIP, KD (+CE for seen) and a training-free router.
     cfg.TRAINER.PETR = CN()
@@ -68,6 +72,10 @@ def extend_cfg(cfg: CN) -> CN:
     cfg.TRAINER.PETR.TEACHER_CKPT = ""
     cfg.TRAINER.PETR.KD_WEIGHT = 1.0
     cfg.TRAINER.PETR.TEMPERATURE = 1.0
+    # Teacher feature cache (trainers/teacher_cache.py): none (online teacher) | fixed | views (K stored crops).
+    cfg.TRAINER.PETR.TEACHER_CACHE = "none"
+    cfg.TRAINER.PETR.TEACHER_CACHE_VIEWS = 4
+    cfg.TRAINER.PETR.TEACHER_CACHE_DIR = ""  # "" = <OUTPUT_DIR>/teacher_cache; share one folder across runs
     cfg.TRAINER.PETR.CE_WEIGHT = 1.0
     cfg.TRAINER.PETR.CE_SCOPE = "all"
     cfg.TRAINER.PETR.ROUTER = "mahalanobis"
