@@ -14,6 +14,8 @@ def extend_cfg(cfg: CN) -> CN:
     cfg.TRAINER.MODAL = "base2novel"
     if "NO_TEST" not in cfg.TEST:
         cfg.TEST.NO_TEST = False
+    # torch.compile of the frozen CLIP forwards (engine/compile.py): none | compile | cudagraphs.
+    cfg.TRAIN.COMPILE = "none"
 
     # CoOp: learnable context shared (or class-specific) in front of / around the class token.
     cfg.TRAINER.COOP = CN()

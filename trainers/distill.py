@@ -7,6 +7,7 @@ import os
 import torch
 
 from engine import autocast, build_lr_scheduler, build_optimizer, make_grad_scaler
+from engine.compile import compile_clip
 
 from .losses import kd_loss
 from .student import VisualPromptStudent
@@ -22,7 +23,7 @@ class DistillMixin:
     (teacher text features of the task's classes, [C, D], float32, computed once) and ``self.logit_scale`` (the
     student CLIP's exp'd scale, as PromptKD), and a grad scaler for amp on CUDA. With ``TEACHER_CACHE`` fixed or
     views, ``before_train`` loads or builds the teacher cache and swaps the train loaders for ones yielding the
-    stored views (``trainers/teacher_cache.py``).
+    stored views (``trainers/teacher_cache.py``). ``TRAIN.COMPILE`` compiles both frozen CLIPs (``engine/compile.py``).
     """
 
     NS = ""
@@ -41,6 +42,8 @@ class DistillMixin:
                                      dataset_name=cfg.DATASET.NAME,
                                      dtype=torch.float16 if self.prec == "fp16" else None)
         self.text_features = self.teacher.text_features.detach().float().to(self.device)
+        for model in (self.clip_model, self.teacher.clip_model):  # after the teacher's one-off text features
+            compile_clip(model, cfg.TRAIN.COMPILE)
         self.scaler = make_grad_scaler(self.prec, self.device)
         if ns.TEACHER_CACHE not in CACHE_MODES:
             raise ValueError(f"TRAINER.{self.NS}.TEACHER_CACHE is {ns.TEACHER_CACHE!r}; choose one of "
