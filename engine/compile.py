@@ -7,8 +7,9 @@
   CUDA graph (training batches have one shape: train loaders use ``drop_last``). On CPU it equals ``compile``.
 
 Shapes are compiled statically (``dynamic=False``): one graph per batch size, so a ragged last evaluation batch
-adds one more compilation. Only the frozen CLIPs are compiled, never the trainable modules, so checkpoints, the
-optimiser and the numbers of an eager run are unchanged (equal within float rounding: see tests/test_compile.py).
+adds one more compilation (dynamo's recompile limit is raised to 64 so that none falls back to eager). Only the
+frozen CLIPs are compiled, never the trainable modules, so checkpoints, the optimiser and the numbers of an eager
+run are unchanged (equal within float rounding: see tests/test_compile.py).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from torch import nn
 
 COMPILE_MODES = {"none": None, "compile": "default", "cudagraphs": "reduce-overhead"}
 COMPILED_METHODS = ("encode_image", "encode_text")
+RECOMPILE_LIMIT = 64
 
 
 def check_compile_mode(mode: str) -> None:
@@ -30,6 +32,8 @@ def compile_clip(clip_model: nn.Module, mode: str) -> nn.Module:
     check_compile_mode(mode)
     if COMPILE_MODES[mode] is None:
         return clip_model
+    # one graph per CLIP x batch shape x grad mode (student and teacher share CLIP's code): room for all of them
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     for name in COMPILED_METHODS:
         if "_eager_" + name not in clip_model.__dict__:
             eager = getattr(clip_model, name)
