@@ -1,6 +1,7 @@
 """``TRAIN.COMPILE``: torch.compile of the frozen CLIP forwards (with prompts), against launch overhead at batch 8.
 
-* ``none`` (default): eager PyTorch, as measured fastest on this project's 2-core CPU (see README, Throughput).
+* ``none`` (default): eager PyTorch, numbers bit-identical to earlier runs and no compilation wait (README,
+  Throughput, has the measurements behind this choice).
 * ``compile``: ``torch.compile`` (inductor) of the frozen CLIPs' ``encode_image`` / ``encode_text``: fused kernels,
   far fewer launches; the prompts stay inputs, so their gradients flow through the compiled graph.
 * ``cudagraphs``: the same with ``mode="reduce-overhead"``: on CUDA each shape's kernels are also replayed as one

@@ -6,8 +6,7 @@ import pytest
 import torch
 
 import clip
-from tools import benchmark
-from tools import benchmark_train
+from tools import benchmark, benchmark_train
 from tools.benchmark import SPECS, TRAIN_MODES, InferenceModels, TrainStepModels, count_flops
 from tools.benchmark_train import IMAGENET_TRAIN, DistillSteps
 
