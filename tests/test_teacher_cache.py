@@ -141,3 +141,8 @@ def test_petr_trains_with_cached_views(tmp_path, tiny_clip_file, tiny_teacher_cl
     with pytest.raises(ValueError, match="TEACHER_CACHE"):
         train.main(petr_argv(tmp_path / "data", tmp_path / "bad", tiny_clip_file, tiny_teacher_clip_file,
                              "TRAINER.PETR.TEACHER_CACHE", "sometimes", flags=("--no-train",)))
+    with pytest.raises(ValueError, match=r"TEACHER_CACHE views stores crops and flips only, but INPUT.TRANSFORMS has "
+                                         r"\['colorjitter'\]"):
+        train.main(petr_argv(tmp_path / "data", tmp_path / "bad", tiny_clip_file, tiny_teacher_clip_file,
+                             "TRAINER.PETR.TEACHER_CACHE", "views", "INPUT.TRANSFORMS",
+                             "['random_flip', 'colorjitter', 'normalize']", flags=("--no-train",)))

@@ -12,7 +12,7 @@ from engine.compile import compile_clip
 from .losses import kd_loss
 from .student import VisualPromptStudent
 from .teacher import build_teacher
-from .teacher_cache import CACHE_MODES, TeacherCache, cached_loader, load_or_build
+from .teacher_cache import TeacherCache, cached_loader, check_cache_mode, load_or_build
 from .zeroshot import load_backbone
 
 
@@ -35,6 +35,7 @@ class DistillMixin:
     def build_distill_parts(self, classnames: list[str]) -> None:
         """Load the frozen student CLIP and the teacher for ``classnames`` (the task's full label space)."""
         cfg, ns = self.cfg, self.ns
+        check_cache_mode(cfg, ns.TEACHER_CACHE, f"TRAINER.{self.NS}.TEACHER_CACHE")
         self.prec, self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, ns.PREC, role="student CLIP")
         self.logit_scale = float(self.clip_model.logit_scale.exp())
         print(f"Loading teacher {ns.TEACHER_NAME} ({ns.TEACHER_CKPT or 'plain CLIP, no checkpoint'})")
@@ -45,9 +46,6 @@ class DistillMixin:
         for model in (self.clip_model, self.teacher.clip_model):  # after the teacher's one-off text features
             compile_clip(model, cfg.TRAIN.COMPILE)
         self.scaler = make_grad_scaler(self.prec, self.device)
-        if ns.TEACHER_CACHE not in CACHE_MODES:
-            raise ValueError(f"TRAINER.{self.NS}.TEACHER_CACHE is {ns.TEACHER_CACHE!r}; choose one of "
-                             f"{', '.join(CACHE_MODES)}")
         self.teacher_cache: dict[str, TeacherCache] = {}
 
     def before_train(self) -> None:

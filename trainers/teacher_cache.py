@@ -110,6 +110,14 @@ class ViewTransform:
         return TF.normalize(tensor, list(self.mean), list(self.std)) if self.normalize else tensor
 
 
+def check_cache_mode(cfg, mode: str, key: str) -> None:
+    """Raise ValueError naming ``key`` for an unknown mode, or for views with transforms that cannot be stored."""
+    if mode not in CACHE_MODES:
+        raise ValueError(f"{key} is {mode!r}; choose one of {', '.join(CACHE_MODES)}")
+    if mode == "views":
+        ViewTransform.from_cfg(cfg)
+
+
 class _BuildDataset(Dataset):
     """All K views of one image (stacked) with their parameters, for the teacher's one-off forward."""
 
