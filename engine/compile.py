@@ -2,8 +2,9 @@
 
 * ``none`` (default): eager PyTorch, numbers bit-identical to earlier runs and no compilation wait (README,
   Throughput, has the measurements behind this choice).
-* ``compile``: ``torch.compile`` (inductor) of the frozen CLIPs' ``encode_image`` / ``encode_text``: fused kernels,
-  far fewer launches; the prompts stay inputs, so their gradients flow through the compiled graph.
+* ``compile``: ``torch.compile`` (inductor) of the frozen CLIPs' ``encode_image`` / ``encode_text`` (PromptKD, PETR,
+  PromptSRC): fused kernels, far fewer launches; the prompts stay inputs, so their gradients flow through the
+  compiled graph.
 * ``cudagraphs``: the same with ``mode="reduce-overhead"``: on CUDA each shape's kernels are also replayed as one
   CUDA graph (training batches have one shape: train loaders use ``drop_last``). On CPU it equals ``compile``.
 

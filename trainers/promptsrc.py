@@ -31,6 +31,7 @@ from engine import (
     make_grad_scaler,
 )
 from engine.checkpoint import atomic_torch_save
+from engine.compile import compile_clip
 
 from .templates import IMAGENET_TEMPLATES
 from .zeroshot import load_backbone, trim_padding, zeroshot_text_features
@@ -208,6 +209,7 @@ class PromptSRC(TrainerX):
     def build_model(self) -> None:
         cfg, opts = self.cfg, self.cfg.TRAINER.PROMPTSRC
         self.prec, self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, opts.PREC)
+        compile_clip(self.clip_model, cfg.TRAIN.COMPILE)
         classnames = self.dm.dataset.classnames
         meta = {"backbone": cfg.MODEL.BACKBONE.NAME, "dataset": cfg.DATASET.NAME, "classnames": list(classnames)}
         self.prompt_learner = VLPromptLearner.build(
