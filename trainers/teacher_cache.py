@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 
 import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import functional as TF
 from tqdm import tqdm
@@ -230,7 +231,22 @@ def _build(encode: Callable[[torch.Tensor], torch.Tensor], source: Sequence[Datu
 def load_or_build(cfg, split: str, source: Sequence[Datum], mode: str, k: int, teacher: torch.nn.Module,
                   encode: Callable[[torch.Tensor], torch.Tensor], precision: str, fixed_tfm: Callable,
                   cache_dir: str, device: torch.device) -> TeacherCache:
-    """The teacher cache of ``source`` (``split``), read from ``cache_dir`` or (re)built with ``encode``."""
+    """The teacher cache of ``source`` (``split``), read from ``cache_dir`` or (re)built with ``encode``.
+
+    Under torchrun, rank 0 checks or builds the files first while the other processes wait, then they read them.
+    """
+    distributed = dist.is_available() and dist.is_initialized()
+    if distributed and dist.get_rank() != 0:
+        dist.barrier()
+    cache = _load_or_build(cfg, split, source, mode, k, teacher, encode, precision, fixed_tfm, cache_dir, device)
+    if distributed and dist.get_rank() == 0:
+        dist.barrier()
+    return cache
+
+
+def _load_or_build(cfg, split: str, source: Sequence[Datum], mode: str, k: int, teacher: torch.nn.Module,
+                   encode: Callable[[torch.Tensor], torch.Tensor], precision: str, fixed_tfm: Callable,
+                   cache_dir: str, device: torch.device) -> TeacherCache:
     view_tfm = ViewTransform.from_cfg(cfg) if mode == "views" else None
     k = k if mode == "views" else 1
     paths = [item.impath for item in source]
