@@ -101,7 +101,8 @@ def build_data_loader(
     is_train: bool = True,
     dataset_wrapper: type | None = None,
 ) -> DataLoader:
-    """A DataLoader with Dassl's settings (drop_last only for full training batches, pin_memory only on CUDA); under
+    """A DataLoader with Dassl's settings (drop_last only for full training batches, pin_memory only on CUDA);
+    ``DATALOADER.PERSISTENT_WORKERS`` keeps the worker processes alive across epochs and loader restarts. Under
     torchrun it loads this process's shard (``build_distributed_sampler``)."""
     if not data_source:
         raise ValueError("build_data_loader: the data source is empty")
@@ -119,6 +120,7 @@ def build_data_loader(
         num_workers=cfg.DATALOADER.NUM_WORKERS,
         drop_last=drop_last,
         pin_memory=torch.cuda.is_available() and cfg.USE_CUDA,
+        persistent_workers=cfg.DATALOADER.get("PERSISTENT_WORKERS", False) and cfg.DATALOADER.NUM_WORKERS > 0,
     )
     assert len(loader) > 0
     return loader

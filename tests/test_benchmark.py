@@ -1,12 +1,14 @@
-"""tools/benchmark.py on tiny shapes: FLOP counts against hand-computed transformer FLOPs, and the printed tables."""
+"""tools/benchmark.py on tiny shapes: FLOP counts against hand-computed transformer FLOPs, the full training steps
+(the teacher cache removes exactly the teacher's forward), the projection arithmetic and the printed tables."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 import clip
-from tools import benchmark
+from tools import benchmark, benchmark_train
 from tools.benchmark import SPECS, TRAIN_MODES, InferenceModels, TrainStepModels, count_flops
+from tools.benchmark_train import IMAGENET_TRAIN, DistillSteps
 
 SPEC = SPECS["tiny"]
 CLASSES = 5
@@ -72,7 +74,8 @@ def test_training_step_flops_differ_by_the_text_tower_only():
 
 def test_cli_prints_both_tables(capsys):
     benchmark.main(["--model", "tiny", "--classes", "4", "--batch", "2", "--iters", "1", "--warmup", "0",
-                    "--router-fit", "50", "--train-batch", "2", "--train-iters", "1"])
+                    "--router-fit", "50", "--train-batch", "2", "--train-iters", "1", "--precisions", "fp32",
+                    "--compile", "none", "--step-batch", "2", "--epochs", "0"])
     out = capsys.readouterr().out
     lines = out.splitlines()
     for label in ("PromptKD (one branch)", "PETR two-pass", "PETR batched"):
@@ -83,6 +86,46 @@ def test_cli_prints_both_tables(capsys):
                     "--router-fit", "50"])
     out = capsys.readouterr().out
     assert sum(line.startswith("PETR batched") for line in out.splitlines()) == 1 and "Training step" not in out
-    for bad in (["--iters", "0"], ["--train-batch", "1"]):
+    for bad in (["--iters", "0"], ["--train-batch", "1"], ["--step-batch", "1"], ["--compile", "fast"]):
         with pytest.raises(SystemExit):
             benchmark.main(bad)
+
+
+def test_teacher_cache_removes_exactly_the_teacher_forward():
+    steps = DistillSteps(SPEC, CLASSES, torch.device("cpu"), "fp32", "none", batch=2)
+    teacher_per_batch = count_flops(steps.teacher_forward)  # the teacher's image forward on one batch
+    petr = {cached: count_flops(steps.petr, cached) for cached in (False, True)}
+    promptkd = {cached: count_flops(steps.promptkd, cached) for cached in (False, True)}
+    assert petr[False] - petr[True] == 2 * teacher_per_batch  # labelled + unlabelled batch
+    assert promptkd[False] - promptkd[True] == teacher_per_batch
+    student_step = count_flops(steps.promptkd, True)
+    assert petr[True] == pytest.approx(2 * student_step, rel=0.01)  # two students (+ CE)
+    assert steps.teacher_features(True)[0].shape == (2, SPEC.teacher["embed_dim"])
+
+
+def test_train_part_prints_steps_projection_and_epochs(capsys, tmp_path):
+    benchmark.main(["train", "--model", "tiny", "--classes", "4", "--train-batch", "2", "--train-iters", "1",
+                    "--warmup", "0", "--precisions", "fp32", "amp", "--compile", "none", "--step-batch", "2",
+                    "--epochs", "1", "--epoch-images-per-class", "8", "--workers", "0"])
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    for prec in ("fp32", "amp"):
+        for step in ("PETR (2 students)", "PromptKD"):
+            for cache in ("off", "on"):
+                assert sum(line.split()[:-4] == [*step.split(), prec, "none", cache] for line in lines) == 1
+        assert sum(line.startswith(f"PromptSRC teacher  {prec}") for line in lines) == 1
+    # the projection is the measured step time times the steps of an ImageNet epoch (batch 2)
+    step_rows = [line.split() for line in lines if line.startswith("PETR (2 students)") and len(line.split()) == 10]
+    ms = float(step_rows[0][-3])
+    projected = [line for line in lines if line.startswith("PETR (2 students)") and f"{IMAGENET_TRAIN // 4:,}" in line]
+    assert len(projected) == 4
+    days = int(projected[0].split(" day")[0].split()[-1]) if " day" in projected[0] else 0
+    h, m, sec = projected[0].split()[-1].split(":")
+    seconds = days * 86400 + int(h) * 3600 + int(m) * 60 + int(sec)
+    assert seconds == pytest.approx(IMAGENET_TRAIN // 4 * ms / 1e3, abs=1.0)
+    # two train.py epochs (persistent workers off / on) of 5 steps: 5 base classes x 4 train images / batch 8 -> 2
+    epoch_rows = [line.split() for line in lines if line.split()[:2] == ["1", "0"]]
+    assert [row[2] for row in epoch_rows] == ["off", "on"] and all(row[3] == "2" for row in epoch_rows)
+    assert "Loading one training image" in out
+    assert benchmark_train.write_jpeg_tree(str(tmp_path), 1, size=40)  # the tree writer's layout
+    assert (tmp_path / "eurosat" / "2750" / "SeaLake" / "SeaLake_1.jpg").is_file()

@@ -6,11 +6,16 @@
   share of the PETR forward is reported separately (Mahalanobis router fitted on random logits of width 2C).
 * train: one PromptKD student step (ViT-B/16-shaped student, ViT-L/14-shaped prompted teacher) with the teacher's
   text features computed once (ours) vs recomputed for all C classes every batch (upstream PromptKD), both on our
-  trimmed text tokens and on the full 77-token context as upstream runs them.
+  trimmed text tokens and on the full 77-token context as upstream runs them; then (tools/benchmark_train.py)
+  PETR's, PromptKD's and the PromptSRC teacher's full steps for each precision, TRAIN.COMPILE mode and teacher
+  cache off/on with peak GPU memory, train.py epochs on a generated 224 px image tree (images/s with data
+  loading, persistent workers off/on), and a projected ImageNet base-to-novel epoch on the device.
 
     python tools/benchmark.py                         # both parts, ViT-B/16 + ViT-L/14 shapes
     python tools/benchmark.py inference --batch 8 --iters 3 --threads 2
     python tools/benchmark.py train --classes 10 --train-batch 2 --train-iters 2
+    python tools/benchmark.py train --model tiny --train-iters 3 --workers 2     # CPU table of the README
+    python tools/benchmark.py train --device cuda --classes 1000 --train-iters 20 --warmup 5
     python tools/benchmark.py --device cuda --prec amp --batch 64 --iters 20 --warmup 5
 """
 from __future__ import annotations
@@ -35,7 +40,8 @@ if not __package__:  # run as `python tools/benchmark.py`
 
 import clip
 from clip.model import CLIP
-from engine.precision import autocast
+from engine.compile import COMPILE_MODES
+from engine.precision import PRECISIONS, autocast
 from trainers.losses import kd_loss
 from trainers.promptsrc import VLPromptLearner
 from trainers.routing import MahalanobisRouter
@@ -69,6 +75,10 @@ class ModelSpec:
 SPECS = {
     "vit_b16": ModelSpec("ViT-B/16 student, ViT-L/14 teacher", VIT_B16, VIT_L14),
     "tiny": ModelSpec("tiny student/teacher (tests, smoke runs)", TINY_STUDENT, TINY_TEACHER, depth=2),
+    # tiny widths on 224 px images (patch 32): a train.py epoch whose cost is mostly data loading
+    "tiny224": ModelSpec("tiny student/teacher on 224 px images", dict(TINY_STUDENT, image_resolution=224,
+                                                                      vision_patch_size=32),
+                         dict(TINY_TEACHER, image_resolution=224, vision_patch_size=32), depth=2),
 }
 TRAIN_MODES = {
     "once": "ours: teacher text features computed once",
@@ -77,10 +87,12 @@ TRAIN_MODES = {
 }
 
 
-def random_clip(sizes: dict, device: torch.device | str, seed: int = 0) -> CLIP:
-    """A frozen CLIP of the given shape with random weights (N(0, 0.02), LayerNorms at identity, scale 100)."""
+def random_clip(sizes: dict, device: torch.device | str, seed: int = 0, dtype: torch.dtype | None = None) -> CLIP:
+    """A frozen CLIP of the given shape with random weights (N(0, 0.02), LayerNorms at identity, scale 100), built
+    and initialised directly on ``device`` (a ViT-L/14 is not made on the CPU first); ``dtype`` converts it."""
     torch.manual_seed(seed)
-    model = CLIP(**sizes)
+    with torch.device(device):
+        model = CLIP(**sizes)
     with torch.no_grad():
         for module in model.modules():
             for name, p in module.named_parameters(recurse=False):
@@ -91,7 +103,7 @@ def random_clip(sizes: dict, device: torch.device | str, seed: int = 0) -> CLIP:
                 else:
                     p.normal_(std=0.02)
         model.logit_scale.fill_(math.log(100.0))
-    return model.requires_grad_(False).eval().to(device)
+    return model.requires_grad_(False).eval().to(dtype=dtype)
 
 
 def _cpu_sdpa_flops(query, key, value, *args, out_shape=None, **kwargs) -> int:
@@ -293,7 +305,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("part", nargs="?", default="all", choices=["all", "inference", "train"], help="what to measure")
     p.add_argument("--model", default="vit_b16", choices=sorted(SPECS), help="model shapes (tiny: seconds, tests)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda[:N]")
-    p.add_argument("--prec", default="fp32", choices=["fp32", "amp"], help="amp = autocast (bf16 CPU, fp16 CUDA)")
+    p.add_argument("--prec", default="fp32", choices=["fp32", "amp"],
+                   help="inference and text-feature table: amp = autocast (bf16 CPU, fp16 CUDA)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--classes", type=int, default=10, help="C, classes of the task (10 = EuroSAT)")
     p.add_argument("--batch", type=int, default=8, help="inference batch N (batch 1 is always measured too)")
@@ -303,12 +316,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-batch", type=int, default=2, help="training-step batch (ViT-L/14 on CPU is slow)")
     p.add_argument("--train-iters", type=int, default=2, help="timed training steps per variant (median)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--precisions", nargs="+", choices=PRECISIONS, help="full-step precisions (default: all)")
+    p.add_argument("--compile", nargs="+", default=["none", "compile"], choices=list(COMPILE_MODES),
+                   help="TRAIN.COMPILE modes of the full steps")
+    p.add_argument("--step-batch", type=int, default=8, help="full-step batch (PETR: as many unlabelled again)")
+    p.add_argument("--epochs", type=int, default=2, help="train.py epochs per setting (0: skip that part)")
+    p.add_argument("--epoch-model", default="tiny224", choices=sorted(SPECS), help="model shapes of the epochs")
+    p.add_argument("--epoch-images-per-class", type=int, default=64, help="images per class of the generated tree")
+    p.add_argument("--workers", type=int, default=None, help="DATALOADER.NUM_WORKERS (default: the config's)")
     args = p.parse_args(argv)
-    for name in ("classes", "batch", "iters", "router_fit", "train_batch", "train_iters"):
+    for name in ("classes", "batch", "iters", "router_fit", "train_batch", "train_iters", "step_batch",
+                 "epoch_images_per_class"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
-    if args.train_batch < 2:
-        p.error("--train-batch must be at least 2 (the student projector's BatchNorm trains on batch statistics)")
+    if args.train_batch < 2 or args.step_batch < 2:
+        p.error("--train-batch and --step-batch must be at least 2 (the student projector's BatchNorm trains on "
+                "batch statistics)")
     return args
 
 
@@ -337,6 +360,10 @@ def main(argv: list[str] | None = None) -> None:
               f"{args.warmup} warm-up, batch {args.train_batch}")
         models = TrainStepModels(spec, args.classes, device, args.prec, args.seed)
         print(format_train(train_report(models, args.train_batch, args.train_iters, args.warmup)))
+        del models
+        from tools.benchmark_train import train_parts
+
+        train_parts(args, spec, device)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,11 @@ def extend_cfg(cfg: CN) -> CN:
     cfg.TRAINER.MODAL = "base2novel"
     if "NO_TEST" not in cfg.TEST:
         cfg.TEST.NO_TEST = False
+    # torch.compile of the frozen CLIP forwards (engine/compile.py): none | compile | cudagraphs.
+    cfg.TRAIN.COMPILE = "none"
+    # Keep data loader workers alive across epochs and loader restarts (no respawn stalls). Off by default: with
+    # workers > 0 it changes the augmentation random streams, so a run's numbers and exact resume would change.
+    cfg.DATALOADER.PERSISTENT_WORKERS = False
 
     # CoOp: learnable context shared (or class-specific) in front of / around the class token.
     cfg.TRAINER.COOP = CN()
@@ -72,6 +77,10 @@ def extend_cfg(cfg: CN) -> CN:
     # Declared and set by upstream's yamls but never read by upstream's trainer (see INERT_KEYS).
     cfg.TRAINER.PROMPTKD.PROJECT_LAYER = 2
     cfg.TRAINER.PROMPTKD.CE_WEIGHT = 0.0
+    # Teacher feature cache (trainers/teacher_cache.py): none (online teacher) | fixed | views (K stored crops).
+    cfg.TRAINER.PROMPTKD.TEACHER_CACHE = "none"
+    cfg.TRAINER.PROMPTKD.TEACHER_CACHE_VIEWS = 4
+    cfg.TRAINER.PROMPTKD.TEACHER_CACHE_DIR = ""  # "" = <OUTPUT_DIR>/teacher_cache; share one folder across runs
 
     # PETR: seen/unseen student prompts on one frozen CLIP, KD (+CE for seen) and a training-free router.
     cfg.TRAINER.PETR = CN()
@@ -81,6 +90,10 @@ def extend_cfg(cfg: CN) -> CN:
     cfg.TRAINER.PETR.TEACHER_CKPT = ""
     cfg.TRAINER.PETR.KD_WEIGHT = 1.0
     cfg.TRAINER.PETR.TEMPERATURE = 1.0
+    # Teacher feature cache (trainers/teacher_cache.py): none (online teacher) | fixed | views (K stored crops).
+    cfg.TRAINER.PETR.TEACHER_CACHE = "none"
+    cfg.TRAINER.PETR.TEACHER_CACHE_VIEWS = 4
+    cfg.TRAINER.PETR.TEACHER_CACHE_DIR = ""  # "" = <OUTPUT_DIR>/teacher_cache; share one folder across runs
     cfg.TRAINER.PETR.CE_WEIGHT = 1.0
     cfg.TRAINER.PETR.CE_SCOPE = "all"
     cfg.TRAINER.PETR.ROUTER = "mahalanobis"

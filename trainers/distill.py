@@ -2,14 +2,18 @@
 student prompt sets with their optimisers, and the logits and KD term of one distillation step."""
 from __future__ import annotations
 
+import os
+
 import torch
 
 from clip.model import require_vit
 from engine import autocast, build_lr_scheduler, build_optimizer, make_grad_scaler
+from engine.compile import compile_clip
 
 from .losses import kd_loss
 from .student import VisualPromptStudent
 from .teacher import build_teacher
+from .teacher_cache import TeacherCache, cached_loader, check_cache_mode, load_or_build
 from .zeroshot import load_backbone
 
 
@@ -18,7 +22,9 @@ class DistillMixin:
 
     Sets ``self.prec``, ``self.clip_model`` (frozen student CLIP), ``self.teacher`` (frozen), ``self.text_features``
     (teacher text features of the task's classes, [C, D], float32, computed once) and ``self.logit_scale`` (the
-    student CLIP's exp'd scale, as PromptKD), and a grad scaler for amp on CUDA.
+    student CLIP's exp'd scale, as PromptKD), and a grad scaler for amp on CUDA. With ``TEACHER_CACHE`` fixed or
+    views, ``before_train`` loads or builds the teacher cache and swaps the train loaders for ones yielding the
+    stored views (``trainers/teacher_cache.py``). ``TRAIN.COMPILE`` compiles both frozen CLIPs (``engine/compile.py``).
     """
 
     NS = ""
@@ -30,6 +36,7 @@ class DistillMixin:
     def build_distill_parts(self, classnames: list[str]) -> None:
         """Load the frozen student CLIP and the teacher for ``classnames`` (the task's full label space)."""
         cfg, ns = self.cfg, self.ns
+        check_cache_mode(cfg, ns.TEACHER_CACHE, f"TRAINER.{self.NS}.TEACHER_CACHE")
         self.prec, self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, ns.PREC, role="student CLIP")
         require_vit(self.clip_model, cfg.MODEL.BACKBONE.NAME, "MODEL.BACKBONE.NAME", type(self).__name__)
         self.logit_scale = float(self.clip_model.logit_scale.exp())
@@ -38,7 +45,30 @@ class DistillMixin:
                                      dataset_name=cfg.DATASET.NAME,
                                      dtype=torch.float16 if self.prec == "fp16" else None)
         self.text_features = self.teacher.text_features.detach().float().to(self.device)
+        for model in (self.clip_model, self.teacher.clip_model):  # after the teacher's one-off text features
+            compile_clip(model, cfg.TRAIN.COMPILE)
         self.scaler = make_grad_scaler(self.prec, self.device)
+        self.teacher_cache: dict[str, TeacherCache] = {}
+
+    def before_train(self) -> None:
+        self.build_teacher_cache()
+        super().before_train()
+
+    def build_teacher_cache(self) -> None:
+        """With TEACHER_CACHE fixed/views: read or build the cache of each train split and use its loader."""
+        ns, cfg = self.ns, self.cfg
+        if ns.TEACHER_CACHE == "none" or self.teacher_cache:
+            return
+        cache_dir = ns.TEACHER_CACHE_DIR or os.path.join(cfg.OUTPUT_DIR, "teacher_cache")
+        for split, loader in (("train_x", "train_loader_x"), ("train_u", "train_loader_u")):
+            source = getattr(self.dm.dataset, split)
+            if getattr(self, loader) is None or not source:
+                continue
+            cache = load_or_build(cfg, split, source, ns.TEACHER_CACHE, ns.TEACHER_CACHE_VIEWS, self.teacher,
+                                  self.teacher_image_features_amp, self.prec, self.dm.tfm_test, cache_dir,
+                                  self.device)
+            self.teacher_cache[split] = cache
+            setattr(self, loader, cached_loader(cfg, split, source, cache, ns.TEACHER_CACHE, self.dm.tfm_test))
 
     def make_student(self, name: str) -> VisualPromptStudent:
         """A new prompt set + projector (to the teacher's width) registered as ``name`` with its optimiser."""
@@ -66,6 +96,21 @@ class DistillMixin:
     def teacher_image_features(self, images: torch.Tensor) -> torch.Tensor:
         """The teacher's normalised image features (float32), without gradients."""
         return self.teacher.encode_image(images).float()
+
+    def teacher_image_features_amp(self, images: torch.Tensor) -> torch.Tensor:
+        """``teacher_image_features`` under this run's autocast (as in a training step)."""
+        with self.autocast():
+            return self.teacher_image_features(images)
+
+    def teacher_train_features(self, parts: list[tuple[str, dict, torch.Tensor]]) -> list[torch.Tensor]:
+        """Teacher features of each (split, batch, images) of a step: from the cache when one is in use, else one
+        online forward over all the images."""
+        if self.teacher_cache:
+            return [self.teacher_cache[split].lookup(batch).to(self.device, non_blocking=True)
+                    for split, batch, _ in parts]
+        images = [part[2] for part in parts]
+        features = self.teacher_image_features(torch.cat(images) if len(images) > 1 else images[0])
+        return list(features.split([i.shape[0] for i in images]))
 
     def teacher_logits(self, image_features: torch.Tensor, text_features: torch.Tensor | None = None) -> torch.Tensor:
         """``teacher.logit_scale · f_t @ Wᵀ`` (W: the task's teacher text features unless given)."""

@@ -65,10 +65,10 @@ class PETR(DistillMixin, RoutedEvaluationMixin, TrainerXU):
     def forward_backward(self, batch_x: dict, batch_u: dict) -> dict:
         images_x, labels_x, images_u = self.parse_batch_train(batch_x, batch_u)
         with self.autocast():
-            teacher_features = self.teacher_image_features(torch.cat([images_x, images_u]))
+            teacher_x, teacher_u = self.teacher_train_features([("train_x", batch_x, images_x),
+                                                                ("train_u", batch_u, images_u)])
             features_x = self.seen_student(self.clip_model, images_x)
             features_u = self.unseen_student(self.clip_model, images_u)
-        teacher_x, teacher_u = teacher_features.split([images_x.shape[0], images_u.shape[0]])
         logits_x = self.student_logits(features_x, self.source_text_features)
         logits_u = self.student_logits(features_u)
         kd_seen = self.kd_term(logits_x, self.teacher_logits(teacher_x, self.source_text_features))

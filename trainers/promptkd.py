@@ -34,7 +34,7 @@ class PromptKD(DistillMixin, TrainerX):
     def forward_backward(self, batch: dict) -> dict:
         images, _, _ = self.parse_batch_train(batch)  # labels are not used: the distillation is label-free
         with self.autocast():
-            teacher_features = self.teacher_image_features(images)
+            teacher_features, = self.teacher_train_features([("train_x", batch, images)])
             student_features = self.student(self.clip_model, images)
         loss = self.kd_term(self.student_logits(student_features), self.teacher_logits(teacher_features))
         self.model_backward_and_update(loss)

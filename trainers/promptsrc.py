@@ -31,6 +31,7 @@ from engine import (
     make_grad_scaler,
 )
 from engine.checkpoint import atomic_torch_save
+from engine.compile import compile_clip
 from engine.distributed import is_main
 
 from .templates import IMAGENET_TEMPLATES
@@ -210,6 +211,7 @@ class PromptSRC(TrainerX):
         cfg, opts = self.cfg, self.cfg.TRAINER.PROMPTSRC
         self.prec, self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, opts.PREC)
         require_vit(self.clip_model, cfg.MODEL.BACKBONE.NAME, "MODEL.BACKBONE.NAME", type(self).__name__)
+        compile_clip(self.clip_model, cfg.TRAIN.COMPILE)
         classnames = self.dm.dataset.classnames
         meta = {"backbone": cfg.MODEL.BACKBONE.NAME, "dataset": cfg.DATASET.NAME, "classnames": list(classnames)}
         self.prompt_learner = VLPromptLearner.build(

@@ -1,0 +1,148 @@
+"""Teacher feature cache (TEACHER_CACHE fixed / views): the cached KD targets equal the online teacher's on the
+same crops (recomputed here with torchvision and PIL), the student sees exactly the stored crop, a changed teacher
+or transform rebuilds the cache, a corrupt cache file is one clear error, and a PETR run trains with it."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from PIL import Image
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms import functional as TF
+
+import train
+from tests.helpers_petr import petr_argv, write_eurosat
+from tests.test_trainer_promptkd import promptkd_argv, write_colour_eurosat
+
+MEAN, STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]  # the PromptKD config's
+
+
+def cached_trainer(tmp_path, student, teacher, mode: str, *extra: str):
+    """A PromptKD trainer (not trained) with the teacher cache of ``mode`` built in ``tmp_path/cache``."""
+    if not (tmp_path / "data").exists():
+        write_colour_eurosat(tmp_path / "data")
+    trainer = train.main(promptkd_argv(tmp_path / "data", tmp_path / "out", student, teacher,
+                                       "TRAINER.PROMPTKD.TEACHER_CACHE", mode, "TRAINER.PROMPTKD.TEACHER_CACHE_VIEWS",
+                                       "3", "TRAINER.PROMPTKD.TEACHER_CACHE_DIR", str(tmp_path / "cache"), *extra,
+                                       flags=("--no-train",)))
+    trainer.build_teacher_cache()
+    return trainer
+
+
+def online_targets(trainer, images: torch.Tensor) -> torch.Tensor:
+    """The online teacher's logits over all classes (its own forward)."""
+    with torch.no_grad():
+        return trainer.teacher(images)
+
+
+def test_views_cache_targets_equal_the_online_teacher_on_the_stored_crops(tmp_path, tiny_clip_file,
+                                                                         tiny_teacher_clip_file):
+    trainer = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "views")
+    cache = trainer.teacher_cache["train_x"]
+    n = len(trainer.dm.dataset.train_x)
+    assert cache.features.shape == (n, 3, 64) and cache.views.shape == (n, 3, 5)
+    # stored views are random resized crops of the 8x8 images (area within RRCROP_SCALE, ratio within 3/4..4/3)
+    top, left, h, w, flip = cache.views.reshape(-1, 5).T
+    assert ((top >= 0) & (left >= 0) & (top + h <= 8) & (left + w <= 8) & (h * w >= 1)).all()
+    assert len({tuple(v) for v in cache.views.reshape(-1, 5).tolist()}) > n  # views differ within an image
+    assert set(flip.tolist()) == {0, 1}
+
+    batch = next(iter(trainer.train_loader_x))
+    expected_images = []
+    for impath, index, view in zip(batch["impath"], batch["index"], batch["view"]):
+        t, left_, h_, w_, flipped = cache.views[index, view].tolist()
+        with Image.open(impath) as img:
+            crop = TF.resized_crop(img.convert("RGB"), t, left_, h_, w_, [32, 32], InterpolationMode.BICUBIC)
+        crop = TF.hflip(crop) if flipped else crop
+        expected_images.append(TF.normalize(TF.to_tensor(crop), MEAN, STD))
+    expected_images = torch.stack(expected_images)
+    torch.testing.assert_close(batch["img"], expected_images, rtol=0, atol=0)  # the student sees the stored crop
+
+    cached = trainer.teacher_logits(trainer.teacher_cache["train_x"].lookup(batch))
+    online = online_targets(trainer, expected_images)
+    print(f"views cache vs online teacher: max |logit difference| {float((cached - online).abs().max()):.2e} "
+          f"over {tuple(online.shape)}")
+    torch.testing.assert_close(cached, online, rtol=1e-5, atol=1e-5)
+
+    # a training step uses the cached targets: its loss is the KD of the student against the online teacher
+    trainer.set_model_mode("train")
+    with torch.no_grad():
+        student = trainer.student_logits(trainer.student(trainer.clip_model, batch["img"]))
+        expected = trainer.kd_term(student, online_targets(trainer, expected_images))
+    trainer.batch_idx, trainer.num_batches = 0, len(trainer.train_loader_x)
+    assert trainer.forward_backward(batch)["loss"] == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_fixed_cache_targets_equal_the_online_teacher_on_the_test_view(tmp_path, tiny_clip_file,
+                                                                      tiny_teacher_clip_file):
+    trainer = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "fixed")
+    batch = next(iter(trainer.train_loader_x))
+    assert (batch["view"] == 0).all()
+    expected_images = []
+    for impath in batch["impath"]:
+        with Image.open(impath) as img:
+            view = TF.center_crop(TF.resize(img.convert("RGB"), 32, InterpolationMode.BICUBIC), [32, 32])
+        expected_images.append(TF.normalize(TF.to_tensor(view), MEAN, STD))
+    expected_images = torch.stack(expected_images)
+    torch.testing.assert_close(batch["img"], expected_images, rtol=0, atol=0)
+    cached = trainer.teacher_logits(trainer.teacher_cache["train_x"].lookup(batch))
+    online = online_targets(trainer, expected_images)
+    print(f"fixed cache vs online teacher: max |logit difference| {float((cached - online).abs().max()):.2e}")
+    torch.testing.assert_close(cached, online, rtol=1e-5, atol=1e-5)
+
+
+def test_changed_teacher_or_transform_rebuilds_the_cache(tmp_path, capsys, tiny_clip_file, tiny_teacher_clip_file):
+    first = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "views")
+    assert "Building the teacher cache" in capsys.readouterr().out
+    path = first.teacher_cache["train_x"].path
+    stamp = os.stat(path).st_mtime_ns
+    again = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "views")
+    assert "up to date" in capsys.readouterr().out and os.stat(path).st_mtime_ns == stamp
+    torch.testing.assert_close(again.teacher_cache["train_x"].features, first.teacher_cache["train_x"].features)
+
+    other = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "views", "INPUT.RRCROP_SCALE",
+                           "(0.5, 1.0)")
+    assert "stale (transform changed)" in capsys.readouterr().out
+    assert not torch.equal(other.teacher_cache["train_x"].views, first.teacher_cache["train_x"].views)
+
+    state = torch.load(tiny_teacher_clip_file, weights_only=True)
+    state["visual.proj"] = state["visual.proj"] + 0.05 * torch.randn_like(state["visual.proj"])
+    changed_teacher = str(tmp_path / "changed-teacher.pt")
+    torch.save(state, changed_teacher)
+    changed = cached_trainer(tmp_path, tiny_clip_file, changed_teacher, "views", "INPUT.RRCROP_SCALE", "(0.5, 1.0)")
+    assert "stale (teacher changed)" in capsys.readouterr().out
+    rebuilt = changed.teacher_cache["train_x"]
+    assert rebuilt.path == path and torch.equal(rebuilt.views, other.teacher_cache["train_x"].views)
+    assert not torch.allclose(rebuilt.features, other.teacher_cache["train_x"].features)
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".json"])
+def test_a_corrupt_cache_file_is_one_clear_error(tmp_path, suffix, tiny_clip_file, tiny_teacher_clip_file):
+    trainer = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "fixed")
+    broken = trainer.teacher_cache["train_x"].path[: -len(".pt")] + suffix
+    with open(broken, "r+b") as f:
+        f.truncate(40)
+    with pytest.raises(ValueError) as error:
+        cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "fixed")
+    message = str(error.value)
+    assert "\n" not in message and broken in message and "delete it to rebuild" in message
+
+
+def test_petr_trains_with_cached_views(tmp_path, tiny_clip_file, tiny_teacher_clip_file):
+    write_eurosat(tmp_path / "data")
+    trainer = train.main(petr_argv(tmp_path / "data", tmp_path / "out", tiny_clip_file, tiny_teacher_clip_file,
+                                   "DATASET.SUBSAMPLE_CLASSES", "base", "OPTIM.MAX_EPOCH", "1",
+                                   "INPUT.TRANSFORMS", "['random_resized_crop', 'random_flip', 'normalize']",
+                                   "TRAINER.PETR.TEACHER_CACHE", "views", "TRAINER.PETR.TEACHER_CACHE_VIEWS", "2"))
+    assert set(trainer.teacher_cache) == {"train_x", "train_u"}
+    assert len(trainer.teacher_cache["train_u"].features) == len(trainer.dm.dataset.train_u)
+    assert os.path.isfile(tmp_path / "out" / "results.json")
+    with pytest.raises(ValueError, match="TEACHER_CACHE"):
+        train.main(petr_argv(tmp_path / "data", tmp_path / "bad", tiny_clip_file, tiny_teacher_clip_file,
+                             "TRAINER.PETR.TEACHER_CACHE", "sometimes", flags=("--no-train",)))
+    with pytest.raises(ValueError, match=r"TEACHER_CACHE views stores crops and flips only, but INPUT.TRANSFORMS has "
+                                         r"\['colorjitter'\]"):
+        train.main(petr_argv(tmp_path / "data", tmp_path / "bad", tiny_clip_file, tiny_teacher_clip_file,
+                             "TRAINER.PETR.TEACHER_CACHE", "views", "INPUT.TRANSFORMS",
+                             "['random_flip', 'colorjitter', 'normalize']", flags=("--no-train",)))
