@@ -106,7 +106,7 @@ def run_b2n(args: argparse.Namespace) -> None:
     notes = ["HM per dataset = HM of the seed means; Average = mean over datasets with both Base and Novel, "
              "HM of those averages. seeds = base/novel runs found."]
     if baseline is not None:
-        why = ("--baseline" if args.baseline is not None else
+        why = ("set with --baseline" if args.baseline is not None else
                "first --methods entry" if args.methods else "zero-shot CLIP, the default")
         notes.append(f"Δ = row − {baseline} (baseline: {why}; change it with --baseline NAME).")
     elif len(summary) > 1:

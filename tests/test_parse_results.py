@@ -228,7 +228,7 @@ def test_b2n_baseline_paper_alias_and_unknown_method(b2n_root, capsys):
     assert ptr.main(["b2n", b2n_root, "--methods", "PETR", "--baseline", "paper:PETR"]) == 0
     out = capsys.readouterr().out
     avg_b = np.mean([np.mean(b) for b, _ in PETR.values()])
-    assert f"{avg_b - 88.42:.2f}" in out and "Δ = row − paper:PETR (baseline: --baseline;" in out
+    assert f"{avg_b - 88.42:.2f}" in out and "Δ = row − paper:PETR (baseline: set with --baseline;" in out
     assert ptr.main(["b2n", b2n_root, "--reference", "PETRX"]) == 2  # --reference: the former name, still accepted
     assert "unknown method 'PETRX'" in capsys.readouterr().err
 
@@ -251,7 +251,7 @@ def test_b2n_default_baseline_is_never_alphabetical(b2n_root, capsys):
     assert ["dtd", "ZeroshotCLIP", "1/1", "60.00", "70.00", f"{ref_hm(60, 70):.2f}", "-", "-", "-"] in rows
     assert "Δ = row − ZeroshotCLIP (baseline: zero-shot CLIP, the default; change it with --baseline NAME)." in out
     assert ptr.main(["b2n", b2n_root, "--baseline", "CoOp", "--format", "github"]) == 0
-    assert "Δ = row − CoOp (baseline: --baseline;" in capsys.readouterr().out
+    assert "Δ = row − CoOp (baseline: set with --baseline;" in capsys.readouterr().out
 
 
 def test_b2n_csv_has_no_footnotes(b2n_root, capsys):
