@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -105,14 +106,16 @@ def check_against_reference(out, expected: dict) -> dict:
 class ScriptRunner:
     """Runs a scripts/petr_coop/*.sh script with a recording ``PYTHON`` and replays its train.py commands in-process.
 
-    The recorder (a two-line shell script) writes the script's argv; replaying it through ``train.main`` runs the
-    exact command the script composed without paying a fresh interpreter per run.
+    The recorder (a small shell script) writes the script's argv; replaying it through ``train.main`` runs the
+    exact command the script composed without paying a fresh interpreter per run. ``-c`` snippets (the scripts'
+    check that the interpreter has torch) run in this interpreter.
     """
 
     def __init__(self, tmp_path, tree, backbone: str):
         self.record = tmp_path / "commands.txt"
         recorder = tmp_path / "record_python.sh"
-        recorder.write_text('#!/bin/sh\nprintf \'%s\\n\' "$@" --END-- >> "$RECORD"\n')
+        recorder.write_text(f'#!/bin/sh\n[ "$1" = -c ] && exec "{sys.executable}" "$@"\n'
+                            'printf \'%s\\n\' "$@" --END-- >> "$RECORD"\n')
         recorder.chmod(0o755)
         self.env = {**os.environ, "DATA": tree.root, "PYTHON": str(recorder), "RECORD": str(self.record),
                     "OUTPUT_ROOT": str(tmp_path / "output"), "SHOTS": "0", "BACKBONE": backbone,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 import train
+from engine.errors import ConfigError
 from trainers.config import inert_keys_note
 
 CLIP_INPUT = """INPUT:
@@ -113,9 +114,9 @@ def test_int_for_float_also_from_command_line_and_types_still_checked(tmp_path):
                  "TRAINER.PROMPTKD.TEMPERATURE", "2")
     assert cfg.TRAINER.PROMPTKD.KD_WEIGHT == 200.0 and type(cfg.TRAINER.PROMPTKD.KD_WEIGHT) is float
     assert type(cfg.TRAINER.PROMPTKD.TEMPERATURE) is float
-    with pytest.raises(SystemExit, match=r"Type mismatch"):  # a string is still refused for a float key
+    with pytest.raises(ConfigError, match=r"Type mismatch"):  # a string is still refused for a float key
         _setup(tmp_path, "PromptKD/x", text, trainer, "TRAINER.PROMPTKD.KD_WEIGHT", "'high'")
-    with pytest.raises(SystemExit, match=r"Type mismatch"):  # and a float for an int key
+    with pytest.raises(ConfigError, match=r"Type mismatch"):  # and a float for an int key
         _setup(tmp_path, "PromptKD/x", text, trainer, "OPTIM.MAX_EPOCH", "2.5")
 
 
@@ -132,13 +133,13 @@ def test_inert_promptkd_keys_are_named_once_with_the_reason(tmp_path):
                      "    PROMPT_DEPTH_VISION: 9\n    PROMPT_DEPTH_TEXT: 9\n"),
     ("COCOOP", "CoCoOp", '    N_CTX: 4\n    CTX_INIT: "a photo of a"\n    PREC: "fp16"\n'),
 ])
-def test_yaml_of_a_trainer_we_lack_gives_one_line_naming_ours(tmp_path, namespace, trainer, body):
+def test_yaml_of_a_trainer_we_lack_gives_one_line_naming_ours(tmp_path, capsys, namespace, trainer, body):
     path = tmp_path / f"{trainer}.yaml"
     path.write_text(_optim("0.005", 20) + f"\nTRAINER:\n  {namespace}:\n" + body)
-    with pytest.raises(SystemExit) as e:
-        train.setup_cfg(train.build_parser().parse_args(["--config-file", str(path), "--trainer", trainer]))
-    msg = str(e.value)
-    assert "\n" not in msg and msg.startswith(f"error: {path}: ") and f"upstream's {trainer} trainer" in msg
+    assert train.cli(["--config-file", str(path), "--trainer", trainer]) == 2
+    msg = capsys.readouterr().err
+    assert msg.count("\n") == 1 and msg.startswith(f"error: {path}: ") and f"upstream's {trainer} trainer" in msg
+    msg = msg.strip()
     listed = msg.split("trainers here: ")[1].split(", ")
     assert {"CoOp", "PETR", "PETRCoOp", "PromptKD", "PromptSRC", "ZeroshotCLIP"} <= set(listed)
     assert trainer not in listed
