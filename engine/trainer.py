@@ -9,6 +9,7 @@ written to ``<OUTPUT_DIR>/results.json`` (trainers that override ``test`` call `
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import glob
 import os
@@ -360,8 +361,9 @@ class SimpleTrainer(TrainerBase):
                                     f"{self.get_model_names()} (expected {RESUME_FILE} or <dir>/<model>/checkpoint)")
         for leftover in glob.glob(os.path.join(self.output_dir, ".tmp-*")) + glob.glob(
                 os.path.join(self.output_dir, "*", ".tmp-*")):
-            os.remove(leftover)
-            print(f"Removed {leftover} (left by a write that was cut off)")
+            with contextlib.suppress(FileNotFoundError):  # another process of the same run removed it first
+                os.remove(leftover)
+                print(f"Removed {leftover} (left by a write that was cut off)")
         self.start_epoch = self.resume_model_if_exist(directory)
         if self.start_epoch > 0:
             self._restore_best_result(directory)

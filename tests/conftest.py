@@ -7,6 +7,9 @@ import os
 # initialises CUDA (torch reads the variable lazily, at its first CUDA call). Set PETR_TEST_CUDA=1 to keep it visible.
 if os.environ.get("PETR_TEST_CUDA") != "1":
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+# Idle OpenMP threads sleep instead of spinning, so processes sharing a busy machine do not burn each other's CPU time
+# while they wait; results are the same, only the waiting changes.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
