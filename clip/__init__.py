@@ -1,7 +1,8 @@
 """Prompt-aware OpenAI CLIP; usable as ``import clip`` or, CoOp style, ``from clip import clip``."""
 from . import clip
-from .clip import available_models, load, tokenize
+from .clip import available_models, load, load_model, tokenize
 from .model import CLIP, build_model
 from .prompts import DeepPrompts, stack_prompt_sets
 
-__all__ = ["CLIP", "DeepPrompts", "available_models", "build_model", "clip", "load", "stack_prompt_sets", "tokenize"]
+__all__ = ["CLIP", "DeepPrompts", "available_models", "build_model", "clip", "load", "load_model", "stack_prompt_sets",
+           "tokenize"]

@@ -1,4 +1,5 @@
-"""OpenAI-compatible CLIP entry points: available_models, load (local files first, then download), tokenize."""
+"""OpenAI-compatible CLIP entry points: available_models, load / load_model (local files first, then download),
+tokenize."""
 from __future__ import annotations
 
 import hashlib
@@ -16,7 +17,7 @@ from tqdm import tqdm
 from .model import CLIP, build_model
 from .tokenizer import EOT_TOKEN, SOT_TOKEN, encode
 
-__all__ = ["available_models", "build_model", "load", "tokenize"]
+__all__ = ["available_models", "build_model", "load", "load_model", "tokenize"]
 
 # OpenAI's public checkpoints; the second-to-last path segment is the file's SHA-256.
 _MODELS = {
@@ -126,18 +127,30 @@ def _read_state_dict(path: str) -> dict:
     return obj
 
 
-def load(name_or_path: str, device: str | torch.device = "cpu", jit: bool = False) -> CLIP:
-    """Frozen float32 CLIP from a model name (see available_models) or a weight file, moved to ``device``.
+def load_model(name_or_path: str, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> CLIP:
+    """The frozen CLIP of a model name (see available_models) or a weight file, cast to ``dtype`` (None: float32)
+    and moved to ``device``: the one place the trainers' precision casts the CLIP weights.
 
     Names are looked up in ./clip/, $CLIP_WEIGHTS_DIR and ~/.cache/clip, then downloaded (SHA-256 checked).
     """
-    if jit:
-        raise ValueError("jit=True is not supported: the prompt-aware CLIP runs as a Python model; use jit=False")
     path = _resolve(name_or_path)
     try:
-        return build_model(_read_state_dict(path)).to(device)
+        model = build_model(_read_state_dict(path))
     except (ValueError, NotImplementedError) as e:
         raise type(e)(f"{path}: {e}") from None
+    if dtype is not None:
+        model.to(dtype)
+    return model.to(device)
+
+
+def load(name_or_path: str, device: str | torch.device = "cpu", jit: bool = False) -> CLIP:
+    """Returns the float32 CLIP model (a ``clip.model.CLIP``, eval mode) of a model name or weight file on ``device``.
+
+    Same lookup as ``load_model``; ``jit=True`` is refused (the prompt-aware CLIP runs as a Python model).
+    """
+    if jit:
+        raise ValueError("jit=True is not supported: the prompt-aware CLIP runs as a Python model; use jit=False")
+    return load_model(name_or_path, device)
 
 
 def tokenize(texts: str | list[str], context_length: int = 77, truncate: bool = False) -> torch.LongTensor:

@@ -62,7 +62,7 @@ def test_promptkd_first_step_loss_is_kd_of_teacher_and_student_logits(tmp_path, 
     assert not any(p.requires_grad for p in trainer.teacher.parameters())
     optim_params = {id(p) for g in trainer._optims["VLPromptLearner"].param_groups for p in g["params"]}
     assert optim_params == {id(p) for p in trainer.student.parameters()}
-    assert trainer.dm.dataset.role == "distill_all" and len(trainer.dm.dataset.train_x) == 15  # all 5 classes
+    assert trainer.dm.dataset.splits.role == "distill_all" and len(trainer.dm.dataset.train_x) == 15  # all 5 classes
 
     batch = next(iter(trainer.train_loader_x))
     images = batch["img"]
@@ -107,7 +107,7 @@ def test_promptkd_trains_evaluates_and_reloads_exactly(tmp_path, tiny_clip_file,
     trainer = train.main(promptkd_argv(tmp_path / "data", out, tiny_clip_file, tiny_teacher_clip_file,
                                        "DATASET.SUBSAMPLE_CLASSES", "base"))
     base_ids = [0, 1, 2]
-    assert trainer.dm.dataset.eval_labels == base_ids
+    assert trainer.dm.dataset.splits.eval_labels == base_ids
     assert set(trainer.evaluator._y_pred) <= set(base_ids)  # argmax restricted to the evaluated classes
     results = json.loads((out / "results.json").read_text())
     assert results["trainer"] == "PromptKD" and results["subsample_classes"] == "base"

@@ -2,7 +2,7 @@
 
 Teacher files are PromptSRC checkpoints of this project (``<run>/VLPromptLearner/model.pth.tar-<E>``, Dassl
 layout, tensors and plain values only) or files written by ``tools/import_promptkd_teacher.py`` in the same layout.
-Only the prompts are read from them: the frozen CLIP comes from ``TEACHER_NAME`` (``clip.load``).
+Only the prompts are read from them: the frozen CLIP comes from ``TEACHER_NAME`` (``clip.load_model``).
 """
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from tabulate import tabulate
 from torch import nn
 
 import clip
+from clip.classifier import prompted_text_features, zeroshot_text_features
 from clip.model import CLIP
-from engine.checkpoint import load_checkpoint
+from engine.checkpoint import POINTER_FILE, load_checkpoint, pointed_checkpoint
 
-from .promptsrc import MODEL_NAME, VLPromptLearner, prompted_text_features
+from .promptsrc import MODEL_NAME, VLPromptLearner
 from .templates import single_template
-from .zeroshot import zeroshot_text_features
 
 HOW_TO_GET = ("train one with `bash scripts/teacher/base2new_train.sh <dataset> <seed>` or import PromptKD's "
               "released teacher with `python tools/import_promptkd_teacher.py "
@@ -86,13 +86,11 @@ def resolve_teacher_file(ckpt: str) -> str:
     if not os.path.isdir(ckpt):
         raise FileNotFoundError(f"teacher checkpoint not found: {ckpt}; {HOW_TO_GET}")
     for folder in (os.path.join(ckpt, MODEL_NAME), ckpt):
-        pointer = os.path.join(folder, "checkpoint")
-        if os.path.isfile(pointer):
-            with open(pointer) as f:
-                name = f.readline().strip()
-            path = os.path.join(folder, name)
+        path = pointed_checkpoint(folder)
+        if path is not None:
             if not os.path.isfile(path):
-                raise FileNotFoundError(f"{pointer} names {name!r}, which does not exist; {HOW_TO_GET}")
+                raise FileNotFoundError(f"{os.path.join(folder, POINTER_FILE)} names {os.path.basename(path)!r}, "
+                                        f"which does not exist; {HOW_TO_GET}")
             return path
     found = sorted(glob.glob(os.path.join(ckpt, f"{MODEL_NAME}*", "model*.pth.tar*")))
     if found:
@@ -167,16 +165,15 @@ def check_teacher_classes(meta: dict, classnames: Sequence[str], dataset_name: s
 def build_teacher(name: str, ckpt: str, classnames: Sequence[str], device: torch.device | str,
                   dataset_name: str = "", dtype: torch.dtype | None = None) -> Teacher:
     """Teacher on CLIP ``name`` with the prompts of ``ckpt`` (file, run dir or imported file); ``ckpt == ""`` gives
-    plain CLIP with the dataset's hand-crafted template. ``dtype`` (e.g. torch.float16 on CUDA) converts the CLIP.
+    plain CLIP with the dataset's hand-crafted template. ``dtype`` (e.g. torch.float16 for PREC fp16) is the CLIP
+    weights' dtype (``clip.load_model``).
     """
     prompts, path = None, ""
     if ckpt:
         path = resolve_teacher_file(ckpt)
         prompts = read_teacher_prompts(path)
     print(f"Loading teacher CLIP (TEACHER_NAME: {name})")
-    clip_model = clip.load(name, device)
-    if dtype is not None:
-        clip_model.to(dtype)
+    clip_model = clip.load_model(name, device, dtype)
     if prompts is None:
         template = single_template(dataset_name)
         print(f"Note: no teacher checkpoint (TEACHER_CKPT is empty): the teacher is plain CLIP {name} with the "
