@@ -6,19 +6,24 @@ Example: python train.py --root DATA --seed 1 --trainer CoOp --dataset-config-fi
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 
 import torch
 
+import datasets  # noqa: F401  (registers the datasets)
 import trainers  # noqa: F401  (registers the trainers and provides extend_cfg)
 from engine import build_trainer, collect_env_info, get_cfg_default, set_random_seed, setup_logger
 from trainers.config import extend_cfg
 
-REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
-if os.path.isfile(os.path.join(REPO_ROOT, "datasets", "__init__.py")):
-    importlib.import_module("datasets")  # registers the datasets (our package, not any installed namesake)
+
+def load_epoch(value: str) -> int | str:
+    """``--load-epoch``: a positive epoch number or ``last``."""
+    if value == "last":
+        return value
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected an epoch number >= 1 or 'last', got {value!r}")
+    return int(value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head", type=str, default="", help="head name (MODEL.HEAD.NAME)")
     p.add_argument("--eval-only", action="store_true", help="evaluation only")
     p.add_argument("--model-dir", type=str, default="", help="load the model from this directory for eval-only")
-    p.add_argument("--load-epoch", type=int, help="load model.pth.tar-<epoch> (default: model-best.pth.tar)")
+    p.add_argument("--load-epoch", type=load_epoch, help="load model.pth.tar-<epoch>, or 'last': the last saved "
+                   "checkpoint of each model (default: model-best.pth.tar)")
     p.add_argument("--no-train", action="store_true", help="build the trainer but do not train")
     p.add_argument("--env-info", action="store_true", help="also print the environment (torch collect_env)")
     p.add_argument("opts", default=None, nargs=argparse.REMAINDER, help="KEY VALUE pairs overriding the config")

@@ -26,6 +26,7 @@ from tabulate import tabulate
 import parse_test_res
 from demo.pretrain import PretrainParams, default_params, default_path, pretrained_path
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
+from engine.checkpoint import checkpoint_epoch, pointed_checkpoint
 from engine.utils import read_json
 
 CONFIG = "demo"
@@ -215,10 +216,9 @@ def clip_file(params: PretrainParams, cache: str) -> str:
 def load_epoch_args(run_dir: str) -> list[str]:
     """``["--load-epoch", N]`` for the last checkpoint a run saved (none for ZeroshotCLIP, which saves nothing)."""
     for name in sorted(os.listdir(run_dir)):
-        pointer = os.path.join(run_dir, name, "checkpoint")
-        if os.path.isfile(pointer):
-            with open(pointer) as f:
-                return ["--load-epoch", f.readline().strip().rsplit("-", 1)[-1]]
+        path = pointed_checkpoint(os.path.join(run_dir, name))
+        if path is not None:
+            return ["--load-epoch", str(checkpoint_epoch(path))]
     return []
 
 

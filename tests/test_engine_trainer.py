@@ -93,6 +93,16 @@ def test_eval_only_reloads_the_model(full_run, tiny_root, tmp_path):
         train.main(tiny_argv(tiny_root, str(tmp_path / "eval2"), extra_args=["--eval-only", "--model-dir", full_run]))
 
 
+def test_load_epoch_last_reads_the_checkpoint_pointer(full_run, tiny_root, tmp_path):
+    last = train.main(tiny_argv(tiny_root, str(tmp_path / "last"),
+                                extra_args=["--eval-only", "--model-dir", full_run, "--load-epoch", "last"]))
+    assert torch.equal(last.model.weight.detach(), _weights(full_run, 3)["weight"])  # the pointer names epoch 3
+    with pytest.raises(SystemExit):
+        train.build_parser().parse_args(["--load-epoch", "latest"])
+    with pytest.raises(FileNotFoundError, match="checkpoint.*train the model first"):
+        last.load_model(str(tmp_path / "last"), epoch="last")  # an evaluation folder holds no saved model
+
+
 def test_interrupted_run_resumes_to_identical_weights(full_run, tiny_root, tmp_path, monkeypatch):
     out = str(tmp_path / "crashed")
     argv = tiny_argv(tiny_root, out, epochs=3, opts=["TRAIN.CHECKPOINT_FREQ", "1"])
