@@ -65,6 +65,14 @@ class TrainerBase:
             assert name in real, f"Unknown model name {name!r}; registered: {real}"
         return names
 
+    def get_model(self, name: str) -> nn.Module:
+        """The model registered as ``name``."""
+        return self._models[self.get_model_names(name)[0]]
+
+    def get_optimizer(self, name: str) -> torch.optim.Optimizer | None:
+        """The optimiser registered with model ``name`` (None when it has none)."""
+        return self._optims[self.get_model_names(name)[0]]
+
     def set_model_mode(self, mode: str = "train", names=None) -> None:
         for name in self.get_model_names(names):
             if mode == "train":

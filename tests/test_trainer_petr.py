@@ -34,7 +34,7 @@ def test_first_step_loss_is_kd_plus_base_ce(tmp_path, tiny_clip_file, tiny_teach
                                    "TRAINER.PETR.CE_WEIGHT", "0.5", flags=("--no-train",)))
     assert not any(p.requires_grad for p in trainer.clip_model.parameters())
     for name, student in (("seen_student", trainer.seen_student), ("unseen_student", trainer.unseen_student)):
-        optim_params = {id(p) for g in trainer._optims[name].param_groups for p in g["params"]}
+        optim_params = {id(p) for g in trainer.get_optimizer(name).param_groups for p in g["params"]}
         assert optim_params == {id(p) for p in student.parameters()}
     ds = trainer.dm.dataset
     assert {d.label for d in ds.train_x} == {0, 1, 2} and {d.label for d in ds.train_u} == {-1}
