@@ -6,7 +6,6 @@ Example: python train.py --root DATA --seed 1 --trainer CoOp --dataset-config-fi
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import re
 import signal
@@ -31,6 +30,15 @@ def registered_names(package: str, registry: str) -> list[str]:
     return sorted(names)
 
 
+def load_epoch(value: str) -> int | str:
+    """``--load-epoch``: a positive epoch number or ``last``."""
+    if value == "last":
+        return value
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected an epoch number >= 1 or 'last', got {value!r}")
+    return int(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CoOp/PromptKD argument set (plus --env-info and --debug); --help lists the trainers and datasets."""
     epilog = (f"trainers: {', '.join(registered_names('trainers', 'TRAINER_REGISTRY'))}\n"
@@ -53,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head", type=str, default="", help="head name (MODEL.HEAD.NAME)")
     p.add_argument("--eval-only", action="store_true", help="evaluation only")
     p.add_argument("--model-dir", type=str, default="", help="load the model from this directory for eval-only")
-    p.add_argument("--load-epoch", type=int, help="load model.pth.tar-<epoch> (default: model-best.pth.tar)")
+    p.add_argument("--load-epoch", type=load_epoch, help="load model.pth.tar-<epoch>, or 'last': the last saved "
+                   "checkpoint of each model (default: model-best.pth.tar)")
     p.add_argument("--no-train", action="store_true", help="build the trainer but do not train")
     p.add_argument("--env-info", action="store_true", help="also print the environment (torch collect_env)")
     p.add_argument("--debug", action="store_true", help=f"print the traceback of user errors too (or {DEBUG_ENV}=1)")
@@ -114,10 +123,8 @@ def reset_cfg(cfg, args: argparse.Namespace) -> None:
 
 def register_project() -> None:
     """Import the trainers and datasets so they register themselves (imports torch, so not done for --help)."""
+    import datasets  # noqa: F401
     import trainers  # noqa: F401
-
-    if os.path.isfile(os.path.join(REPO_ROOT, "datasets", "__init__.py")):
-        importlib.import_module("datasets")  # our package, not any installed namesake
 
 
 def setup_cfg(args: argparse.Namespace):

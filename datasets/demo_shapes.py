@@ -1,14 +1,24 @@
-"""The built-in demo datasets (coloured shapes): ``demo_shapes/`` and ``demo_shapes_hard/``, each holding
-``images/<colour_shape>/<i>.png`` + ``split_zhou_<Name>.json``, written by ``python -m demo.shapes --root DATA``."""
+"""The built-in demo datasets (coloured shapes) and their on-disk layout: ``demo_shapes/`` and
+``demo_shapes_hard/``, each holding ``images/<colour_shape>/<i>.png`` + ``split_zhou_<Name>.json``, written by
+``python -m demo.shapes --root DATA``."""
 from __future__ import annotations
 
 import os
 
-from demo.shapes import DATASET_DIRS, IMAGE_DIR, split_file
 from engine.registry import DATASET_REGISTRY
 
 from .protocols import ProtocolDataset
 from .splits import SplitData, make_split_data, read_split
+
+IMAGE_DIR = "images"
+DATASET_DIRS: dict[str, str] = {"DemoShapes": "demo_shapes", "DemoShapesHard": "demo_shapes_hard"}
+"""Registered dataset name -> its folder under the data root. Each folder holds its own copy of the images, so the
+few-shot caches (``<folder>/split_fewshot/``, keyed by shots and seed) of the two label orders never collide."""
+
+
+def split_file(dataset_name: str) -> str:
+    """File name of the CoOp split JSON of ``dataset_name`` (inside its folder, ``DATASET_DIRS``)."""
+    return f"split_zhou_{dataset_name}.json"
 
 
 class _DemoShapesBase(ProtocolDataset):

@@ -1,76 +1,55 @@
-"""The data roles of DESIGN §5 in one place: which images a trainer learns from, routes on and is evaluated on.
+"""The data roles in one place: which images a trainer learns from, routes on and is evaluated on.
 
 Every dataset reader subclasses :class:`ProtocolDataset`: the reader only returns the full dataset
-(:class:`datasets.splits.SplitData`); :func:`build_splits` turns it into the splits of the configured role.
+(:class:`datasets.splits.SplitData`); :func:`build_splits` turns it into the splits of the requested role
+(``engine.dataset_base.RoleSplits``, stored as ``dataset.splits``). docs/ARCHITECTURE.md describes the roles.
 
-* role = ``DATA_ROLE`` of the trainer class registered under ``TRAINER.NAME`` ("standard" when it has none or is
-  not registered); protocol = ``TRAINER.MODAL`` ("base2novel" when the key is absent); the evaluated classes come
-  from ``DATASET.SUBSAMPLE_CLASSES`` (base = first ceil(n/2) sorted labels, new = the rest).
+* role = the trainer's ``DATA_ROLE``, passed down by ``DataManager(cfg, role=...)``; only Dassl's plain
+  ``Dataset(cfg)`` call falls back to the ``DATA_ROLE`` of the trainer registered as ``TRAINER.NAME`` ("standard"
+  when it has none or is not registered); protocol = ``TRAINER.MODAL`` ("base2novel" when the key is absent); the
+  evaluated classes come from ``DATASET.SUBSAMPLE_CLASSES`` (base = first ceil(n/2) sorted labels, new = the rest).
 * ``standard`` (CoOp, ZeroshotCLIP, PromptSRC teacher; any protocol): CoOp's dataset: few-shot train/val, then
   class subsampling with new classes relabelled from 0. ImageNet: val = test. ImageNet variants: train_x = test,
   no val, NUM_SHOTS ignored (as CoOp); SUBSAMPLE_CLASSES does apply to them (CoOp ignores it there).
 * ``distill_all`` (PromptKD): train_x = the whole train split of all classes (labels kept in the all-class space
   but not meant to be used); in dg, the target's test images (transductive, as PromptKD).
-* ``petr``: base2novel: train_x = labelled base-class train images, train_u = novel-class train images with labels
-  withheld (``UNLABELED``, empty class name). cross/dg: train_x = labelled source (ImageNet) train images, train_u =
-  the target's train split (dg: the target's test images, transductive), both unlabelled for the target.
-* distill_all and petr evaluate in the label space of all target classes: test/val keep only the evaluated
+* ``seen_unseen`` (PETR, PETRCoOp): base2novel: train_x = labelled base-class train images, train_u = novel-class
+  train images with labels withheld (``UNLABELED``, empty class name). cross/dg: train_x = labelled source
+  (ImageNet) train images, train_u = the target's train split (dg: the target's test images, transductive), both
+  unlabelled for the target.
+* distill_all and seen_unseen evaluate in the label space of all target classes: test/val keep only the evaluated
   classes, without relabelling; val is the real val split (None for ImageNet and its variants), never test data.
 * ``DATASET.NUM_SHOTS`` >= 1 applies to every training role (per class, sampled before labels are withheld).
 
-Attributes set on the dataset instance besides DatasetBase's train_x, train_u, val, test, lab2cname, classnames:
-
-* ``dataset_dir`` (str): absolute folder of the dataset; ``split_file`` (str): the file its splits came from.
-* ``protocol`` (str), ``role`` (str), ``subsample`` (str): the resolved protocol, data role and subset.
-* ``eval_labels`` (list[int]): labels (in ``lab2cname``'s space) of the evaluated classes; trainers restrict the
-  argmax to them. Standard role: all labels of the (relabelled) dataset.
-* ``router_x`` (list[Datum] | None): petr only, the labelled images the router statistics come from.
-* ``source_lab2cname`` (dict[int, str] | None): petr cross/dg only, the source classes that train_x labels index.
-* ``full_lab2cname`` (dict[int, str]): every class of the dataset as read, whatever subset the role keeps (the
-  teacher writes text features for all classes while training on base ones).
+Besides DatasetBase's train_x, train_u, val, test, lab2cname, classnames and ``splits``, the instance holds
+``dataset_dir`` (the absolute folder, as CoOp) and ``split_file`` (the file its splits came from).
 """
 from __future__ import annotations
 
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from engine.dataset_base import UNLABELED, DatasetBase, Datum
+from engine.dataset_base import DATA_ROLES, UNLABELED, DatasetBase, Datum, RoleSplits
 from engine.registry import DATASET_REGISTRY, TRAINER_REGISTRY, check_availability
 
 from .fewshot import check_all_classes, fewshot_splits, sample_per_class
 from .splits import SplitData, dataset_folder
 
-ROLES = ("standard", "distill_all", "petr")
 PROTOCOLS = ("base2novel", "cross", "dg")
 SUBSAMPLES = ("all", "base", "new")
 DEFAULT_SOURCE_DATASET = "ImageNet"
 
 
-@dataclass
-class RoleSplits:
-    """The splits and extra attributes of one role, as :class:`ProtocolDataset` stores them."""
-
-    train_x: list[Datum]
-    train_u: list[Datum] | None
-    val: list[Datum] | None
-    test: list[Datum]
-    lab2cname: dict[int, str]
-    eval_labels: list[int]
-    protocol: str
-    role: str
-    subsample: str
-    router_x: list[Datum] | None = None
-    source_lab2cname: dict[int, str] | None = None
-
-
-def resolve_role(cfg) -> str:
-    """``DATA_ROLE`` of the trainer registered as ``cfg.TRAINER.NAME``; "standard" when absent."""
+def resolve_role(cfg, role: str | None = None) -> str:
+    """``role`` when given; else (Dassl's ``Dataset(cfg)`` call) the ``DATA_ROLE`` of the trainer registered as
+    ``cfg.TRAINER.NAME``, "standard" when it has none."""
     name = cfg.TRAINER.NAME
-    role = getattr(TRAINER_REGISTRY.get(name), "DATA_ROLE", "standard") if name in TRAINER_REGISTRY else "standard"
-    if role not in ROLES:
-        raise ValueError(f"Trainer {name} declares DATA_ROLE {role!r}; expected one of {', '.join(ROLES)}")
+    if role is None:
+        trainer = TRAINER_REGISTRY.get(name) if name in TRAINER_REGISTRY else None
+        role = getattr(trainer, "DATA_ROLE", "standard")
+    if role not in DATA_ROLES:
+        raise ValueError(f"Trainer {name} declares DATA_ROLE {role!r}; expected one of {', '.join(DATA_ROLES)}")
     return role
 
 
@@ -126,7 +105,9 @@ def _standard(data: SplitData, num_shots: int, seed: int, subsample: str, protoc
     if val is None and not data.test_only:
         val = test  # ImageNet has no val split; CoOp validates on its test set
     lab2cname = DatasetBase.get_lab2cname(train)[0]
-    return RoleSplits(train, None, val, test, lab2cname, list(lab2cname), protocol, "standard", subsample)
+    base = {"all": class_subset(lab2cname, "base"), "base": list(lab2cname), "new": []}[subsample]
+    return RoleSplits(train, None, val, test, lab2cname, list(lab2cname), base if protocol == "base2novel" else [],
+                      data.lab2cname, protocol, "standard", subsample)
 
 
 def _target_train(data: SplitData, num_shots: int, seed: int, protocol: str) -> tuple[list[Datum], list | None]:
@@ -152,9 +133,10 @@ def _read_source(cfg) -> SplitData:
     return source
 
 
-def build_splits(cfg, data: SplitData) -> RoleSplits:
-    """The splits of the role/protocol configured in ``cfg`` from a reader's full dataset ``data``."""
-    role, protocol, subsample = resolve_role(cfg), resolve_protocol(cfg), resolve_subsample(cfg)
+def build_splits(cfg, data: SplitData, role: str | None = None) -> RoleSplits:
+    """The splits of data ``role`` (see ``resolve_role``) and the protocol configured in ``cfg`` from a reader's full
+    dataset ``data``."""
+    role, protocol, subsample = resolve_role(cfg, role), resolve_protocol(cfg), resolve_subsample(cfg)
     num_shots, seed = cfg.DATASET.NUM_SHOTS, cfg.SEED
     if role == "standard":
         return _standard(data, num_shots, seed, subsample, protocol)
@@ -168,12 +150,14 @@ def build_splits(cfg, data: SplitData) -> RoleSplits:
     eval_labels = class_subset(data.lab2cname, subsample)
     test = keep_classes(data.test, eval_labels)
     val = None if val is None else keep_classes(val, eval_labels)
-    splits = RoleSplits(train, None, val, test, data.lab2cname, eval_labels, protocol, role, subsample)
-    if role == "petr" and protocol == "base2novel":
+    base = class_subset(data.lab2cname, "base") if protocol == "base2novel" else []
+    splits = RoleSplits(train, None, val, test, data.lab2cname, eval_labels, base, data.lab2cname, protocol, role,
+                        subsample)
+    if role == "seen_unseen" and protocol == "base2novel":
         splits.train_x = keep_classes(train, class_subset(data.lab2cname, "base"))
         splits.train_u = withhold_labels(keep_classes(train, class_subset(data.lab2cname, "new")))
         splits.router_x = list(splits.train_x)
-    elif role == "petr":
+    elif role == "seen_unseen":
         source = _read_source(cfg)
         splits.train_x = fewshot_splits(source, num_shots, seed)[0]
         splits.train_u = withhold_labels(train)
@@ -183,7 +167,7 @@ def build_splits(cfg, data: SplitData) -> RoleSplits:
 
 
 class ProtocolDataset(DatasetBase):
-    """Base of the 15 dataset readers: subclasses implement :meth:`read`; the instance holds the configured role.
+    """Base of the dataset readers: subclasses implement :meth:`read`; ``splits`` holds the requested role's splits.
 
     ``dataset_dir`` (class attribute) is the folder under ``DATASET.ROOT`` (CoOp's name); on the instance it becomes
     the absolute path, as in CoOp.
@@ -191,21 +175,22 @@ class ProtocolDataset(DatasetBase):
 
     dataset_dir = ""
 
-    def __init__(self, cfg) -> None:
+    def __init__(self, cfg, role: str | None = None) -> None:
         data = self.read_root(cfg.DATASET.ROOT)
-        splits = build_splits(cfg, data)
+        splits = build_splits(cfg, data, role)
         super().__init__(train_x=splits.train_x, train_u=splits.train_u, val=splits.val, test=splits.test,
                          lab2cname=splits.lab2cname)
         self.dataset_dir = data.dataset_dir
         self.split_file = data.split_file
-        self.protocol, self.role, self.subsample = splits.protocol, splits.role, splits.subsample
-        self.eval_labels = splits.eval_labels
-        self.router_x = splits.router_x
-        self.source_lab2cname = splits.source_lab2cname
-        self.full_lab2cname = data.lab2cname
-        print(f"Data role {self.role} ({self.protocol}, SUBSAMPLE_CLASSES {self.subsample}): "
+        self.splits: RoleSplits = splits
+        print(f"Data role {splits.role} ({splits.protocol}, SUBSAMPLE_CLASSES {splits.subsample}): "
               f"train_x {len(self.train_x):,}, train_u {len(self.train_u or []):,}, val {len(self.val or []):,}, "
-              f"test {len(self.test):,}, evaluated classes {len(self.eval_labels)}/{len(self.lab2cname)}")
+              f"test {len(self.test):,}, evaluated classes {len(splits.eval_labels)}/{len(self.lab2cname)}")
+
+    @classmethod
+    def build(cls, cfg, role: str | None = None) -> ProtocolDataset:
+        """The dataset with the splits of data ``role``."""
+        return cls(cfg, role)
 
     @classmethod
     def read_root(cls, root: str) -> SplitData:

@@ -16,18 +16,26 @@ from sklearn.linear_model import LogisticRegression
 from tabulate import tabulate
 from tqdm import tqdm
 
+import clip
+from clip.classifier import template_ensemble
 from demo.captions import EVAL_ENSEMBLE, EVAL_TEMPLATE
-from demo.pretrain import to_model_input
-from demo.shapes import CLASSNAMES, DEFAULT_PARAMS, SHAPES, SPLIT_NAMES, GenParams, label_order, render_split
+from demo.shapes import (
+    CLASSNAMES,
+    DEFAULT_PARAMS,
+    SHAPES,
+    SPLIT_NAMES,
+    GenParams,
+    label_order,
+    render_split,
+    to_model_input,
+)
 
 
 @torch.no_grad()
 def text_classifier(model: torch.nn.Module, templates: Sequence[str],
                     tokenize: Callable[[list[str]], torch.Tensor]) -> torch.Tensor:
-    """Normalised class embeddings [48, D] (canonical order): per template normalised, averaged, renormalised."""
-    per_template = [F.normalize(model.encode_text(tokenize([t.format(c) for c in CLASSNAMES])), dim=-1)
-                    for t in templates]
-    return F.normalize(torch.stack(per_template).mean(dim=0), dim=-1)
+    """Normalised class embeddings [48, D] (canonical order) of the template ensemble (clip.classifier's)."""
+    return template_ensemble(lambda texts: model.encode_text(tokenize(texts)), CLASSNAMES, templates)
 
 
 @torch.no_grad()
@@ -100,16 +108,12 @@ def evaluate(model: torch.nn.Module, tokenize: Callable[[list[str]], torch.Tenso
 
 def quick_check(step: int, model: torch.nn.Module) -> None:
     """One line of single-template zero-shot accuracy on 10 test images per class (a pretraining progress hook)."""
-    import clip
-
     headers, rows = evaluate(model, clip.tokenize, test_per_class=10)
     tqdm.write(f"step {step}: " + ", ".join(f"{h} {v:.1f}" for h, v in zip(headers[1:], rows[0][1:])))
 
 
 def print_zero_shot(path: str, probe_per_class: int = 0) -> None:
     """Load a tiny CLIP file with ``clip.load_model`` and print its evaluation table (accuracies in %)."""
-    import clip
-
     model = clip.load_model(path)
     headers, rows = evaluate(model, clip.tokenize, probe_per_class=probe_per_class)
     print(f"Zero-shot accuracy (%) of {path} on the demo test set (chance: all 2.1, base/novel 4.2)")

@@ -2,7 +2,8 @@
 
 Every training and evaluation stage is a ``train.py`` run with the command line a researcher would type (printed
 before it runs; executed in this process through ``train.main`` so the imports are paid once), written in the
-CoOp/DESIGN §6 layout ``<output>/base2new/{train_base,test_new}/<dataset>/shots_<K>/<TRAINER>/<cfg>/seed<S>``.
+CoOp layout ``<output>/base2new/{train_base,test_new}/<dataset>/shots_<K>/<TRAINER>/<cfg>/seed<S>``
+(docs/ARCHITECTURE.md).
 A stage whose ``results.json`` exists is skipped, so a rerun only does what is missing. The summary is
 ``parse_test_res.py b2n`` (Base / Novel / HM), a routing table read from the PETR runs' ``results.json``, a list of
 the effects the PETR paper describes with the measured numbers, and ``tools/plot_routing_scores.py`` on the PETR run.
@@ -28,6 +29,7 @@ from analysis.dumps import find_units, unit_scores
 from analysis.stats import harmonic_mean
 from demo.pretrain import PretrainParams, default_params, default_path, pretrained_path
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
+from engine.checkpoint import checkpoint_epoch, pointed_checkpoint
 from engine.utils import read_json
 
 CONFIG = "demo"
@@ -102,7 +104,7 @@ class Demo:
         print(f"\n==> [{int(elapsed // 60):02d}:{int(elapsed % 60):02d}] {text}", flush=True)
 
     def run_dir(self, role: str, shots: int, trainer: str) -> str:
-        """``<output>/base2new/<role>/<dataset>/shots_<K>/<trainer>/demo/seed<S>`` (DESIGN §6)."""
+        """``<output>/base2new/<role>/<dataset>/shots_<K>/<trainer>/demo/seed<S>`` (docs/ARCHITECTURE.md)."""
         return os.path.join(self.paths.base2new, role, self.short, f"shots_{shots}", trainer, CONFIG,
                             f"seed{self.plan.seed}")
 
@@ -217,10 +219,9 @@ def clip_file(params: PretrainParams, cache: str) -> str:
 def load_epoch_args(run_dir: str) -> list[str]:
     """``["--load-epoch", N]`` for the last checkpoint a run saved (none for ZeroshotCLIP, which saves nothing)."""
     for name in sorted(os.listdir(run_dir)):
-        pointer = os.path.join(run_dir, name, "checkpoint")
-        if os.path.isfile(pointer):
-            with open(pointer) as f:
-                return ["--load-epoch", f.readline().strip().rsplit("-", 1)[-1]]
+        path = pointed_checkpoint(os.path.join(run_dir, name))
+        if path is not None:
+            return ["--load-epoch", str(checkpoint_epoch(path))]
     return []
 
 

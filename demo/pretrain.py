@@ -29,11 +29,10 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from demo.captions import PRETRAIN_TEMPLATES, pretraining_captions
-from demo.shapes import GENERATOR_VERSION, PRETRAIN, PRETRAIN_RELIT, Style, sample_batch
+from demo.evaluate import print_zero_shot, quick_check
+from demo.shapes import GENERATOR_VERSION, PRETRAIN, PRETRAIN_RELIT, Style, sample_batch, to_model_input
 from engine.utils import mkdir_if_missing, read_json, write_json
 
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 CONTEXT_LENGTH = 77
 VOCAB_SIZE = 49408
 DEFAULT_CACHE = "demo_cache"
@@ -90,14 +89,6 @@ def build_open_clip(spec: TinyClipSpec) -> open_clip.CLIP:
         text_cfg=dict(context_length=CONTEXT_LENGTH, vocab_size=VOCAB_SIZE, width=spec.text_width,
                       heads=spec.text_width // 64, layers=spec.text_layers),
     )
-
-
-def to_model_input(images: np.ndarray) -> torch.Tensor:
-    """uint8 [B, H, W, 3] -> float [B, 3, H, W], scaled to [0, 1] and normalised with CLIP's mean and std."""
-    x = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0
-    mean = torch.tensor(CLIP_MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(CLIP_STD).view(1, 3, 1, 1)
-    return (x - mean) / std
 
 
 def encode_text_trimmed(model: open_clip.CLIP, tokens: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -263,8 +254,6 @@ def main(argv: list[str] | None = None) -> None:
     params = default_params(args.size)
     params = replace(params, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
                      steps=args.steps if args.steps else params.steps)
-    from demo.evaluate import print_zero_shot, quick_check
-
     path = pretrained_path(params, args.out, force=args.force, hook=quick_check, hook_every=args.eval_every)
     if not args.no_eval:
         print_zero_shot(path)

@@ -29,13 +29,14 @@ import time
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
+import torch
 from PIL import Image, ImageDraw
 from tqdm import tqdm
 
+from datasets.demo_shapes import DATASET_DIRS, IMAGE_DIR, split_file
 from engine.utils import mkdir_if_missing, read_json, write_json
 
 GENERATOR_VERSION = 2
-IMAGE_DIR = "images"
 MANIFEST = "manifest.json"
 
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -54,17 +55,12 @@ CLASSNAMES: list[str] = [f"{c} {s}" for c in COLOURS for s in SHAPES]
 
 SPLIT_NAMES: dict[str, str] = {"DemoShapes": "checkerboard", "DemoShapesHard": "novel_colours"}
 """Registered dataset name -> the label order it uses."""
-DATASET_DIRS: dict[str, str] = {"DemoShapes": "demo_shapes", "DemoShapesHard": "demo_shapes_hard"}
-"""Registered dataset name -> its folder under the data root. Each folder holds its own copy of the images, so the
-few-shot caches (``<folder>/split_fewshot/``, keyed by shots and seed) of the two label orders never collide."""
+
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 _SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
 _SUPERSAMPLE = 4
-
-
-def split_file(dataset_name: str) -> str:
-    """File name of the CoOp split JSON of ``dataset_name`` (inside its folder, ``DATASET_DIRS``)."""
-    return f"split_zhou_{dataset_name}.json"
 
 
 def label_order(dataset_name: str) -> list[int]:
@@ -243,6 +239,14 @@ def render_split(split: str, params: GenParams, per_class: int | None = None) ->
     parts = [render_split_class(split, k, n, params) for k in range(len(CLASSNAMES))]
     keep = n if per_class is None else min(per_class, n)
     return np.concatenate([p[0][:keep] for p in parts]), np.concatenate([p[1][:keep] for p in parts])
+
+
+def to_model_input(images: np.ndarray) -> torch.Tensor:
+    """uint8 [B, H, W, 3] -> float [B, 3, H, W], scaled to [0, 1] and normalised with CLIP's mean and std."""
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0
+    mean = torch.tensor(CLIP_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(CLIP_STD).view(1, 3, 1, 1)
+    return (x - mean) / std
 
 
 def folder_name(classname: str) -> str:

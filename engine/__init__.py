@@ -1,13 +1,20 @@
 """Dassl-compatible engine: registries, config, data, optimisation, evaluation, checkpoints and trainers."""
-from .checkpoint import load_checkpoint, load_pretrained_weights, resume_from_checkpoint, save_checkpoint
+from .checkpoint import (
+    checkpoint_epoch,
+    load_checkpoint,
+    load_pretrained_weights,
+    pointed_checkpoint,
+    resume_from_checkpoint,
+    save_checkpoint,
+)
 from .config import get_cfg_default
 from .data_manager import DataManager, DatasetWrapper, build_data_loader, build_sampler
-from .dataset_base import UNLABELED, DatasetBase, Datum, build_dataset
+from .dataset_base import DATA_ROLES, UNLABELED, DatasetBase, Datum, RoleSplits, build_dataset
 from .evaluator import Classification, EvaluatorBase, build_evaluator, compute_accuracy
 from .logger import Logger, setup_logger
 from .meters import AverageMeter, MetricMeter
 from .optim import build_lr_scheduler, build_optimizer
-from .precision import autocast, make_grad_scaler, resolve_precision
+from .precision import PRECISIONS, autocast, make_grad_scaler, resolve_precision, weight_dtype
 from .registry import DATASET_REGISTRY, EVALUATOR_REGISTRY, TRAINER_REGISTRY, Registry, check_availability
 from .trainer import SimpleTrainer, TrainerBase, TrainerX, TrainerXU, build_trainer
 from .transforms import build_transform
@@ -24,7 +31,8 @@ from .utils import (
 )
 
 __all__ = [
-    "AverageMeter", "Classification", "DATASET_REGISTRY", "DataManager", "DatasetBase", "DatasetWrapper", "Datum",
+    "AverageMeter", "Classification", "DATASET_REGISTRY", "DATA_ROLES", "PRECISIONS", "RoleSplits",
+    "checkpoint_epoch", "pointed_checkpoint", "weight_dtype", "DataManager", "DatasetBase", "DatasetWrapper", "Datum",
     "EVALUATOR_REGISTRY", "EvaluatorBase", "Logger", "MetricMeter", "Registry", "SimpleTrainer", "TRAINER_REGISTRY",
     "TrainerBase", "TrainerX", "TrainerXU", "UNLABELED", "autocast", "build_data_loader", "build_dataset",
     "build_evaluator", "build_lr_scheduler", "build_optimizer", "build_sampler", "build_trainer",

@@ -22,6 +22,8 @@ from .errors import CorruptFileError, InputNotFoundError, first_line
 from .restricted_pickle import load_upstream_checkpoint
 from .utils import atomic_write, atomic_write_text, mkdir_if_missing
 
+POINTER_FILE = "checkpoint"
+"""File in a model folder naming the last checkpoint saved there (Dassl's layout)."""
 _PLAIN = (bool, int, float, str, bytes, type(None), torch.Tensor, torch.Size, torch.dtype, torch.device)
 
 
@@ -68,12 +70,31 @@ def save_checkpoint(
     fpath = os.path.join(save_dir, model_name or f"model.pth.tar-{state['epoch']}")
     atomic_torch_save(state, fpath)
     print(f"Checkpoint saved to {fpath}")
-    atomic_write_text(f"{os.path.basename(fpath)}\n", os.path.join(save_dir, "checkpoint"))
+    atomic_write_text(f"{os.path.basename(fpath)}\n", os.path.join(save_dir, POINTER_FILE))
     if is_best:
         with open(fpath, "rb") as src:
             atomic_write(os.path.join(save_dir, "model-best.pth.tar"), lambda f: shutil.copyfileobj(src, f),
                          binary=True)
     return fpath
+
+
+def pointed_checkpoint(folder: str) -> str | None:
+    """Path of the checkpoint named in ``<folder>/checkpoint`` (the last one saved there); None without that file.
+
+    The one reader of the pointer file: the engine (resume, ``--load-epoch last``), PETRCoOp's plug-in, the teacher
+    and the demo ask it which checkpoint a model folder holds.
+    """
+    pointer = os.path.join(folder, POINTER_FILE)
+    if not os.path.isfile(pointer):
+        return None
+    with open(pointer) as f:
+        return os.path.join(folder, f.readline().strip())
+
+
+def checkpoint_epoch(path: str) -> int | None:
+    """Epoch in a ``model.pth.tar-<E>`` file name; None for other names (e.g. ``model-best.pth.tar``)."""
+    suffix = os.path.basename(path).rsplit("-", 1)[-1]
+    return int(suffix) if suffix.isdigit() else None
 
 
 def load_checkpoint(fpath: str, trust_pickle: bool = False) -> Any:
@@ -135,9 +156,9 @@ def advance_scheduler(scheduler, epochs: int) -> None:
 def resume_from_checkpoint(fdir: str, model: nn.Module, optimizer=None, scheduler=None,
                            restore_rng: bool = True) -> int:
     """Restore model/optimizer/scheduler (and RNG states) from the file named in ``<fdir>/checkpoint``."""
-    with open(os.path.join(fdir, "checkpoint")) as f:
-        fname = f.readline().strip()
-    fpath = os.path.join(fdir, fname)
+    fpath = pointed_checkpoint(fdir)
+    if fpath is None:
+        raise FileNotFoundError(f'No "{POINTER_FILE}" file in "{fdir}" naming the checkpoint to resume from')
     print(f'Loading checkpoint from "{fpath}"')
     checkpoint = load_checkpoint(fpath)
     model.load_state_dict(checkpoint["state_dict"])

@@ -127,12 +127,14 @@ def build_data_loader(
 
 
 class DataManager:
-    """Dataset + loaders of one run (Dassl semantics); ``build_loader`` makes extra loaders for trainers."""
+    """Dataset (built for the trainer's data ``role``) + loaders of one run (Dassl semantics); ``build_loader`` makes
+    extra loaders for trainers."""
 
-    def __init__(self, cfg, custom_tfm_train=None, custom_tfm_test=None, dataset_wrapper: type | None = None) -> None:
+    def __init__(self, cfg, custom_tfm_train=None, custom_tfm_test=None, dataset_wrapper: type | None = None,
+                 role: str | None = None) -> None:
         self.cfg = cfg
         self.dataset_wrapper = dataset_wrapper
-        dataset = build_dataset(cfg)
+        dataset = build_dataset(cfg, role)
         self.tfm_train = build_transform(cfg, is_train=True) if custom_tfm_train is None else custom_tfm_train
         self.tfm_test = build_transform(cfg, is_train=False) if custom_tfm_test is None else custom_tfm_test
         dl = cfg.DATALOADER

@@ -1,15 +1,22 @@
-"""Dassl's dataset containers: ``Datum`` (one image record) and ``DatasetBase`` (the splits of a dataset)."""
+"""Dassl's dataset containers: ``Datum`` (one image record) and ``DatasetBase`` (the splits of a dataset), and the
+data-role contract between datasets and trainers: ``DATA_ROLES`` and ``RoleSplits``."""
 from __future__ import annotations
 
 import os
 import random
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .registry import DATASET_REGISTRY, check_availability
 
 UNLABELED = -1
 """Label of a ``Datum`` whose label is withheld (unlabelled training roles)."""
+
+DATA_ROLES = ("standard", "distill_all", "seen_unseen")
+"""What a trainer learns from (a trainer's ``DATA_ROLE``; docs/ARCHITECTURE.md, "Data roles"): ``standard`` =
+CoOp's few-shot dataset; ``distill_all`` = every train image of all classes, for label-free distillation;
+``seen_unseen`` = labelled seen-class images + unlabelled unseen-class images (and the router's images)."""
 
 
 class Datum:
@@ -47,15 +54,47 @@ class Datum:
         return f"Datum(impath={self._impath!r}, label={self._label}, classname={self._classname!r})"
 
 
+@dataclass
+class RoleSplits:
+    """The splits of one data role and what trainers need to know about them (set by the project's readers).
+
+    ``eval_labels``: labels (in ``lab2cname``'s space) of the evaluated classes; ``base_labels``: those of the base
+    classes in base2novel ([] in cross/dg); ``router_x``: seen_unseen only, the labelled images the router is fitted
+    on; ``source_lab2cname``: seen_unseen cross/dg only, the source classes that train_x labels index;
+    ``all_lab2cname``: every class of the dataset as read, whatever subset the role keeps.
+    """
+
+    train_x: list[Datum]
+    train_u: list[Datum] | None
+    val: list[Datum] | None
+    test: list[Datum]
+    lab2cname: dict[int, str]
+    eval_labels: list[int]
+    base_labels: list[int]
+    all_lab2cname: dict[int, str]
+    protocol: str
+    role: str
+    subsample: str
+    router_x: list[Datum] | None = None
+    source_lab2cname: dict[int, str] | None = None
+
+
 class DatasetBase:
     """The train_x / train_u / val / test lists of a dataset plus its class names.
 
     Class names come from ``train_x`` (Dassl's rule) unless ``lab2cname`` is given, which protocols whose
-    label space is wider than the labelled training set (all classes, base and novel) use.
+    label space is wider than the labelled training set (all classes, base and novel) use. ``splits`` holds the
+    data role's splits for datasets built for one (None for plain Dassl datasets).
     """
 
     dataset_dir = ""
     domains: list[str] = []
+    splits: RoleSplits | None = None
+
+    @classmethod
+    def build(cls, cfg, role: str | None = None) -> DatasetBase:
+        """The dataset for ``cfg`` (and data ``role``, which only role-aware readers use): Dassl's ``cls(cfg)``."""
+        return cls(cfg)
 
     def __init__(
         self,
@@ -152,8 +191,8 @@ class DatasetBase:
         return output[0] if len(output) == 1 else output
 
 
-def build_dataset(cfg) -> DatasetBase:
-    """Instantiate ``cfg.DATASET.NAME`` from our registry, or from Dassl's when only Dassl has it."""
+def build_dataset(cfg, role: str | None = None) -> DatasetBase:
+    """Instantiate ``cfg.DATASET.NAME`` for data ``role`` from our registry, or from Dassl's when only Dassl has it."""
     name = cfg.DATASET.NAME
     names = DATASET_REGISTRY.registered_names()
     if name not in names:
@@ -167,4 +206,4 @@ def build_dataset(cfg) -> DatasetBase:
         check_availability(name, names, kind="dataset (DATASET.NAME)")
     if cfg.VERBOSE:
         print(f"Loading dataset: {name}")
-    return DATASET_REGISTRY.get(name)(cfg)
+    return DATASET_REGISTRY.get(name).build(cfg, role)

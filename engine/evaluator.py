@@ -51,6 +51,16 @@ class Classification(EvaluatorBase):
                 raise ValueError("TEST.PER_CLASS_RESULT needs lab2cname (class names) for the evaluator")
             self._per_class_res = defaultdict(list)
 
+    @property
+    def y_true(self) -> list[int]:
+        """Labels of every sample processed since the last ``reset``."""
+        return list(self._y_true)
+
+    @property
+    def y_pred(self) -> list[int]:
+        """Predicted labels (argmax) of every sample processed since the last ``reset``."""
+        return list(self._y_pred)
+
     def process(self, mo: torch.Tensor, gt: torch.Tensor) -> None:
         """Accumulate predictions ``argmax(mo, 1)`` against labels ``gt``."""
         pred = mo.argmax(dim=1)

@@ -6,6 +6,9 @@ finishes), so an interrupted run (Ctrl-C, a kill, a crash) rerun with the same c
 the same weights as an uninterrupted one whatever ``TRAIN.CHECKPOINT_FREQ`` is; ``load_model`` works for
 last-step checkpoints, tensorboard is optional, and every test split evaluated outside the training loop is
 written to ``<OUTPUT_DIR>/results.json`` (trainers that override ``test`` call ``save_results`` themselves).
+The engine also owns the run's precision (``prec``, ``scaler``, ``autocast()``) and offers public hooks:
+``deploy()`` before the final test, ``before_test()`` / ``after_test()`` around every evaluation, and the
+``validating`` state (True while the per-epoch validation runs). See docs/ARCHITECTURE.md.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from collections import OrderedDict
 import numpy as np
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from .checkpoint import (
@@ -26,6 +30,7 @@ from .checkpoint import (
     check_plain,
     get_rng_state,
     load_checkpoint,
+    pointed_checkpoint,
     resume_from_checkpoint,
     save_checkpoint,
     set_rng_state,
@@ -41,6 +46,7 @@ from .distributed import (
 )
 from .evaluator import build_evaluator
 from .meters import AverageMeter, MetricMeter
+from .precision import autocast, make_grad_scaler, resolve_precision
 from .registry import TRAINER_REGISTRY, check_availability
 from .utils import write_json
 
@@ -83,6 +89,14 @@ class TrainerBase:
         for name in names:
             assert name in real, f"Unknown model name {name!r}; registered: {real}"
         return names
+
+    def get_model(self, name: str) -> nn.Module:
+        """The model registered as ``name``."""
+        return self._models[self.get_model_names(name)[0]]
+
+    def get_optimizer(self, name: str) -> torch.optim.Optimizer | None:
+        """The optimiser registered with model ``name`` (None when it has none)."""
+        return self._optims[self.get_model_names(name)[0]]
 
     def set_model_mode(self, mode: str = "train", names=None) -> None:
         for name in self.get_model_names(names):
@@ -178,7 +192,7 @@ class TrainerBase:
         if os.path.isfile(os.path.join(directory, RESUME_FILE)):
             return self._resume_from_state(os.path.join(directory, RESUME_FILE))
         names = self.get_model_names()
-        if not names or any(not os.path.isfile(os.path.join(directory, n, "checkpoint")) for n in names):
+        if not names or any(pointed_checkpoint(os.path.join(directory, n)) is None for n in names):
             print("No checkpoint found, train from scratch")
             return 0
         print(f'Found checkpoint at "{directory}" (will resume training)')
@@ -188,16 +202,23 @@ class TrainerBase:
                                                  self._optims[name], self._scheds[name], restore_rng=i == 0)
         return start_epoch
 
-    def load_model(self, directory: str, epoch: int | None = None) -> None:
-        """Load ``model-best.pth.tar`` (default) or ``model.pth.tar-<epoch>`` of every model from ``directory``."""
+    def load_model(self, directory: str, epoch: int | str | None = None) -> None:
+        """Load ``model-best.pth.tar`` (default), ``model.pth.tar-<epoch>`` or, for ``epoch="last"``, the last saved
+        checkpoint (named in the ``checkpoint`` pointer file) of every model from ``directory``."""
         if not directory:
             print("Note that load_model() is skipped as no pretrained model is given")
             return
-        model_file = "model-best.pth.tar" if epoch is None else f"model.pth.tar-{epoch}"
         for name in self.get_model_names():
-            path = os.path.join(directory, name, model_file)
+            if epoch == "last":
+                path = pointed_checkpoint(os.path.join(directory, name))
+                if path is None:
+                    raise FileNotFoundError(f'No saved model in "{os.path.join(directory, name)}" (its "checkpoint" '
+                                            "file is missing): train the model first")
+            else:
+                model_file = "model-best.pth.tar" if epoch is None else f"model.pth.tar-{epoch}"
+                path = os.path.join(directory, name, model_file)
             if not os.path.exists(path):
-                hint = " (pass --load-epoch N to load model.pth.tar-N)" if epoch is None else ""
+                hint = " (pass --load-epoch N to load model.pth.tar-N, or --load-epoch last)" if epoch is None else ""
                 raise FileNotFoundError(f'Model not found at "{path}"{hint}')
             checkpoint = load_checkpoint(path)
             val_result = checkpoint.get("val_result")
@@ -313,7 +334,14 @@ class TrainerBase:
 
 
 class SimpleTrainer(TrainerBase):
-    """Data, model and evaluator of one run, checkpoint/resume around ``train`` and the ``test`` loop."""
+    """Data, model and evaluator of one run, checkpoint/resume around ``train`` and the ``test`` loop.
+
+    ``NS`` names the trainer's config namespace ``TRAINER.<NS>`` (its PREC is the run's precision; fp32 without
+    one); ``DATA_ROLE`` is the data role its dataset is built for (engine.dataset_base.DATA_ROLES).
+    """
+
+    NS = ""
+    DATA_ROLE = "standard"
 
     def __init__(self, cfg) -> None:
         super().__init__()
@@ -324,19 +352,30 @@ class SimpleTrainer(TrainerBase):
         self.max_epoch = cfg.OPTIM.MAX_EPOCH
         self.output_dir = cfg.OUTPUT_DIR
         self.cfg = cfg
-        self._validating = False
+        self.validating = False
+        self.prec = resolve_precision(self.ns.PREC if self.NS and "PREC" in self.ns else "fp32", self.device)
+        self.scaler = make_grad_scaler(self.prec, self.device)
         self.build_data_loader()
         self.build_model()
         self._ddp = wrap_trainable_models(self._models, self.device, cfg.TRAIN.SYNC_BN)
         self.evaluator = build_evaluator(cfg, lab2cname=self.lab2cname)
         self.best_result = -np.inf
 
+    @property
+    def ns(self):
+        """The trainer's options, ``cfg.TRAINER.<NS>``."""
+        return self.cfg.TRAINER[self.NS]
+
+    def autocast(self):
+        """Autocast context of this run's precision (a no-op for fp32 and fp16)."""
+        return autocast(self.prec, self.device)
+
     def check_cfg(self, cfg) -> None:
         """Hook to validate trainer-specific settings (CoOp asserts its PREC here)."""
 
     def build_data_loader(self) -> None:
-        """Create ``self.dm`` and the loader/label attributes trainers use."""
-        dm = DataManager(self.cfg)
+        """Create ``self.dm`` (the dataset built for ``DATA_ROLE``) and the loader/label attributes trainers use."""
+        dm = DataManager(self.cfg, role=self.DATA_ROLE)
         self.train_loader_x = dm.train_loader_x
         self.train_loader_u = dm.train_loader_u
         self.val_loader = dm.val_loader
@@ -354,8 +393,8 @@ class SimpleTrainer(TrainerBase):
 
     def before_train(self) -> None:
         directory = self.cfg.RESUME or self.cfg.OUTPUT_DIR
-        if self.cfg.RESUME and not os.path.isfile(os.path.join(directory, RESUME_FILE)) and not all(
-            os.path.isfile(os.path.join(directory, n, "checkpoint")) for n in self.get_model_names()
+        if self.cfg.RESUME and not os.path.isfile(os.path.join(directory, RESUME_FILE)) and any(
+            pointed_checkpoint(os.path.join(directory, n)) is None for n in self.get_model_names()
         ):
             raise FileNotFoundError(f'RESUME "{directory}" has no checkpoint for the models '
                                     f"{self.get_model_names()} (expected {RESUME_FILE} or <dir>/<model>/checkpoint)")
@@ -386,11 +425,11 @@ class SimpleTrainer(TrainerBase):
         freq = self.cfg.TRAIN.CHECKPOINT_FREQ
         meet_checkpoint_freq = freq > 0 and (self.epoch + 1) % freq == 0
         if not self.cfg.TEST.NO_TEST and self.cfg.TEST.FINAL_MODEL == "best_val":
-            self._validating = True
+            self.validating = True
             try:
                 curr_result = self.test(split="val")
             finally:
-                self._validating = False
+                self.validating = False
             if curr_result > self.best_result:
                 self.best_result = curr_result
                 self.save_model(self.epoch, self.output_dir, val_result=curr_result, model_name="model-best.pth.tar")
@@ -401,12 +440,8 @@ class SimpleTrainer(TrainerBase):
 
     def after_train(self) -> None:
         print("Finish training")
+        self.deploy()
         if not self.cfg.TEST.NO_TEST:
-            if self.cfg.TEST.FINAL_MODEL == "best_val":
-                print("Deploy the model with the best val performance")
-                self.load_model(self.output_dir)
-            else:
-                print("Deploy the last-epoch model")
             self.test()
         resume_file = os.path.join(self.output_dir, RESUME_FILE)
         if is_main() and os.path.isfile(resume_file):  # finished: the Dassl checkpoints above are what stays
@@ -415,17 +450,42 @@ class SimpleTrainer(TrainerBase):
         print(f"Elapsed: {datetime.timedelta(seconds=elapsed)}")
         self.close_writer()
 
+    def deploy(self) -> None:
+        """Hook, once after training (before the final test, also when TEST.NO_TEST skips it): put the final model in
+        place; with TEST.FINAL_MODEL best_val (and a final test) that is the reloaded ``model-best.pth.tar``."""
+        if self.cfg.TEST.NO_TEST:
+            return
+        if self.cfg.TEST.FINAL_MODEL == "best_val":
+            print("Deploy the model with the best val performance")
+            self.load_model(self.output_dir)
+        else:
+            print("Deploy the last-epoch model")
+
+    def before_test(self) -> None:
+        """Hook before every evaluation (models already in eval mode), e.g. to compute a classifier once for it."""
+
+    def after_test(self) -> None:
+        """Hook after every evaluation, e.g. to drop what ``before_test`` computed."""
+
     @torch.no_grad()
     def test(self, split: str | None = None) -> float:
-        """Evaluate on ``split`` (default TEST.SPLIT; "val" falls back to test when there is no val set)."""
+        """Evaluate on ``split`` (default TEST.SPLIT): ``before_test`` → ``evaluate_split`` → ``after_test``."""
         self.set_model_mode("eval")
-        self.evaluator.reset()
-        split = split or self.cfg.TEST.SPLIT
+        self.before_test()
+        result = self.evaluate_split(split or self.cfg.TEST.SPLIT)
+        self.after_test()
+        return result
+
+    def split_loader(self, split: str) -> tuple[str, DataLoader]:
+        """The split actually evaluated and its loader ("val" falls back to test when there is no val set)."""
         if split == "val" and self.val_loader is not None:
-            data_loader = self.val_loader
-        else:
-            split = "test"
-            data_loader = self.test_loader
+            return split, self.val_loader
+        return "test", self.test_loader
+
+    def evaluate_split(self, split: str) -> float:
+        """The evaluation loop: evaluator over ``split``, scalars, results.json (final evaluations only)."""
+        self.evaluator.reset()
+        split, data_loader = self.split_loader(split)
         print(f"Evaluate on the *{split}* set")
         outputs, labels, index = [], [], []
         for batch in tqdm(data_loader, desc=f"eval {split}", disable=not is_main()):
@@ -441,12 +501,13 @@ class SimpleTrainer(TrainerBase):
         return list(results.values())[0]
 
     def extra_results(self) -> dict:
-        """Hook: extra JSON-serialisable entries for results.json (e.g. PETR's routing statistics)."""
+        """Hook: extra JSON-serialisable entries for results.json (e.g. PETR's routing statistics); overrides merge
+        ``super().extra_results()`` with their own."""
         return {}
 
     def save_results(self, split: str, results: dict) -> None:
         """Write ``<OUTPUT_DIR>/results.json`` for a final evaluation (rank 0; skipped for per-epoch validation)."""
-        if self._validating or not is_main():
+        if self.validating or not is_main():
             return
         cfg = self.cfg
         record = {

@@ -107,7 +107,7 @@ scripts/teacher/base2new_train.sh or import PromptKD's with tools/import_promptk
     esac
 }
 
-# run_dir PROTOCOL/ROLE DATASET SHOTS TRAINER CFG SEED: the output folder of one run (DESIGN §6 layout).
+# run_dir PROTOCOL/ROLE DATASET SHOTS TRAINER CFG SEED: the output folder of one run (docs/ARCHITECTURE.md layout).
 run_dir() {
     echo "$OUTPUT_ROOT/$1/$2/shots_$3/$4/$5/seed$6"
 }
@@ -137,18 +137,16 @@ run_finished() {
     esac
 }
 
-# load_epoch_args MODEL_DIR MODEL_NAME: "--load-epoch N" for the run's last saved epoch, nothing when the run kept a
-# model-best.pth.tar (TEST.FINAL_MODEL best_val), or LOAD_EPOCH when set.
+# load_epoch_args MODEL_DIR: "--load-epoch last" (train.py loads each model's last saved checkpoint), nothing when
+# the run kept a model-best.pth.tar (TEST.FINAL_MODEL best_val), or LOAD_EPOCH when set.
 load_epoch_args() {
     if [ -n "${LOAD_EPOCH:-}" ]; then
         echo "--load-epoch $LOAD_EPOCH"
         return
     fi
-    [ -f "$1/$2/model-best.pth.tar" ] && return
-    [ -f "$1/$2/checkpoint" ] || die "no checkpoint in $1/$2: train the model first"
-    local last
-    last=$(head -n 1 "$1/$2/checkpoint")
-    echo "--load-epoch ${last##*-}"
+    compgen -G "$1/*/model-best.pth.tar" >/dev/null && return
+    compgen -G "$1/*/checkpoint" >/dev/null || die "no checkpoint in $1: train the model first"
+    echo "--load-epoch last"
 }
 
 # common_opts NS: fills the array COMMON_OPTS with the environment overrides (BACKBONE, TEACHER_NAME, EXTRA_OPTS).
@@ -184,11 +182,11 @@ require_python() {
 a virtual environment with requirements.txt installed, or set PYTHON=/path/to/python"
 }
 
-# eval_args MODEL_DIR MODEL_NAME: fills the array EVAL_ARGS with the train.py flags that evaluate the saved model
+# eval_args MODEL_DIR: fills the array EVAL_ARGS with the train.py flags that evaluate the saved model
 # (--model-dir, the epoch of load_epoch_args, --eval-only).
 eval_args() {
     local load
-    load=$(load_epoch_args "$1" "$2")
+    load=$(load_epoch_args "$1")
     local epoch=()
     read -r -a epoch <<<"$load"
     EVAL_ARGS=(--model-dir "$1" "${epoch[@]}" --eval-only)

@@ -16,7 +16,6 @@ from PIL import Image
 from scipy.io import savemat
 
 from engine.config import get_cfg_default
-from engine.registry import TRAINER_REGISTRY
 from trainers.config import extend_cfg
 
 JSON_COUNTS = (3, 2, 2)
@@ -402,10 +401,3 @@ def make_cfg(root: str, name: str, trainer: str = "", **opts):
             node = node[parent]
         node[leaf] = value
     return cfg
-
-
-def role_trainer(monkeypatch, role: str) -> str:
-    """Register (for one test) a trainer class whose ``DATA_ROLE`` is ``role``; returns its name."""
-    name = f"DatasetsTestRole_{role}"
-    monkeypatch.setitem(TRAINER_REGISTRY._obj_map, name, type(name, (), {"DATA_ROLE": role}))
-    return name

@@ -13,14 +13,14 @@ from torchvision.transforms import functional as TF
 import datasets  # noqa: F401  (registers the readers)
 from engine.data_manager import DataManager
 from engine.dataset_base import UNLABELED
-from tests.helpers_datasets import make_cfg, role_trainer, write_image, write_tree
+from tests.helpers_datasets import make_cfg, write_image, write_tree
 
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
 
-def loader_cfg(root, trainer: str = ""):
-    return make_cfg(root, "EuroSAT", trainer, **{
+def loader_cfg(root):
+    return make_cfg(root, "EuroSAT", **{
         "INPUT.SIZE": (16, 16), "INPUT.INTERPOLATION": "bicubic", "INPUT.PIXEL_MEAN": CLIP_MEAN,
         "INPUT.PIXEL_STD": CLIP_STD, "INPUT.TRANSFORMS": ("random_resized_crop", "random_flip", "normalize"),
         "DATALOADER.NUM_WORKERS": 0, "DATALOADER.TRAIN_X.BATCH_SIZE": 4, "DATALOADER.TEST.BATCH_SIZE": 3,
@@ -34,9 +34,9 @@ def reference_test_tensor(path: str) -> torch.Tensor:
     return TF.normalize(TF.to_tensor(img), CLIP_MEAN, CLIP_STD)
 
 
-def test_petr_loaders_and_transforms(tmp_path, monkeypatch):
+def test_petr_loaders_and_transforms(tmp_path):
     tree = write_tree("EuroSAT", tmp_path, "json")  # 5 classes: base 0..2, novel 3..4
-    dm = DataManager(loader_cfg(tmp_path, role_trainer(monkeypatch, "petr")))
+    dm = DataManager(loader_cfg(tmp_path), role="seen_unseen")
     ds = dm.dataset
     assert dm.num_classes == 5 and dm.lab2cname == dict(enumerate(tree.classnames))
 

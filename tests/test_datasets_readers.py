@@ -42,8 +42,8 @@ def test_reader_reads_the_real_layout(tmp_path, capsys, name, mode):
 
     assert ds.classnames == tree.classnames
     assert ds.lab2cname == dict(enumerate(tree.classnames))
-    assert ds.num_classes == tree.n and ds.eval_labels == list(range(tree.n))
-    assert ds.train_u is None and ds.router_x is None
+    assert ds.num_classes == tree.n and ds.splits.eval_labels == list(range(tree.n))
+    assert ds.train_u is None and ds.splits.router_x is None
     check_items(tree, ds.test, "test")
     assert per_class(ds.test, tree.n) == tree.counts["test"]
     if name in TEST_ONLY:  # CoOp: the test data doubles as train_x, no val
@@ -84,7 +84,7 @@ def test_base_and_new_subsample_relabel(tmp_path, name):
     new = build_dataset(make_cfg(tmp_path, name, **{"DATASET.SUBSAMPLE_CLASSES": "new"}))
 
     assert base.classnames == tree.classnames[:m] and new.classnames == tree.classnames[m:]
-    assert base.eval_labels == list(range(m)) and new.eval_labels == list(range(n - m))
+    assert base.splits.eval_labels == list(range(m)) and new.splits.eval_labels == list(range(n - m))
     check_items(tree, base.test, "test")
     check_items(tree, new.test, "test", label_offset=m)  # new classes relabelled from 0
     assert len(base.test) == sum(tree.counts["test"][:m]) and len(new.test) == sum(tree.counts["test"][m:])

@@ -13,7 +13,7 @@ from PIL import Image
 from demo import shapes
 from demo.captions import EVAL_ENSEMBLE, PRETRAIN_TEMPLATES, caption, pretraining_captions
 from engine.dataset_base import build_dataset
-from tests.helpers_datasets import make_cfg, role_trainer
+from tests.helpers_datasets import make_cfg
 
 TINY = shapes.GenParams(train_per_class=2, val_per_class=1, test_per_class=1, size=32, seed=3)
 
@@ -137,7 +137,7 @@ def test_generate_is_deterministic_and_skips_when_current(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name", ["DemoShapes", "DemoShapesHard"])
-def test_reader_and_base2novel_roles(tmp_path, monkeypatch, name):
+def test_reader_and_base2novel_roles(tmp_path, name):
     shapes.generate(str(tmp_path), TINY, verbose=False)
     order = shapes.label_order(name)
     coop = {sub: build_dataset(make_cfg(tmp_path, name, **{"DATASET.SUBSAMPLE_CLASSES": sub}))
@@ -147,7 +147,7 @@ def test_reader_and_base2novel_roles(tmp_path, monkeypatch, name):
     assert coop["base"].classnames == [shapes.CLASSNAMES[k] for k in order[:m]]
     assert coop["new"].classnames == [shapes.CLASSNAMES[k] for k in order[m:]]
     assert len(coop["all"].train_x) == 96 and len(coop["all"].val) == 48 and len(coop["all"].test) == 48
-    petr = build_dataset(make_cfg(tmp_path, name, role_trainer(monkeypatch, "petr")))
+    petr = build_dataset(make_cfg(tmp_path, name), "seen_unseen")
     assert {item.classname for item in petr.train_x} == {shapes.CLASSNAMES[k] for k in order[:m]}
     assert len(petr.train_u) == 48
 

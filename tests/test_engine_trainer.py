@@ -93,6 +93,16 @@ def test_eval_only_reloads_the_model(full_run, tiny_root, tmp_path):
         train.main(tiny_argv(tiny_root, str(tmp_path / "eval2"), extra_args=["--eval-only", "--model-dir", full_run]))
 
 
+def test_load_epoch_last_reads_the_checkpoint_pointer(full_run, tiny_root, tmp_path):
+    last = train.main(tiny_argv(tiny_root, str(tmp_path / "last"),
+                                extra_args=["--eval-only", "--model-dir", full_run, "--load-epoch", "last"]))
+    assert torch.equal(last.model.weight.detach(), _weights(full_run, 3)["weight"])  # the pointer names epoch 3
+    with pytest.raises(SystemExit):
+        train.build_parser().parse_args(["--load-epoch", "latest"])
+    with pytest.raises(FileNotFoundError, match="checkpoint.*train the model first"):
+        last.load_model(str(tmp_path / "last"), epoch="last")  # an evaluation folder holds no saved model
+
+
 def test_interrupted_run_resumes_to_identical_weights(full_run, tiny_root, tmp_path, monkeypatch):
     out = str(tmp_path / "crashed")
     argv = tiny_argv(tiny_root, out, epochs=3, opts=["TRAIN.CHECKPOINT_FREQ", "1"])
@@ -189,3 +199,42 @@ def test_trainer_xu_count_iter(tiny_root, tmp_path, count_iter, expected):
     trainer.run_epoch()
     assert len(trainer.calls) == expected
     assert all(nx == 4 and nu == 2 and set(lu) == {UNLABELED} for nx, nu, lu in trainer.calls)
+
+
+class EngineHookRecorder(EngineLinearProbe):
+    """Records the engine's public hooks in the order they run, with the ``validating`` state at each."""
+
+    def build_model(self) -> None:
+        super().build_model()
+        self.calls = []
+
+    def load_model(self, directory: str, epoch=None) -> None:
+        self.calls.append("load_model")
+        super().load_model(directory, epoch)
+
+    def deploy(self) -> None:
+        self.calls.append("deploy")
+        super().deploy()
+
+    def before_test(self) -> None:
+        self.calls.append(("before_test", self.validating))
+
+    def after_test(self) -> None:
+        self.calls.append(("after_test", self.validating))
+
+
+TRAINER_REGISTRY.register(EngineHookRecorder, force=True)
+
+
+@pytest.mark.parametrize("final_model,no_test", [("best_val", False), ("last_step", False), ("best_val", True)])
+def test_public_hooks_run_in_order(tiny_root, tmp_path, final_model, no_test):
+    argv = tiny_argv(tiny_root, str(tmp_path), epochs=2, opts=["TEST.FINAL_MODEL", final_model,
+                                                               "TEST.NO_TEST", str(no_test)])
+    argv[argv.index("EngineLinearProbe")] = "EngineHookRecorder"
+    trainer = train.main(argv)
+    validation = [("before_test", True), ("after_test", True)] * 2 if final_model == "best_val" and not no_test else []
+    final = [] if no_test else [("before_test", False), ("after_test", False)]
+    reload = ["load_model"] if final_model == "best_val" and not no_test else []
+    assert trainer.calls == [*validation, "deploy", *reload, *final]
+    assert trainer.validating is False
+    assert os.path.isfile(os.path.join(tmp_path, "results.json")) != no_test

@@ -34,7 +34,7 @@ def test_first_step_loss_is_kd_plus_base_ce(tmp_path, tiny_clip_file, tiny_teach
                                    "TRAINER.PETR.CE_WEIGHT", "0.5", flags=("--no-train",)))
     assert not any(p.requires_grad for p in trainer.clip_model.parameters())
     for name, student in (("seen_student", trainer.seen_student), ("unseen_student", trainer.unseen_student)):
-        optim_params = {id(p) for g in trainer._optims[name].param_groups for p in g["params"]}
+        optim_params = {id(p) for g in trainer.get_optimizer(name).param_groups for p in g["params"]}
         assert optim_params == {id(p) for p in student.parameters()}
     ds = trainer.dm.dataset
     assert {d.label for d in ds.train_x} == {0, 1, 2} and {d.label for d in ds.train_u} == {-1}
@@ -179,13 +179,13 @@ def test_cross_dataset_run(tmp_path, tiny_clip_file, tiny_teacher_clip_file):
                                        "TRAINER.MODAL", "cross", "TRAIN.COUNT_ITER", "train_u", "OPTIM.MAX_EPOCH", "1",
                                        "TRAINER.PETR.PROMPT_DEPTH_VISION", "3"))
     ds = trainer.dm.dataset
-    assert ds.protocol == "cross" and ds.eval_labels == [0, 1, 2, 3, 4]
+    assert ds.splits.protocol == "cross" and ds.splits.eval_labels == [0, 1, 2, 3, 4]
     # θ_s learns the source (ImageNet) classes: its classifier is the teacher's text features of those names
     expected = trainer.teacher.text_features_for(imagenet.classnames)
     torch.testing.assert_close(trainer.source_text_features, expected)
     assert {d.label for d in ds.train_x} == set(range(len(imagenet.classnames)))
     fit = torch.load(out / "router_fit_logits.pt", weights_only=True)["q"]
-    assert fit.shape == (len(ds.router_x), 10)  # ImageNet train images scored over the 5 target classes
+    assert fit.shape == (len(ds.splits.router_x), 10)  # ImageNet train images scored over the 5 target classes
     dump = torch.load(out / "logits_test.pt", weights_only=True)
     assert not dump["is_seen"].any()  # every target sample belongs to the unseen branch
     results = json.loads((out / "results.json").read_text())

@@ -148,7 +148,7 @@ def test_plugin_script_on_a_coop_run_routes_without_training(tmp_path, coop_run,
     assert "--eval-only" not in commands[0] and "TRAINER.PETRCOOP.COOP_MODEL_DIR" in commands[0]
     done, commands = runner.run("plugin.sh", str(coop_dir))  # base is finished; the novel evaluation runs now
     assert done.returncode == 0 and "Run finished, skipping" in done.stdout and len(commands) == 1
-    assert "--eval-only" in commands[0] and commands[0][commands[0].index("--load-epoch") + 1] == "2"
+    assert "--eval-only" in commands[0] and commands[0][commands[0].index("--load-epoch") + 1] == "last"
     base = tmp_path / "output/base2new/train_base/eurosat/shots_0/PETRCoOp/vit_b16_ctxv1_plugin/seed1"
     new = tmp_path / "output/base2new/test_new/eurosat/shots_0/PETRCoOp/vit_b16_ctxv1_plugin/seed1"
 

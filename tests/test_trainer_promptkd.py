@@ -60,9 +60,9 @@ def test_promptkd_first_step_loss_is_kd_of_teacher_and_student_logits(tmp_path, 
     # the frozen CLIP and the teacher have no trainable parameters; the optimiser holds exactly the student's
     assert not any(p.requires_grad for p in trainer.clip_model.parameters())
     assert not any(p.requires_grad for p in trainer.teacher.parameters())
-    optim_params = {id(p) for g in trainer._optims["VLPromptLearner"].param_groups for p in g["params"]}
+    optim_params = {id(p) for g in trainer.get_optimizer("VLPromptLearner").param_groups for p in g["params"]}
     assert optim_params == {id(p) for p in trainer.student.parameters()}
-    assert trainer.dm.dataset.role == "distill_all" and len(trainer.dm.dataset.train_x) == 15  # all 5 classes
+    assert trainer.dm.dataset.splits.role == "distill_all" and len(trainer.dm.dataset.train_x) == 15  # all 5 classes
 
     batch = next(iter(trainer.train_loader_x))
     images = batch["img"]
@@ -107,8 +107,8 @@ def test_promptkd_trains_evaluates_and_reloads_exactly(tmp_path, tiny_clip_file,
     trainer = train.main(promptkd_argv(tmp_path / "data", out, tiny_clip_file, tiny_teacher_clip_file,
                                        "DATASET.SUBSAMPLE_CLASSES", "base"))
     base_ids = [0, 1, 2]
-    assert trainer.dm.dataset.eval_labels == base_ids
-    assert set(trainer.evaluator._y_pred) <= set(base_ids)  # argmax restricted to the evaluated classes
+    assert trainer.dm.dataset.splits.eval_labels == base_ids
+    assert set(trainer.evaluator.y_pred) <= set(base_ids)  # argmax restricted to the evaluated classes
     results = json.loads((out / "results.json").read_text())
     assert results["trainer"] == "PromptKD" and results["subsample_classes"] == "base"
     log = (out / "log.txt").read_text()
@@ -121,10 +121,10 @@ def test_promptkd_trains_evaluates_and_reloads_exactly(tmp_path, tiny_clip_file,
                                         flags=("--eval-only", "--model-dir", str(out), "--load-epoch", "2")))
     again = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert again["accuracy"] == results["accuracy"] and again["macro_f1"] == results["macro_f1"]
-    assert reloaded.evaluator._y_pred == trainer.evaluator._y_pred
+    assert reloaded.evaluator.y_pred == trainer.evaluator.y_pred
 
     novel = train.main(promptkd_argv(tmp_path / "data", tmp_path / "new", tiny_clip_file, tiny_teacher_clip_file,
                                      "DATASET.SUBSAMPLE_CLASSES", "new",
                                      flags=("--eval-only", "--model-dir", str(out), "--load-epoch", "2")))
-    assert set(novel.evaluator._y_true) == {3, 4} and set(novel.evaluator._y_pred) <= {3, 4}
+    assert set(novel.evaluator.y_true) == {3, 4} and set(novel.evaluator.y_pred) <= {3, 4}
     assert os.path.isfile(tmp_path / "new" / "results.json")

@@ -37,6 +37,9 @@ class RecordingPromptSRC(PromptSRC):
         super().after_epoch()
 
 
+TRAINER_REGISTRY.register(RecordingPromptSRC, force=True)
+
+
 def _args(root: str, out: str, trainer: str, clip_file: str) -> list[str]:
     return ["--root", root, "--seed", "1", "--trainer", trainer, "--output-dir", out,
             "--dataset-config-file", "configs/datasets/eurosat.yaml",
@@ -55,9 +58,7 @@ def run(tmp_path_factory, tiny_teacher_clip_file):
     tmp = tmp_path_factory.mktemp("promptsrc")
     tree = write_tree("EuroSAT", str(tmp / "data"))
     out, eval_out = str(tmp / "train"), str(tmp / "eval")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(TRAINER_REGISTRY._obj_map, "RecordingPromptSRC", RecordingPromptSRC)
-        trained = train.main(_args(tree.root, out, "RecordingPromptSRC", tiny_teacher_clip_file))
+    trained = train.main(_args(tree.root, out, "RecordingPromptSRC", tiny_teacher_clip_file))
     evaluated = train.main(["--eval-only", "--model-dir", out, "--load-epoch", str(EPOCHS),
                             *_args(tree.root, eval_out, "PromptSRC", tiny_teacher_clip_file)])
     return SimpleNamespace(tree=tree, out=out, eval_out=eval_out, trained=trained, evaluated=evaluated,

@@ -12,6 +12,7 @@ from PIL import Image
 
 import clip
 import train
+from clip.classifier import zeroshot_text_features
 from tests.helpers_datasets import write_tree
 from trainers.templates import (
     CUSTOM_TEMPLATES,
@@ -21,7 +22,7 @@ from trainers.templates import (
     ensemble_templates,
     single_template,
 )
-from trainers.zeroshot import templates_for, zeroshot_text_features
+from trainers.zeroshot import templates_for
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)

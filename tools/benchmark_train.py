@@ -29,11 +29,12 @@ import torch.nn.functional as F
 from PIL import Image
 from tabulate import tabulate
 
+from clip.classifier import class_prompt_tokens
 from engine.compile import compile_clip
 from engine.precision import PRECISIONS, autocast, make_grad_scaler, resolve_precision
 from tools.benchmark import SPECS, ModelSpec, random_clip, time_calls
 from trainers.losses import kd_loss
-from trainers.promptsrc import VLPromptLearner, class_prompt_tokens, promptsrc_loss_terms
+from trainers.promptsrc import VLPromptLearner, promptsrc_loss_terms
 from trainers.student import VisualPromptStudent
 from trainers.teacher import Teacher
 

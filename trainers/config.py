@@ -8,6 +8,8 @@ from yacs.config import CfgNode as CN
 
 from engine.registry import TRAINER_REGISTRY
 
+from .routing import DEFAULT_LAMBDA, DEFAULT_PERCENTILE
+
 # Config namespaces of upstream trainers this project does not implement, and the trainer each belongs to.
 FOREIGN_TRAINERS = {"MAPLE": "MaPLe", "IVLP": "IVLP", "COCOOP": "CoCoOp"}
 
@@ -21,6 +23,16 @@ INERT_KEYS = {
         "PROMPT_DEPTH_TEXT": "the student has no text prompts (upstream builds them and never uses them)",
     },
 }
+
+ROUTER_KEYS = {
+    "ROUTER": "mahalanobis",  # trainers/routing.py ROUTERS
+    "LAMBDA": DEFAULT_LAMBDA,  # Mahalanobis threshold = λ · percentile of the fit distances
+    "PERCENTILE": DEFAULT_PERCENTILE,
+    "REFIT_ROUTER": False,  # eval-only runs: fit a new router instead of reading the run's router.pth.tar
+    "ROUTER_MAX_IMAGES": 0,  # cap on router_x / train_u-dump images (0 = all)
+    "DUMP_TRAIN_U": True,  # write train_u_logits.pt beside the router
+}
+"""The router keys of every routed trainer's namespace (PETR, PETRCOOP), declared once."""
 
 
 def extend_cfg(cfg: CN) -> CN:
@@ -96,27 +108,15 @@ def extend_cfg(cfg: CN) -> CN:
     cfg.TRAINER.PETR.TEACHER_CACHE_DIR = ""  # "" = <OUTPUT_DIR>/teacher_cache; share one folder across runs
     cfg.TRAINER.PETR.CE_WEIGHT = 1.0
     cfg.TRAINER.PETR.CE_SCOPE = "all"
-    cfg.TRAINER.PETR.ROUTER = "mahalanobis"
-    cfg.TRAINER.PETR.LAMBDA = 1.4
-    cfg.TRAINER.PETR.PERCENTILE = 99.0
     cfg.TRAINER.PETR.PREC = "fp16"
-    # PETR router fitting: refit in eval-only runs, cap on router_x / train_u-dump images (0 = all), train_u dump.
-    cfg.TRAINER.PETR.REFIT_ROUTER = False
-    cfg.TRAINER.PETR.ROUTER_MAX_IMAGES = 0
-    cfg.TRAINER.PETR.DUMP_TRAIN_U = True
+    cfg.TRAINER.PETR.update(ROUTER_KEYS)
 
     # PETRCoOp: a trained CoOp prompt (seen branch) + the hand-crafted ensemble (unseen branch), same router.
     cfg.TRAINER.PETRCOOP = CN()
     cfg.TRAINER.PETRCOOP.COOP_MODEL_DIR = ""
     cfg.TRAINER.PETRCOOP.COOP_LOAD_EPOCH = 0
-    cfg.TRAINER.PETRCOOP.ROUTER = "mahalanobis"
-    cfg.TRAINER.PETRCOOP.LAMBDA = 1.4
-    cfg.TRAINER.PETRCOOP.PERCENTILE = 99.0
     cfg.TRAINER.PETRCOOP.PREC = "fp16"
-    # PETRCoOp router fitting: as the PETR keys of the same names (refit in eval-only runs, image cap, train_u dump).
-    cfg.TRAINER.PETRCOOP.REFIT_ROUTER = False
-    cfg.TRAINER.PETRCOOP.ROUTER_MAX_IMAGES = 0
-    cfg.TRAINER.PETRCOOP.DUMP_TRAIN_U = True
+    cfg.TRAINER.PETRCOOP.update(ROUTER_KEYS)
 
     # ---- Datasets (added by the datasets issue; see datasets/protocols.py) ----
     # Labelled source dataset of PETR's cross-dataset and dg protocols, read from the same DATASET.ROOT.

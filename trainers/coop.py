@@ -13,21 +13,20 @@ import torch.nn.functional as F
 from torch import nn
 
 import clip
+from clip.classifier import trim_padding
 from clip.model import CLIP
 from clip.tokenizer import encode
 from engine import (
     TRAINER_REGISTRY,
     TrainerX,
-    autocast,
     build_lr_scheduler,
     build_optimizer,
     compute_accuracy,
     count_num_param,
     load_pretrained_weights,
-    make_grad_scaler,
 )
 
-from .zeroshot import load_backbone, trim_padding
+from .backbone import load_backbone
 
 CLASS_TOKEN_POSITIONS = ("end", "middle", "front")
 # Buffers that upstream CoOp checkpoints also contain; they are rebuilt from the class names instead.
@@ -157,13 +156,18 @@ def coop_text_features(clip_model: CLIP, learner: CoOpPromptLearner) -> torch.Te
 
 @TRAINER_REGISTRY.register()
 class CoOp(TrainerX):
-    """CoOp (Zhou et al., IJCV 2022): only ``prompt_learner.ctx`` is trained, with cross-entropy on the labels."""
+    """CoOp (Zhou et al., IJCV 2022): only ``prompt_learner.ctx`` is trained, with cross-entropy on the labels.
 
+    ``eval_classifier`` holds ``evaluation_classifier()`` while an evaluation runs (the context is fixed then).
+    """
+
+    NS = "COOP"
     DATA_ROLE = "standard"
+    eval_classifier: torch.Tensor | None = None
 
     def build_model(self) -> None:
         cfg, opts = self.cfg, self.cfg.TRAINER.COOP
-        self.prec, self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, opts.PREC)
+        self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
         print("Building the CoOp prompt learner")
         self.prompt_learner = CoOpPromptLearner(self.clip_model, self.dm.dataset.classnames, opts.N_CTX,
                                                 opts.CTX_INIT, opts.CSC, opts.CLASS_TOKEN_POSITION).to(self.device)
@@ -173,14 +177,15 @@ class CoOp(TrainerX):
         self.optim = build_optimizer(self.prompt_learner, cfg.OPTIM)
         self.sched = build_lr_scheduler(self.optim, cfg.OPTIM)
         self.register_model("prompt_learner", self.prompt_learner, self.optim, self.sched)
-        self.scaler = make_grad_scaler(self.prec, self.device)
-        self._text_features: torch.Tensor | None = None
+
+    def text_classifier(self) -> torch.Tensor:
+        """The class text features of the current context (``coop_text_features``, in the run's precision)."""
+        with self.autocast():
+            return coop_text_features(self.clip_model, self.prompt_learner)
 
     def model_inference(self, images: torch.Tensor) -> torch.Tensor:
-        with autocast(self.prec, self.device):
-            text = self._text_features
-            if text is None:
-                text = coop_text_features(self.clip_model, self.prompt_learner)
+        text = self.eval_classifier if self.eval_classifier is not None else self.text_classifier()
+        with self.autocast():
             image = self.clip_model.encode_image(images)
         image = F.normalize(image.float(), dim=-1)
         return self.clip_model.logit_scale.exp().float() * image @ text.float().t()
@@ -195,17 +200,20 @@ class CoOp(TrainerX):
             self.update_lr()
         return summary
 
-    @torch.no_grad()
-    def test(self, split: str | None = None) -> float:
-        """Evaluate with the class text features computed once for the whole split (the context is fixed)."""
-        self.set_model_mode("eval")
-        with autocast(self.prec, self.device):
-            self._text_features = coop_text_features(self.clip_model, self.prompt_learner)
-        try:
-            return super().test(split)
-        finally:
-            self._text_features = None
+    def evaluation_classifier(self) -> torch.Tensor:
+        """The classifier an evaluation uses, computed once for it: ``text_classifier()`` (PETRCoOp: both branches')."""
+        return self.text_classifier()
+
+    def before_test(self) -> None:
+        """Compute the classifier once for the whole evaluation."""
+        super().before_test()
+        self.eval_classifier = self.evaluation_classifier()
+
+    def after_test(self) -> None:
+        self.eval_classifier = None
+        super().after_test()
 
     def extra_results(self) -> dict:
         learner = self.prompt_learner
-        return {"n_ctx": learner.n_ctx, "csc": learner.csc, "class_token_position": learner.class_token_position}
+        return {**super().extra_results(), "n_ctx": learner.n_ctx, "csc": learner.csc,
+                "class_token_position": learner.class_token_position}

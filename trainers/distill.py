@@ -7,47 +7,41 @@ import os
 import torch
 
 from clip.model import require_vit
-from engine import autocast, build_lr_scheduler, build_optimizer, make_grad_scaler
+from engine import build_lr_scheduler, build_optimizer
 from engine.compile import compile_clip
+from engine.precision import weight_dtype
 
+from .backbone import load_backbone
 from .losses import kd_loss
 from .student import VisualPromptStudent
 from .teacher import build_teacher
 from .teacher_cache import TeacherCache, cached_loader, check_cache_mode, load_or_build
-from .zeroshot import load_backbone
 
 
 class DistillMixin:
     """Builds the distillation parts of a trainer whose options live in ``TRAINER.<NS>`` (PROMPTKD or PETR).
 
-    Sets ``self.prec``, ``self.clip_model`` (frozen student CLIP), ``self.teacher`` (frozen), ``self.text_features``
-    (teacher text features of the task's classes, [C, D], float32, computed once) and ``self.logit_scale`` (the
-    student CLIP's exp'd scale, as PromptKD), and a grad scaler for amp on CUDA. With ``TEACHER_CACHE`` fixed or
-    views, ``before_train`` loads or builds the teacher cache and swaps the train loaders for ones yielding the
-    stored views (``trainers/teacher_cache.py``). ``TRAIN.COMPILE`` compiles both frozen CLIPs (``engine/compile.py``).
+    Sets ``self.clip_model`` (frozen student CLIP), ``self.teacher`` (frozen), ``self.text_features`` (teacher text
+    features of the task's classes, [C, D], float32, computed once) and ``self.logit_scale`` (the student CLIP's
+    exp'd scale, as PromptKD); both CLIPs in the run's precision. With ``TEACHER_CACHE`` fixed or views,
+    ``before_train`` loads or builds the teacher cache and swaps the train loaders for ones yielding the stored views
+    (``trainers/teacher_cache.py``). ``TRAIN.COMPILE`` compiles both frozen CLIPs (``engine/compile.py``).
     """
-
-    NS = ""
-
-    @property
-    def ns(self):
-        return self.cfg.TRAINER[self.NS]
 
     def build_distill_parts(self, classnames: list[str]) -> None:
         """Load the frozen student CLIP and the teacher for ``classnames`` (the task's full label space)."""
         cfg, ns = self.cfg, self.ns
         check_cache_mode(cfg, ns.TEACHER_CACHE, f"TRAINER.{self.NS}.TEACHER_CACHE")
-        self.prec, self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, ns.PREC, role="student CLIP")
+        self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, self.prec, role="student CLIP")
         require_vit(self.clip_model, cfg.MODEL.BACKBONE.NAME, "MODEL.BACKBONE.NAME", type(self).__name__)
         self.logit_scale = float(self.clip_model.logit_scale.exp())
         print(f"Loading teacher {ns.TEACHER_NAME} ({ns.TEACHER_CKPT or 'plain CLIP, no checkpoint'})")
         self.teacher = build_teacher(ns.TEACHER_NAME, ns.TEACHER_CKPT, classnames, self.device,
                                      dataset_name=cfg.DATASET.NAME,
-                                     dtype=torch.float16 if self.prec == "fp16" else None)
+                                     dtype=weight_dtype(self.prec))
         self.text_features = self.teacher.text_features.detach().float().to(self.device)
         for model in (self.clip_model, self.teacher.clip_model):  # after the teacher's one-off text features
             compile_clip(model, cfg.TRAIN.COMPILE)
-        self.scaler = make_grad_scaler(self.prec, self.device)
         self.teacher_cache: dict[str, TeacherCache] = {}
 
     def before_train(self) -> None:
@@ -82,10 +76,6 @@ class DistillMixin:
         print(f"{name}: {trainable:,} trainable parameters (prompts depth {ns.PROMPT_DEPTH_VISION} x "
               f"{ns.N_CTX_VISION} tokens + projector {self.clip_model.embed_dim}->{self.text_features.shape[1]})")
         return student
-
-    def autocast(self):
-        """Autocast context of this run's precision (a no-op unless amp)."""
-        return autocast(self.prec, self.device)
 
     def student_logits(self, features: torch.Tensor, text_features: torch.Tensor | None = None) -> torch.Tensor:
         """``logit_scale · f_s @ Wᵀ`` in float32 (W: the task's teacher text features unless given)."""

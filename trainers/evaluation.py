@@ -1,11 +1,11 @@
 """Evaluation in the all-class label space: restriction to the evaluated classes, and PETR's routed evaluation.
 
-``RoutedEvaluationMixin`` is shared by PETR and PETRCoOp. A trainer using it provides
-``branch_logits(images) -> (q_s, q_u)`` (both branches over all classes of the task, from one batched forward)
-and ``ROUTER_NS`` (its ``TRAINER.<NS>`` namespace with ROUTER, LAMBDA, PERCENTILE and optionally REFIT_ROUTER,
-ROUTER_MAX_IMAGES, DUMP_TRAIN_U). The mixin fits the router after training on ``dataset.router_x`` (test
-transform), saves it in the run directory (``router.pth.tar`` tensors only + ``router.json``), reloads it in
-eval-only runs, and evaluates: route each test sample, answer with the argmax of the chosen branch over the
+``RoutedEvaluationMixin`` is shared by PETR and PETRCoOp. A trainer using it provides ``branch_scorer()`` (a
+function images -> (q_s, q_u), both branches over all classes of the task, fixed for one pass over a loader) and
+its ``TRAINER.<NS>`` namespace with the router keys (trainers/config.py ``ROUTER_KEYS``). The mixin fits the
+router when the engine deploys the trained model (``deploy``) on ``dataset.splits.router_x`` (test transform),
+saves it in the run directory (``router.pth.tar`` tensors only + ``router.json``), reloads it in eval-only runs at
+the first evaluation, and evaluates: route each test sample, answer with the argmax of the chosen branch over the
 evaluated classes, log Dassl's accuracy block plus routing statistics, dump the logits (trainers/routing.py
 docstring) and add the routing fields to ``results.json``.
 
@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from tabulate import tabulate
 from tqdm import tqdm
 
-from datasets.protocols import class_subset
 from engine.checkpoint import atomic_torch_save, load_checkpoint
 from engine.distributed import gather_in_order, is_main
 from engine.utils import write_json
@@ -121,30 +121,28 @@ def _json_safe(metrics: dict) -> dict:
 
 
 class RoutedEvaluationMixin:
-    """Router fitting/persistence and the routed ``test`` for two-branch trainers (PETR, PETRCoOp)."""
+    """Router fitting/persistence and the routed evaluation for two-branch trainers (PETR, PETRCoOp).
 
-    ROUTER_NS = "PETR"
+    ``router`` is the deployed router: fitted in ``deploy``, or (eval-only) read from the folder ``load_model``
+    loaded the weights from, at the first evaluation.
+    """
+
     router: Router | None = None
-    _deploying = False
+    router_dir = ""
     _routing_extras: dict | None = None
 
     # ----- what the trainer provides ---------------------------------------------------------------------
-    def branch_logits(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(q_s, q_u), each [B, C] over all classes of the task, from one batched forward."""
+    def branch_scorer(self) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        """A function images -> (q_s, q_u), each [B, C] over all classes of the task, for one pass over a loader."""
         raise NotImplementedError
 
     # ----- helpers ----------------------------------------------------------------------------------------
-    @property
-    def router_cfg(self):
-        return self.cfg.TRAINER[self.ROUTER_NS]
-
     def seen_labels(self) -> list[int]:
         """Class ids whose test samples should go to the seen branch: the base classes (none in cross/dg)."""
-        ds = self.dm.dataset
-        return class_subset(ds.lab2cname, "base") if ds.protocol == "base2novel" else []
+        return self.dm.dataset.splits.base_labels
 
     def new_router(self) -> Router:
-        ns = self.router_cfg
+        ns = self.ns
         return build_router(ns.ROUTER, lam=ns.LAMBDA, percentile=ns.PERCENTILE)
 
     @torch.no_grad()
@@ -152,9 +150,10 @@ class RoutedEvaluationMixin:
         """q_s, q_u [M, C] (float32, CPU) and labels [M] of every sample of ``loader``, in the loader's dataset order
         (under torchrun each process scores its shard and every process receives all rows)."""
         self.set_model_mode("eval")
+        score = self.branch_scorer()
         q_s, q_u, labels, index = [], [], [], []
         for batch in tqdm(loader, desc=desc, disable=not is_main()):
-            s, u = self.branch_logits(batch["img"].to(self.device))
+            s, u = score(batch["img"].to(self.device))
             q_s.append(s.float().cpu())
             q_u.append(u.float().cpu())
             labels.append(batch["label"].cpu())
@@ -163,21 +162,21 @@ class RoutedEvaluationMixin:
 
     def _subset_loader(self, items, what: str):
         """Test-transform loader over ``items``, a seeded random subset when ROUTER_MAX_IMAGES caps it."""
-        cap = int(self.router_cfg.get("ROUTER_MAX_IMAGES", 0))
+        cap = self.ns.ROUTER_MAX_IMAGES
         if cap > 0 and len(items) > cap:
             generator = torch.Generator().manual_seed(max(self.cfg.SEED, 0))
             keep = sorted(torch.randperm(len(items), generator=generator)[:cap].tolist())
-            print(f"{what}: using {cap:,} of {len(items):,} images (TRAINER.{self.ROUTER_NS}.ROUTER_MAX_IMAGES)")
+            print(f"{what}: using {cap:,} of {len(items):,} images (TRAINER.{self.NS}.ROUTER_MAX_IMAGES)")
             items = [items[i] for i in keep]
         return self.dm.build_loader(items, is_train=False)
 
     # ----- router lifecycle -------------------------------------------------------------------------------
     def fit_router(self, save_dir: str | None) -> Router:
         """Fit the configured router on q̃ of the router_x images; with ``save_dir``, save it and the dumps there."""
-        ds = self.dm.dataset
-        if not ds.router_x:
+        splits = self.dm.dataset.splits
+        if not splits.router_x:
             raise ValueError(f"{self.cfg.DATASET.NAME}: the dataset has no router_x images to fit the router on")
-        q_s, q_u, _ = self.collect_branch_logits(self._subset_loader(ds.router_x, "router fit"), "router fit")
+        q_s, q_u, _ = self.collect_branch_logits(self._subset_loader(splits.router_x, "router fit"), "router fit")
         q = torch.cat([q_s, q_u], dim=1)
         router = self.new_router().fit(q)
         print(f"Router {router.name} fitted on {q.shape[0]:,} seen train images: threshold {router.threshold:.4g}")
@@ -185,8 +184,8 @@ class RoutedEvaluationMixin:
             self.save_router(router, save_dir, num_classes=q_s.shape[1])
             if is_main():
                 save_q_dump(os.path.join(save_dir, FIT_DUMP_NAME), q)
-            if self.router_cfg.get("DUMP_TRAIN_U", True) and ds.train_u:
-                u_s, u_u, _ = self.collect_branch_logits(self._subset_loader(ds.train_u, "train_u dump"),
+            if self.ns.DUMP_TRAIN_U and splits.train_u:
+                u_s, u_u, _ = self.collect_branch_logits(self._subset_loader(splits.train_u, "train_u dump"),
                                                          "train_u logits")
                 if is_main():
                     save_q_dump(os.path.join(save_dir, TRAIN_U_DUMP_NAME), torch.cat([u_s, u_u], dim=1))
@@ -199,27 +198,26 @@ class RoutedEvaluationMixin:
         atomic_torch_save({"router": router.state_dict(), "num_classes": num_classes},
                           os.path.join(directory, ROUTER_FILE))
         write_json({**router.summary(), "num_classes": num_classes, "dataset": self.cfg.DATASET.NAME,
-                    "protocol": self.dm.dataset.protocol}, os.path.join(directory, ROUTER_JSON))
+                    "protocol": self.dm.dataset.splits.protocol}, os.path.join(directory, ROUTER_JSON))
         print(f"Router saved to {os.path.join(directory, ROUTER_FILE)} (+ {ROUTER_JSON})")
 
     def load_router(self, directory: str) -> Router:
         """The router saved in ``directory``, with this run's λ/percentile; refitted when another router is asked."""
-        ns = self.router_cfg
+        ns = self.ns
         path = os.path.join(directory, ROUTER_FILE)
         if not os.path.isfile(path):
             raise FileNotFoundError(
                 f"No router in {directory} ({ROUTER_FILE} is written at the end of training); evaluate a finished "
-                f"run directory, or add TRAINER.{self.ROUTER_NS}.REFIT_ROUTER True to fit one from the seen train "
-                "images")
+                f"run directory, or add TRAINER.{self.NS}.REFIT_ROUTER True to fit one from the seen train images")
         saved = load_checkpoint(path)
         num_classes = len(self.dm.dataset.lab2cname)
         if saved["router"].get("name") != ns.ROUTER:
-            print(f"Router in {path} is {saved['router'].get('name')!r}, TRAINER.{self.ROUTER_NS}.ROUTER is "
+            print(f"Router in {path} is {saved['router'].get('name')!r}, TRAINER.{self.NS}.ROUTER is "
                   f"{ns.ROUTER!r}: fitting {ns.ROUTER!r} on the seen train images")
             return self.fit_router(self.output_dir)
         if saved["num_classes"] != num_classes:
             raise ValueError(f"{path} was fitted on logits over {saved['num_classes']} classes, but this task has "
-                             f"{num_classes}; add TRAINER.{self.ROUTER_NS}.REFIT_ROUTER True to fit a new one")
+                             f"{num_classes}; add TRAINER.{self.NS}.REFIT_ROUTER True to fit a new one")
         router = router_from_state(saved["router"])
         if (router.lam, router.percentile) != (ns.LAMBDA, ns.PERCENTILE):
             print(f"Router λ/percentile {router.lam:g}/{router.percentile:g} from {path} replaced by this run's "
@@ -228,48 +226,37 @@ class RoutedEvaluationMixin:
         print(f"Load router {path} ({router.name}, threshold {router.threshold:.4g})")
         return router
 
-    def load_model(self, directory: str, epoch: int | None = None) -> None:
-        """Load both branches, then the router (except while deploying after training, when it is refitted)."""
+    def load_model(self, directory: str, epoch: int | str | None = None) -> None:
+        """Load both branches; their router (saved beside them, or refitted) is read at the first evaluation."""
         super().load_model(directory, epoch)
-        if self._deploying or not directory:
-            return
-        if self.router_cfg.get("REFIT_ROUTER", False):
-            self.router = self.fit_router(self.output_dir)
-        else:
-            self.router = self.load_router(directory)
+        self.router, self.router_dir = None, directory
 
-    def after_train(self) -> None:
-        """Refit the router on the deployed model, then the usual final evaluation."""
-        self.router = None
-        self._deploying = True
-        try:
-            super().after_train()
-        finally:
-            self._deploying = False
-        if self.router is None:  # TEST.NO_TEST: no final evaluation, but the run still needs its router
-            self.router = self.fit_router(self.output_dir)
+    def deployed_router(self) -> Router:
+        """The router of the deployed model: loaded from ``router_dir``, or fitted (REFIT_ROUTER, or no folder)."""
+        if self.router is None:
+            if self.router_dir and not self.ns.REFIT_ROUTER:
+                self.router = self.load_router(self.router_dir)
+            else:
+                self.router = self.fit_router(self.output_dir)
+        return self.router
+
+    def deploy(self) -> None:
+        """Fit the router on the deployed model (also without a final test: the run still needs its router)."""
+        super().deploy()
+        self.router = self.fit_router(self.output_dir)
 
     # ----- evaluation -------------------------------------------------------------------------------------
-    @torch.no_grad()
-    def test(self, split: str | None = None) -> float:
+    def evaluate_split(self, split: str) -> float:
         """Routed evaluation on ``split``; logs the accuracy block and routing table, dumps logits, saves results."""
-        split = split or self.cfg.TEST.SPLIT
-        if split == "val" and self.val_loader is not None:
-            loader = self.val_loader
-        else:
-            split, loader = "test", self.test_loader
-        validating = self._validating
-        if validating:
-            router = self.fit_router(None)  # the model changes every epoch: a temporary router, nothing saved
-        else:
-            if self.router is None:
-                self.router = self.fit_router(self.output_dir)
-            router = self.router
+        split, loader = self.split_loader(split)
+        validating = self.validating
+        # while validating, the model changes every epoch: a temporary router, nothing saved
+        router = self.fit_router(None) if validating else self.deployed_router()
         print(f"Evaluate on the *{split}* set")
         q_s, q_u, labels = self.collect_branch_logits(loader, f"eval {split}")
-        ds = self.dm.dataset
+        splits = self.dm.dataset.splits
         is_seen = seen_mask(labels, self.seen_labels())
-        result = route_and_score(q_s, q_u, labels, is_seen, ds.eval_labels, router)
+        result = route_and_score(q_s, q_u, labels, is_seen, splits.eval_labels, router)
         self.evaluator.reset()
         self.evaluator.process(result.logits, labels)
         results = self.evaluator.evaluate()
@@ -280,12 +267,12 @@ class RoutedEvaluationMixin:
             dump = logits_dump_name(split)
             if is_main():
                 save_logits_dump(os.path.join(self.output_dir, dump), q_s, q_u, labels, is_seen,
-                                 torch.as_tensor(ds.eval_labels))
-            self._routing_extras = {**_json_safe(result.metrics), "protocol": ds.protocol,
-                                    "num_classes": q_s.shape[1], "num_eval_classes": len(ds.eval_labels),
+                                 torch.as_tensor(splits.eval_labels))
+            self._routing_extras = {**_json_safe(result.metrics), "protocol": splits.protocol,
+                                    "num_classes": q_s.shape[1], "num_eval_classes": len(splits.eval_labels),
                                     "logits_dump": dump}
         self.save_results(split, results)
         return list(results.values())[0]
 
     def extra_results(self) -> dict:
-        return dict(self._routing_extras or {})
+        return {**(self._routing_extras or {}), **super().extra_results()}

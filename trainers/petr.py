@@ -6,9 +6,10 @@ in one forward (no gradients); its text features are computed once. Each student
 scheduler (registered separately, so each checkpoint folder is self-contained); their losses touch disjoint
 parameters, so one backward of the sum equals two separate backwards.
 
-Protocols (DESIGN §5): base2novel — ``train_x`` = base classes, logits and KD over all classes, CE over all classes
-(``CE_SCOPE all``) or the base columns (``base``). cross/dg — ``train_x`` = labelled source (ImageNet) images whose
-KD and CE use the source classes' teacher text features; ``train_u`` = target images, KD over the target classes.
+Protocols (docs/ARCHITECTURE.md, "Data roles"): base2novel — ``train_x`` = base classes, logits and KD over all
+classes, CE over all classes (``CE_SCOPE all``) or the base columns (``base``). cross/dg — ``train_x`` = labelled
+source (ImageNet) images whose KD and CE use the source classes' teacher text features; ``train_u`` = target
+images, KD over the target classes.
 Evaluation, router fitting and persistence: ``trainers/evaluation.RoutedEvaluationMixin``.
 """
 from __future__ import annotations
@@ -31,9 +32,8 @@ CE_SCOPES = ("all", "base")
 class PETR(DistillMixin, RoutedEvaluationMixin, TrainerXU):
     """PETR trainer (models ``seen_student`` and ``unseen_student``; router in the run directory)."""
 
-    DATA_ROLE = "petr"
+    DATA_ROLE = "seen_unseen"
     NS = "PETR"
-    ROUTER_NS = "PETR"
 
     def check_cfg(self, cfg) -> None:
         ns = cfg.TRAINER.PETR
@@ -43,16 +43,17 @@ class PETR(DistillMixin, RoutedEvaluationMixin, TrainerXU):
 
     def build_model(self) -> None:
         ds = self.dm.dataset
+        splits = ds.splits
         if not ds.train_u:
             raise ValueError(f"{self.cfg.DATASET.NAME}: train_u is empty, so the unseen branch has nothing to learn "
-                             f"from (protocol {ds.protocol}, SUBSAMPLE_CLASSES {ds.subsample}); check the dataset's "
-                             "train split has novel/target images")
+                             f"from (protocol {splits.protocol}, SUBSAMPLE_CLASSES {splits.subsample}); check the "
+                             "dataset's train split has novel/target images")
         if any(item.label == UNLABELED for item in ds.train_x):
             raise ValueError(f"{self.cfg.DATASET.NAME}: train_x holds unlabelled images; PETR's seen branch needs "
-                             "labels (check the dataset reader's DATA_ROLE 'petr' splits)")
+                             "labels (check the dataset reader's DATA_ROLE 'seen_unseen' splits)")
         self.build_distill_parts(ds.classnames)
-        if ds.source_lab2cname:  # cross/dg: θ_s learns the source classes
-            names = [ds.source_lab2cname[k] for k in sorted(ds.source_lab2cname)]
+        if splits.source_lab2cname:  # cross/dg: θ_s learns the source classes
+            names = [splits.source_lab2cname[k] for k in sorted(splits.source_lab2cname)]
             self.source_text_features = self.teacher.text_features_for(names).detach().float().to(self.device)
             self.ce_columns = None
         else:
@@ -84,6 +85,10 @@ class PETR(DistillMixin, RoutedEvaluationMixin, TrainerXU):
             self.update_lr()
         return {"loss": loss.item(), "kd_seen": kd_seen.item(), "ce": ce.item(), "kd_unseen": kd_unseen.item(),
                 "acc_x": compute_accuracy(ce_logits, ce_labels)[0].item()}
+
+    def branch_scorer(self):
+        """``branch_logits``: the students hold no per-pass state."""
+        return self.branch_logits
 
     @torch.no_grad()
     def branch_logits(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,27 +12,28 @@ Router fitting, persistence and the routed evaluation: ``trainers/evaluation.Rou
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
+from clip.classifier import zeroshot_text_features
 from engine import (
     TRAINER_REGISTRY,
-    autocast,
     build_lr_scheduler,
     build_optimizer,
     check_availability,
     count_num_param,
     load_checkpoint,
-    make_grad_scaler,
 )
+from engine.checkpoint import pointed_checkpoint
 from engine.dataset_base import UNLABELED
 
+from .backbone import load_backbone
 from .coop import CoOp, CoOpPromptLearner, coop_text_features
 from .evaluation import RoutedEvaluationMixin
 from .routing import ROUTERS
 from .templates import ensemble_templates
-from .zeroshot import load_backbone, zeroshot_text_features
 
 MODEL_NAME = "prompt_learner"
 HOW_TO_TRAIN_COOP = "train CoOp first (bash scripts/coop/base2new_train.sh <dataset> <seed>)"
@@ -45,15 +46,12 @@ def coop_checkpoint_path(run_dir: str, epoch: int = 0) -> str:
         raise FileNotFoundError(f"TRAINER.PETRCOOP.COOP_MODEL_DIR {run_dir} has no {MODEL_NAME}/ folder (not a CoOp "
                                 f"run directory); {HOW_TO_TRAIN_COOP}")
     if epoch > 0:
-        name = f"model.pth.tar-{epoch}"
+        path = os.path.join(folder, f"model.pth.tar-{epoch}")
     else:
-        pointer = os.path.join(folder, "checkpoint")
-        if not os.path.isfile(pointer):
+        path = pointed_checkpoint(folder)
+        if path is None:
             raise FileNotFoundError(f"{folder} has no 'checkpoint' file naming the last saved model; set "
                                     "TRAINER.PETRCOOP.COOP_LOAD_EPOCH to the epoch to load")
-        with open(pointer) as f:
-            name = f.readline().strip()
-    path = os.path.join(folder, name)
     if not os.path.isfile(path):
         saved = sorted(n for n in os.listdir(folder) if n.startswith("model"))
         raise FileNotFoundError(f"CoOp checkpoint not found: {path} (TRAINER.PETRCOOP.COOP_LOAD_EPOCH {epoch}); "
@@ -65,8 +63,8 @@ def coop_checkpoint_path(run_dir: str, epoch: int = 0) -> str:
 class PETRCoOp(RoutedEvaluationMixin, CoOp):
     """PETR+CoOp trainer: model ``prompt_learner`` (CoOp's ``ctx``, checkpoint-compatible) + router in the run dir."""
 
-    DATA_ROLE = "petr"
-    ROUTER_NS = "PETRCOOP"
+    DATA_ROLE = "seen_unseen"
+    NS = "PETRCOOP"
 
     def check_cfg(self, cfg) -> None:
         if cfg.TRAINER.COOP.CSC:
@@ -75,9 +73,9 @@ class PETRCoOp(RoutedEvaluationMixin, CoOp):
         check_availability(cfg.TRAINER.PETRCOOP.ROUTER, ROUTERS, kind="router (TRAINER.PETRCOOP.ROUTER)")
 
     def build_model(self) -> None:
-        cfg, coop, ns = self.cfg, self.cfg.TRAINER.COOP, self.cfg.TRAINER.PETRCOOP
+        cfg, coop, ns = self.cfg, self.cfg.TRAINER.COOP, self.ns
         ds = self.dm.dataset
-        self.prec, self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, ns.PREC)
+        self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
         train_names = self._training_classes()
         print(f"Seen branch θ_s: a CoOp context learned on {len(train_names)} seen classes")
         self.prompt_learner = CoOpPromptLearner(self.clip_model, train_names, coop.N_CTX, coop.CTX_INIT, False,
@@ -90,15 +88,12 @@ class PETRCoOp(RoutedEvaluationMixin, CoOp):
         self.templates = ensemble_templates(cfg.DATASET.NAME)
         print(f"Unseen branch θ_u: {len(self.templates)} hand-crafted template(s) of {cfg.DATASET.NAME} on the frozen "
               f"CLIP, {len(ds.classnames)} classes")
-        with autocast(self.prec, self.device):
+        with self.autocast():
             self.ensemble_text = zeroshot_text_features(self.clip_model, ds.classnames, self.templates, self.device)
         print(f"Trainable parameters: {count_num_param(self.prompt_learner):,} (the CLIP weights are frozen)")
         self.optim = build_optimizer(self.prompt_learner, cfg.OPTIM)
         self.sched = build_lr_scheduler(self.optim, cfg.OPTIM)
         self.register_model(MODEL_NAME, self.prompt_learner, self.optim, self.sched)
-        self.scaler = make_grad_scaler(self.prec, self.device)
-        self._text_features: torch.Tensor | None = None
-        self._branch_text: torch.Tensor | None = None
         self.coop_source, self.coop_epoch = "", 0
         if ns.COOP_MODEL_DIR:
             self.load_coop_run(ns.COOP_MODEL_DIR, ns.COOP_LOAD_EPOCH)
@@ -114,7 +109,7 @@ class PETRCoOp(RoutedEvaluationMixin, CoOp):
     def _training_classes(self) -> list[str]:
         """Class names θ_s is trained on (base classes; source classes in cross/dg) and the label → index map."""
         ds = self.dm.dataset
-        lab2cname = ds.source_lab2cname or {k: ds.lab2cname[k] for k in self.seen_labels()}
+        lab2cname = ds.splits.source_lab2cname or {k: ds.lab2cname[k] for k in self.seen_labels()}
         labels = sorted(lab2cname)
         index = torch.full((labels[-1] + 1,), UNLABELED, dtype=torch.long)
         index[labels] = torch.arange(len(labels))
@@ -147,31 +142,27 @@ class PETRCoOp(RoutedEvaluationMixin, CoOp):
             self.test()
 
     @torch.no_grad()
-    def branch_text_features(self) -> torch.Tensor:
+    def evaluation_classifier(self) -> torch.Tensor:
         """[2C, D] float32: CoOp's text features of every task class, then the ensemble's (the two classifiers)."""
-        with autocast(self.prec, self.device):
+        with self.autocast():
             coop = coop_text_features(self.clip_model, self.task_learner)
         return torch.cat([coop.float(), self.ensemble_text.float()])
 
-    def collect_branch_logits(self, loader, desc: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The mixin's pass over ``loader`` with both classifiers computed once for it (θ_s is fixed meanwhile)."""
-        self._branch_text = self.branch_text_features()
-        try:
-            return super().collect_branch_logits(loader, desc)
-        finally:
-            self._branch_text = None
+    def branch_scorer(self) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        """``branch_logits`` with both classifiers computed once for the pass (θ_s is fixed meanwhile): the
+        evaluation's classifier while one runs, else a fresh one."""
+        classifier = self.eval_classifier if self.eval_classifier is not None else self.evaluation_classifier()
+        return lambda images: self.branch_logits(images, classifier)
 
     @torch.no_grad()
-    def branch_logits(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(q_s, q_u) [B, C] each: one plain CLIP image forward scored by the CoOp and the ensemble classifiers."""
-        classifier = self._branch_text if self._branch_text is not None else self.branch_text_features()
-        with autocast(self.prec, self.device):
+    def branch_logits(self, images: torch.Tensor, classifier: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(q_s, q_u) [B, C] each: one plain CLIP image forward scored by ``classifier`` (evaluation_classifier)."""
+        with self.autocast():
             image = self.clip_model.encode_image(images)
         logits = self.clip_model.logit_scale.exp().float() * F.normalize(image.float(), dim=-1) @ classifier.t()
         q_s, q_u = logits.split(classifier.shape[0] // 2, dim=1)
         return q_s, q_u
 
     def extra_results(self) -> dict:
-        return {**RoutedEvaluationMixin.extra_results(self), **CoOp.extra_results(self),
-                "plugin": bool(self.coop_source), "coop_checkpoint": self.coop_source,
+        return {**super().extra_results(), "plugin": bool(self.coop_source), "coop_checkpoint": self.coop_source,
                 "num_templates": len(self.templates)}

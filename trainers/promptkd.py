@@ -29,7 +29,7 @@ class PromptKD(DistillMixin, TrainerX):
         ds = self.dm.dataset
         self.build_distill_parts(ds.classnames)
         self.student = self.make_student("VLPromptLearner")
-        self.eval_labels = torch.as_tensor(ds.eval_labels, dtype=torch.long)
+        self.eval_labels = torch.as_tensor(ds.splits.eval_labels, dtype=torch.long)
 
     def forward_backward(self, batch: dict) -> dict:
         images, _, _ = self.parse_batch_train(batch)  # labels are not used: the distillation is label-free

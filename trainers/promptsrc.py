@@ -6,7 +6,8 @@ without prompts (one CLIP copy). Gaussian prompt aggregation (GPA) averages the 
 Gaussian weights (the frozen CLIP is never touched, unlike upstream, whose fp16 state-dict averaging drifts it).
 
 Frozen text targets: PromptKD's 60 ImageNet templates (``PROMPTSRC_TEMPLATES``), each template's features
-normalised, averaged and renormalised (``zeroshot_text_features``); upstream averages the un-normalised features.
+normalised, averaged and renormalised (``clip.classifier.zeroshot_text_features``); upstream averages the
+un-normalised features.
 """
 from __future__ import annotations
 
@@ -18,24 +19,16 @@ import torch.nn.functional as F
 from tabulate import tabulate
 from torch import nn
 
-import clip
+from clip.classifier import class_prompt_tokens, prompted_text_features, zeroshot_text_features
 from clip.model import CLIP, require_vit
 from clip.prompts import DeepPrompts
-from engine import (
-    TRAINER_REGISTRY,
-    TrainerX,
-    autocast,
-    build_lr_scheduler,
-    build_optimizer,
-    compute_accuracy,
-    make_grad_scaler,
-)
+from engine import TRAINER_REGISTRY, TrainerX, build_lr_scheduler, build_optimizer, compute_accuracy
 from engine.checkpoint import atomic_torch_save
 from engine.compile import compile_clip
 from engine.distributed import is_main
 
+from .backbone import load_backbone
 from .templates import IMAGENET_TEMPLATES
-from .zeroshot import load_backbone, trim_padding, zeroshot_text_features
 
 MODEL_NAME = "VLPromptLearner"
 TEACHER_FEATURES_FILE = "teacher_text_features.pt"
@@ -44,28 +37,6 @@ PROMPTSRC_TEMPLATES: list[str] = [_PHOTO] + [t for t in IMAGENET_TEMPLATES if t 
 """PromptKD/PromptSRC's 60 templates: "a photo of a {}." first, then CLIP's 80 without their last 20."""
 
 TEXT_KEY, VISION_KEY, GPA_KEY = "text_prompts.prompts.", "vision_prompts.prompts.", "gpa."
-
-
-def class_prompt_tokens(classnames: Sequence[str], n_ctx: int, context_length: int = 77) -> torch.Tensor:
-    """Tokens of "X X X X <class name>." per class: the n_ctx placeholders are overwritten by the text prompts.
-
-    Padding after the last EOT is trimmed (``trim_padding``): the text features are unchanged and the text tower
-    runs on ~10-20 instead of 77 positions.
-    """
-    placeholder = " ".join(["X"] * n_ctx)
-    tokens = clip.tokenize([f"{placeholder} {name.replace('_', ' ')}." for name in classnames], context_length)
-    return trim_padding(tokens)
-
-
-@torch.no_grad()
-def prompted_text_features(clip_model: CLIP, prompts: Sequence[torch.Tensor], classnames: Sequence[str],
-                           batch_size: int = 256) -> torch.Tensor:
-    """L2-normalised float32 text features [C, embed_dim] of ``classnames`` under deep text prompts (no grad)."""
-    device = clip_model.token_embedding.weight.device
-    tokens = class_prompt_tokens(classnames, prompts[0].shape[0], clip_model.context_length).to(device)
-    chunks = [clip_model.encode_text(tokens[i:i + batch_size], prompts).float()
-              for i in range(0, len(tokens), batch_size)]
-    return F.normalize(torch.cat(chunks), dim=-1)
 
 
 def gpa_weights(max_epoch: int, mean: float, std: float) -> list[float]:
@@ -197,19 +168,26 @@ def promptsrc_loss_terms(logits: torch.Tensor, labels: torch.Tensor, text: torch
 
 def all_classnames(dataset) -> list[str]:
     """Every class name of the dataset in label order, also when SUBSAMPLE_CLASSES keeps only base or new ones."""
-    full = getattr(dataset, "full_lab2cname", None)
-    return [full[label] for label in sorted(full)] if full else list(dataset.classnames)
+    if dataset.splits is None:  # a plain Dassl dataset: only the classes it holds
+        return list(dataset.classnames)
+    full = dataset.splits.all_lab2cname
+    return [full[label] for label in sorted(full)]
 
 
 @TRAINER_REGISTRY.register()
 class PromptSRC(TrainerX):
-    """The PromptSRC teacher trainer (16-shot base classes in base2novel); saves ``teacher_text_features.pt``."""
+    """The PromptSRC teacher trainer (16-shot base classes in base2novel); saves ``teacher_text_features.pt``.
 
+    ``eval_text`` holds the prompted text features while an evaluation runs (the prompts are fixed then).
+    """
+
+    NS = "PROMPTSRC"
     DATA_ROLE = "standard"
+    eval_text: torch.Tensor | None = None
 
     def build_model(self) -> None:
         cfg, opts = self.cfg, self.cfg.TRAINER.PROMPTSRC
-        self.prec, self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, opts.PREC)
+        self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
         require_vit(self.clip_model, cfg.MODEL.BACKBONE.NAME, "MODEL.BACKBONE.NAME", type(self).__name__)
         compile_clip(self.clip_model, cfg.TRAIN.COMPILE)
         classnames = self.dm.dataset.classnames
@@ -221,11 +199,9 @@ class PromptSRC(TrainerX):
         self.prompt_learner.to(self.device)
         self.tokens = class_prompt_tokens(classnames, opts.N_CTX_TEXT, self.clip_model.context_length).to(self.device)
         self.frozen_text_features: torch.Tensor | None = None  # the training targets, made in before_train
-        self._test_text: torch.Tensor | None = None  # text features held fixed while test() runs
         optim = build_optimizer(self.prompt_learner, cfg.OPTIM)
         sched = build_lr_scheduler(optim, cfg.OPTIM)
         self.register_model(MODEL_NAME, self.prompt_learner, optim, sched)
-        self.scaler = make_grad_scaler(self.prec, self.device)
         rows = [[kind, p.n_ctx, p.width, p.depth, sum(t.numel() for t in p.parameters())]
                 for kind, p in (("text", self.prompt_learner.text_prompts),
                                 ("vision", self.prompt_learner.vision_prompts))]
@@ -237,13 +213,13 @@ class PromptSRC(TrainerX):
 
     def image_features(self, images: torch.Tensor) -> torch.Tensor:
         """L2-normalised float32 prompted image features [B, D] (with grad)."""
-        with autocast(self.prec, self.device):
+        with self.autocast():
             image = self.clip_model.encode_image(images, self.prompt_learner.vision_prompts())
         return F.normalize(image.float(), dim=-1)
 
     def text_features(self) -> torch.Tensor:
         """L2-normalised float32 prompted text features [C, D] of the dataset's classes (with grad)."""
-        with autocast(self.prec, self.device):
+        with self.autocast():
             text = self.clip_model.encode_text(self.tokens, self.prompt_learner.text_prompts())
         return F.normalize(text.float(), dim=-1)
 
@@ -251,7 +227,7 @@ class PromptSRC(TrainerX):
         """Compute the frozen text targets once (the 60-template ensemble; not needed for --eval-only)."""
         classnames = self.dm.dataset.classnames
         print(f"Frozen text targets: {len(classnames)} classes x {len(PROMPTSRC_TEMPLATES)} templates")
-        with autocast(self.prec, self.device):
+        with self.autocast():
             self.frozen_text_features = zeroshot_text_features(self.clip_model, classnames, PROMPTSRC_TEMPLATES,
                                                                self.device)
         super().before_train()
@@ -260,7 +236,7 @@ class PromptSRC(TrainerX):
         """PromptSRC's loss terms on one batch (see ``promptsrc_loss_terms``) and the prompted logits."""
         opts = self.cfg.TRAINER.PROMPTSRC
         image, text = self.image_features(images), self.text_features()
-        with torch.no_grad(), autocast(self.prec, self.device):
+        with torch.no_grad(), self.autocast():
             frozen_image = F.normalize(self.clip_model.encode_image(images).float(), dim=-1)
         scale = self.clip_model.logit_scale.exp().float()
         logits = scale * image @ text.t()
@@ -281,7 +257,7 @@ class PromptSRC(TrainerX):
         return summary
 
     def model_inference(self, images: torch.Tensor) -> torch.Tensor:
-        text = self._test_text if self._test_text is not None else self.text_features()
+        text = self.eval_text if self.eval_text is not None else self.text_features()
         return self.clip_model.logit_scale.exp().float() * self.image_features(images) @ text.t()
 
     def after_epoch(self) -> None:
@@ -298,22 +274,22 @@ class PromptSRC(TrainerX):
         if self.cfg.TEST.NO_TEST and is_main():
             self.save_teacher_text_features()
 
-    @torch.no_grad()
-    def test(self, split: str | None = None) -> float:
-        """Evaluate with the text features computed once for the whole split; save the teacher text features."""
-        self._test_text = self.text_features()
-        try:
-            result = super().test(split)
-        finally:
-            self._test_text = None
-        if not self._validating and is_main():
+    def before_test(self) -> None:
+        """Compute the prompted text features once for the whole evaluation."""
+        super().before_test()
+        self.eval_text = self.text_features()
+
+    def after_test(self) -> None:
+        """Drop the evaluation's text features; after a final evaluation, save the teacher text features."""
+        self.eval_text = None
+        if not self.validating and is_main():
             self.save_teacher_text_features()
-        return result
+        super().after_test()
 
     def save_teacher_text_features(self) -> str:
         """Write ``<OUTPUT_DIR>/teacher_text_features.pt``: prompted text features of ALL classes of the dataset."""
         classnames = all_classnames(self.dm.dataset)
-        with autocast(self.prec, self.device):
+        with self.autocast():
             features = prompted_text_features(self.clip_model, self.prompt_learner.text_prompts(), classnames)
         sizes = self.prompt_learner.describe()
         record = {"classnames": classnames, "text_features": features.cpu(), "clip": self.cfg.MODEL.BACKBONE.NAME,

@@ -43,6 +43,9 @@ import torch
 from engine.checkpoint import atomic_torch_save
 from engine.registry import check_availability
 
+DEFAULT_LAMBDA = 1.4
+"""The paper's λ: the Mahalanobis threshold is λ times the fit distances' percentile."""
+DEFAULT_PERCENTILE = 99.0
 LOGITS_DUMP_KEYS = ("q_s", "q_u", "labels", "is_seen", "eval_labels")
 FIT_DUMP_NAME = "router_fit_logits.pt"
 TRAIN_U_DUMP_NAME = "train_u_logits.pt"
@@ -157,7 +160,7 @@ class Router:
     needs_truth = False  # True for the oracle
     uses_lam = False  # only distance-like scores are scaled by lam
 
-    def __init__(self, lam: float = 1.4, percentile: float = 99.0) -> None:
+    def __init__(self, lam: float = DEFAULT_LAMBDA, percentile: float = DEFAULT_PERCENTILE) -> None:
         if not lam > 0:
             raise ValueError(f"router lam must be > 0, got {lam}")
         if not 0.0 <= percentile <= 100.0:
@@ -252,7 +255,8 @@ class MahalanobisRouter(Router):
     name = "mahalanobis"
     uses_lam = True
 
-    def __init__(self, lam: float = 1.4, percentile: float = 99.0, rcond: float = 1e-10) -> None:
+    def __init__(self, lam: float = DEFAULT_LAMBDA, percentile: float = DEFAULT_PERCENTILE,
+                 rcond: float = 1e-10) -> None:
         super().__init__(lam, percentile)
         self.rcond = float(rcond)
         self.mean: torch.Tensor | None = None
@@ -356,7 +360,8 @@ class EnergyRouter(_SeenBranchScoreRouter):
 
     name = "energy"
 
-    def __init__(self, lam: float = 1.4, percentile: float = 99.0, temperature: float = 1.0) -> None:
+    def __init__(self, lam: float = DEFAULT_LAMBDA, percentile: float = DEFAULT_PERCENTILE,
+                 temperature: float = 1.0) -> None:
         super().__init__(lam, percentile)
         if not temperature > 0:
             raise ValueError(f"energy temperature must be > 0, got {temperature}")
@@ -377,7 +382,7 @@ class _SklearnRouter(Router):
 
     default_params: dict[str, Any] = {}
 
-    def __init__(self, lam: float = 1.4, percentile: float = 99.0, **params: Any) -> None:
+    def __init__(self, lam: float = DEFAULT_LAMBDA, percentile: float = DEFAULT_PERCENTILE, **params: Any) -> None:
         super().__init__(lam, percentile)
         self.params = {**self.default_params, **params}
         self.estimator = self._make_estimator()  # fails early on bad parameters
@@ -480,7 +485,7 @@ class OracleRouter(Router):
     name = "oracle"
     needs_truth = True
 
-    def __init__(self, lam: float = 1.4, percentile: float = 99.0) -> None:
+    def __init__(self, lam: float = DEFAULT_LAMBDA, percentile: float = DEFAULT_PERCENTILE) -> None:
         super().__init__(lam, percentile)
         self.truth: torch.Tensor | None = None
 
@@ -507,7 +512,8 @@ ROUTERS: dict[str, type[Router]] = {
 }
 
 
-def build_router(name: str, lam: float = 1.4, percentile: float = 99.0, **kwargs: Any) -> Router:
+def build_router(name: str, lam: float = DEFAULT_LAMBDA, percentile: float = DEFAULT_PERCENTILE,
+                 **kwargs: Any) -> Router:
     """Instantiate a router by registry name (``ROUTERS``); unknown names get a "did you mean"."""
     check_availability(name, ROUTERS, kind="router")
     return ROUTERS[name](lam=lam, percentile=percentile, **kwargs)

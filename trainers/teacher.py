@@ -18,13 +18,13 @@ from tabulate import tabulate
 from torch import nn
 
 import clip
+from clip.classifier import prompted_text_features, zeroshot_text_features
 from clip.model import CLIP, require_vit
-from engine.checkpoint import load_checkpoint
+from engine.checkpoint import POINTER_FILE, load_checkpoint, pointed_checkpoint
 
-from .promptsrc import MODEL_NAME, VLPromptLearner, prompted_text_features
+from .promptsrc import MODEL_NAME, VLPromptLearner
 from .templates import single_template
 from .upstream_teacher import is_upstream_layout, upstream_teacher_prompts
-from .zeroshot import zeroshot_text_features
 
 HOW_TO_GET = ("train one with `bash scripts/teacher/base2new_train.sh <dataset> <seed>` or point TEACHER_CKPT at "
               "PromptKD's released teacher (teacher_model/<Dataset>/VLPromptLearner/model-best.pth.tar)")
@@ -102,13 +102,11 @@ def resolve_teacher_file(ckpt: str) -> str:
     if not os.path.isdir(ckpt):
         raise FileNotFoundError(f"teacher checkpoint not found: {ckpt}; {HOW_TO_GET}")
     for folder in (os.path.join(ckpt, MODEL_NAME), ckpt):
-        pointer = os.path.join(folder, "checkpoint")
-        if os.path.isfile(pointer):
-            with open(pointer) as f:
-                name = f.readline().strip()
-            path = os.path.join(folder, name)
+        path = pointed_checkpoint(folder)
+        if path is not None:
             if not os.path.isfile(path):
-                raise FileNotFoundError(f"{pointer} names {name!r}, which does not exist; {HOW_TO_GET}")
+                raise FileNotFoundError(f"{os.path.join(folder, POINTER_FILE)} names {os.path.basename(path)!r}, "
+                                        f"which does not exist; {HOW_TO_GET}")
             return path
     upstream = _upstream_teacher_file(ckpt)
     if upstream:
@@ -179,7 +177,8 @@ def check_teacher_classes(meta: dict, classnames: Sequence[str], dataset_name: s
 def build_teacher(name: str, ckpt: str, classnames: Sequence[str], device: torch.device | str,
                   dataset_name: str = "", dtype: torch.dtype | None = None) -> Teacher:
     """Teacher on CLIP ``name`` with the prompts of ``ckpt`` (file, run dir or imported file); ``ckpt == ""`` gives
-    plain CLIP with the dataset's hand-crafted template. ``dtype`` (e.g. torch.float16 on CUDA) converts the CLIP.
+    plain CLIP with the dataset's hand-crafted template. ``dtype`` (e.g. torch.float16 for PREC fp16) is the CLIP
+    weights' dtype (``clip.load_model``).
     """
     prompts, path = None, ""
     if ckpt:

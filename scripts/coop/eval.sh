@@ -31,7 +31,7 @@ scripts/coop/main.sh imagenet $CFG $CTP $NCTX 16 $CSC"
         echo "Run finished, skipping: $DIR"
         continue
     fi
-    eval_args "$MODEL_DIR" prompt_learner
+    eval_args "$MODEL_DIR"
     echo "Evaluating the ImageNet context of $MODEL_DIR on $DATASET -> $DIR"
     train_py "$DATASET" "$DIR" \
         "${EVAL_ARGS[@]}" \

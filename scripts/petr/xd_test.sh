@@ -25,7 +25,7 @@ run_finished "$MODEL_DIR" ||
     die "no finished training run in $MODEL_DIR: run scripts/petr/${ROLE_DIR}_train.sh $DATASET $SEED"
 skip_if_finished "$DIR"
 CKPT=$(teacher_ckpt ImageNet-xd)
-eval_args "$MODEL_DIR" seen_student
+eval_args "$MODEL_DIR"
 common_opts PETR
 echo "Evaluating $TRAINER ($MODAL) on $DATASET (seed $SEED) -> $DIR"
 train_py "$DATASET" "$DIR" \

@@ -22,7 +22,7 @@ DIR=$(run_dir base2new/test_new "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 run_finished "$MODEL_DIR" || die "no finished run in $MODEL_DIR: run scripts/petr_coop/base2new_train.sh \
 $DATASET $SEED (or plugin.sh for a CoOp run)"
 skip_if_finished "$DIR"
-eval_args "$MODEL_DIR" prompt_learner
+eval_args "$MODEL_DIR"
 TEACHER_NAME="" common_opts PETRCOOP
 echo "Evaluating $TRAINER on the novel classes of $DATASET (seed $SEED) -> $DIR"
 CFG=${CFG%_plugin}  # a plug-in run (folder <cfg>_plugin) was made with the CoOp config <cfg>

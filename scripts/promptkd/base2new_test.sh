@@ -21,7 +21,7 @@ run_finished "$MODEL_DIR" ||
     die "no finished training run in $MODEL_DIR: run scripts/promptkd/base2new_train.sh $DATASET $SEED"
 skip_if_finished "$DIR"
 CKPT=$(teacher_ckpt "$NAME")
-eval_args "$MODEL_DIR" VLPromptLearner
+eval_args "$MODEL_DIR"
 common_opts PROMPTKD
 echo "Evaluating $TRAINER on the novel classes of $DATASET (seed $SEED) -> $DIR"
 train_py "$DATASET" "$DIR" \

@@ -28,7 +28,7 @@ run_finished "$MODEL_DIR" ||
     die "no ImageNet-distilled student in $MODEL_DIR: run scripts/promptkd/xd_train.sh imagenet $SEED"
 skip_if_finished "$DIR"
 CKPT=$(teacher_ckpt ImageNet-xd)
-eval_args "$MODEL_DIR" VLPromptLearner
+eval_args "$MODEL_DIR"
 common_opts PROMPTKD
 echo "Evaluating the ImageNet-distilled $TRAINER on $DATASET (seed $SEED) -> $DIR"
 train_py "$DATASET" "$DIR" \

@@ -1,0 +1,15 @@
+"""The frozen CLIP every trainer starts from, loaded in the run's precision."""
+from __future__ import annotations
+
+import torch
+
+import clip
+from clip.model import CLIP
+from engine.precision import weight_dtype
+
+
+def load_backbone(name: str, device: torch.device | str, prec: str, role: str = "CLIP") -> CLIP:
+    """The frozen CLIP ``name`` (model name or weight file) on ``device``, fp16 weights for PREC fp16 (a resolved
+    precision, the trainer's ``prec``)."""
+    print(f"Loading {role} (backbone: {name}, precision {prec})")
+    return clip.load_model(name, device, weight_dtype(prec))
