@@ -16,7 +16,17 @@ import torch
 
 from analysis.errors import ResultsError
 from analysis.layout import dataset_sort_key, parse_run_path, seed_key, seed_of
-from trainers.routing import FIT_DUMP_NAME, TRAIN_U_DUMP_NAME, build_router, load_logits_dump, load_q_dump
+from engine.utils import read_json
+from trainers.evaluation import ROUTER_JSON
+from trainers.routing import (
+    DEFAULT_LAMBDA,
+    DEFAULT_PERCENTILE,
+    FIT_DUMP_NAME,
+    TRAIN_U_DUMP_NAME,
+    build_router,
+    load_logits_dump,
+    load_q_dump,
+)
 
 
 @dataclass
@@ -52,6 +62,13 @@ class DumpUnit:
     def logits_paths(self) -> list[str]:
         """Every ``logits_<split>.pt`` test dump of the unit."""
         return sorted(p for d in self.dirs for p in glob.glob(os.path.join(d, "logits_*.pt")))
+
+    def router_settings(self, lam: float | None = None, percentile: float | None = None) -> tuple[float, float]:
+        """λ and percentile to use on this unit: the given ones, else the run's ``router.json``, else the defaults."""
+        path = self._first(ROUTER_JSON)
+        saved = read_json(path) if path else {}
+        return (float(saved.get("lam", DEFAULT_LAMBDA)) if lam is None else lam,
+                float(saved.get("percentile", DEFAULT_PERCENTILE)) if percentile is None else percentile)
 
     @property
     def label(self) -> str:
@@ -105,9 +122,11 @@ def load_test_dumps(unit: DumpUnit) -> list[dict[str, torch.Tensor]]:
     return dumps
 
 
-def unit_scores(unit: DumpUnit, router_name: str, lam: float, percentile: float) -> tuple[np.ndarray, np.ndarray,
-                                                                                         float]:
-    """Outlier scores of the base and novel test samples of ``unit`` and the router's threshold."""
+def unit_scores(unit: DumpUnit, router_name: str, lam: float | None = None,
+                percentile: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+    """Outlier scores of the base and novel test samples of ``unit`` and the router's threshold (λ and percentile
+    as ``DumpUnit.router_settings``)."""
+    lam, percentile = unit.router_settings(lam, percentile)
     router = build_router(router_name, lam=lam, percentile=percentile).fit(load_q_dump(unit.fit_path))
     dumps = load_test_dumps(unit)
     scores = torch.cat([router.score(torch.cat([d["q_s"], d["q_u"]], dim=1)) for d in dumps]).cpu().numpy()

@@ -34,11 +34,11 @@ def np_mahalanobis(fit: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("ij,jk,ik->i", diff, prec, diff))
 
 
-def np_expected(s, router: str) -> dict:
+def np_expected(s, router: str, lam: float = 1.4, percentile: float = 99.0) -> dict:
     """Routing accuracy and Base/Novel accuracy of one synthetic unit, computed directly."""
     c = s.q_s.shape[1]
     if router == "mahalanobis":
-        threshold = 1.4 * np.percentile(np_mahalanobis(s.fit_q, s.fit_q), 99)
+        threshold = lam * np.percentile(np_mahalanobis(s.fit_q, s.fit_q), percentile)
         route = np_mahalanobis(s.fit_q, np.c_[s.q_s, s.q_u]) <= threshold
     elif router == "energy":
         route = -logsumexp(s.q_s, axis=1) <= np.percentile(-logsumexp(s.fit_q[:, :c], axis=1), 99)
@@ -105,6 +105,21 @@ def test_router_ablation_single_run_folder_and_errors(tmp_path, capsys):
     assert "directory not found" in capsys.readouterr().err
     assert router_ablation.main([str(tmp_path), "--routers", "lofx"]) == 2
     assert "Did you mean 'lof'" in capsys.readouterr().err
+
+
+def test_tools_default_to_the_runs_router_json(tmp_path, capsys):
+    run = tmp_path / "eurosat" / "seed_1"
+    s = make_dumps(str(run), None, seed=3)
+    (run / "router.json").write_text(json.dumps({"router": "mahalanobis", "lam": 0.8, "percentile": 95.0}))
+    unit = find_units([str(tmp_path)])[0]
+    assert unit.router_settings() == (0.8, 95.0) and unit.router_settings(1.2) == (1.2, 95.0)
+    got = router_ablation.evaluate_unit(unit, ["mahalanobis"])["mahalanobis"]
+    assert {k: pytest.approx(v) for k, v in np_expected(s, "mahalanobis", 0.8, 95.0).items()} == got
+    assert got != {k: pytest.approx(v) for k, v in np_expected(s, "mahalanobis").items()}
+    explicit = router_ablation.evaluate_unit(unit, ["mahalanobis"], lam=1.4, percentile=99.0)["mahalanobis"]
+    assert {k: pytest.approx(v) for k, v in np_expected(s, "mahalanobis").items()} == explicit
+    assert router_ablation.main([str(tmp_path), "--routers", "mahalanobis"]) == 0
+    assert "λ 0.8, P95" in capsys.readouterr().out
 
 
 def test_lambda_sweep_matches_numpy(tree, tmp_path, capsys):

@@ -1,7 +1,7 @@
 """λ sweep of the Mahalanobis router on the training sets, from saved logits (no model needed).
 
 Usage (from the repository root):
-  python -m tools.lambda_sweep output/base2new [DIR ...] [--lambdas 0.6 1.0 1.4 1.8] [--percentile 99]
+  python -m tools.lambda_sweep output/base2new [DIR ...] [--lambdas 0.6 1.0 1.4 1.8] [--percentile P]
                                   [--format plain|github|csv] [--json OUT]
 
 Per dataset (mean over seeds) and averaged: the share of seen (base) train samples routed to the seen branch
@@ -32,8 +32,11 @@ from trainers.routing import MahalanobisRouter, load_q_dump
 DEFAULT_LAMBDAS = (0.6, 1.0, 1.4, 1.8)
 
 
-def sweep_unit(unit: DumpUnit, lambdas: Sequence[float], percentile: float = 99.0) -> dict[float, tuple[float, float]]:
-    """``{λ: (% seen train routed seen, % unseen train routed unseen)}`` for one dataset/seed."""
+def sweep_unit(unit: DumpUnit, lambdas: Sequence[float],
+               percentile: float | None = None) -> dict[float, tuple[float, float]]:
+    """``{λ: (% seen train routed seen, % unseen train routed unseen)}`` for one dataset/seed (percentile: the run's
+    ``router.json`` unless given)."""
+    _, percentile = unit.router_settings(percentile=percentile)
     router = MahalanobisRouter(percentile=percentile).fit(load_q_dump(unit.fit_path))
     d_seen = router.fit_scores
     d_unseen = router.distance(load_q_dump(unit.train_u_path))
@@ -45,7 +48,7 @@ def sweep_unit(unit: DumpUnit, lambdas: Sequence[float], percentile: float = 99.
     return out
 
 
-def sweep(units: Sequence[DumpUnit], lambdas: Sequence[float], percentile: float = 99.0) -> dict:
+def sweep(units: Sequence[DumpUnit], lambdas: Sequence[float], percentile: float | None = None) -> dict:
     """``{method: {dataset or "average": {λ: (seen %, unseen %)}}}`` with seed means and the dataset average."""
     grouped: dict = defaultdict(lambda: defaultdict(list))
     for unit in units:
@@ -77,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Training-set routing accuracy of the Mahalanobis router per λ.")
     p.add_argument("dirs", nargs="+", help="output roots, method folders or run folders with PETR dumps")
     p.add_argument("--lambdas", nargs="+", type=float, default=list(DEFAULT_LAMBDAS))
-    p.add_argument("--percentile", type=float, default=99.0)
+    p.add_argument("--percentile", type=float,
+                   help="percentile of the seen-train distances (default: each run's router.json)")
     p.add_argument("--format", choices=list(FORMATS), default="plain")
     p.add_argument("--json", help="also write the numbers to this JSON file")
     args = p.parse_args(argv)
@@ -89,8 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"lambda_sweep.py: error: {e}", file=sys.stderr)
         return 2
     print(render_table(*sweep_table(summary, args.lambdas), args.format))
+    percentile = f"P{args.percentile:g}" if args.percentile is not None else "the percentile of each run's router.json"
     print(f"seen@λ: % of seen train samples routed to the seen branch; unseen@λ: % of unseen train samples routed "
-          f"to the unseen branch; T = λ · P{args.percentile:g} of the seen-train distances. Mean over seeds.")
+          f"to the unseen branch; T = λ · {percentile} of the seen-train distances. Mean over seeds.")
     if args.json:
         write_json({m: {ds: {str(lam): v for lam, v in r.items()} for ds, r in rows.items()}
                     for m, rows in summary.items()}, args.json)

@@ -2,7 +2,7 @@
 
 Usage (from the repository root):
   python -m tools.plot_routing_scores output/base2new [DIR ...] --out figures/ [--routers] [--datasets eurosat ...]
-                                         [--lam 1.4] [--percentile 99]
+                                         [--lam L] [--percentile P]
 
 Default: one figure per dataset/seed with the Mahalanobis distances of the base (seen) and novel (unseen) test
 samples on a log2 axis and the threshold ``T = λ · P99``, plus ``mahalanobis_grid.png`` with every dataset when
@@ -61,8 +61,15 @@ def _slug(unit: DumpUnit, multi_method: bool) -> str:
     return "_".join(parts + ([f"seed{unit.seed}"] if unit.seed else []))
 
 
-def plot_mahalanobis(units: Sequence[DumpUnit], out_dir: str, lam: float = 1.4, percentile: float = 99.0) -> list[str]:
-    """One PNG per unit (and a grid of all units when there are several); returns the written paths."""
+def _threshold_text(unit: DumpUnit, lam: float | None, percentile: float | None) -> str:
+    lam, percentile = unit.router_settings(lam, percentile)
+    return f"T = {lam:g} · P{percentile:g}"
+
+
+def plot_mahalanobis(units: Sequence[DumpUnit], out_dir: str, lam: float | None = None,
+                     percentile: float | None = None) -> list[str]:
+    """One PNG per unit (and a grid of all units when there are several); returns the written paths. λ and the
+    percentile default to each run's ``router.json``."""
     os.makedirs(out_dir, exist_ok=True)
     multi = len({u.method for u in units}) > 1
     data = [(u, *unit_scores(u, "mahalanobis", lam, percentile)) for u in units]
@@ -71,7 +78,7 @@ def plot_mahalanobis(units: Sequence[DumpUnit], out_dir: str, lam: float = 1.4, 
         fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
         _histogram(ax, base, novel, thr, log2=True)
         ax.set_xlabel("Mahalanobis distance (log2 scale)")
-        ax.set_title(f"{_title(unit, multi)}: T = {lam:g} · P{percentile:g}")
+        ax.set_title(f"{_title(unit, multi)}: {_threshold_text(unit, lam, percentile)}")
         written.append(_save(fig, os.path.join(out_dir, f"{_slug(unit, multi)}_mahalanobis.png")))
     if len(data) > 1:
         cols = min(4, len(data))
@@ -79,17 +86,17 @@ def plot_mahalanobis(units: Sequence[DumpUnit], out_dir: str, lam: float = 1.4, 
         fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.5 * rows), dpi=100, squeeze=False)
         for ax, (unit, base, novel, thr) in zip(axes.flat, data):
             _histogram(ax, base, novel, thr, log2=True)
-            ax.set_title(_title(unit, multi), fontsize=10)
+            ax.set_title(f"{_title(unit, multi)}: {_threshold_text(unit, lam, percentile)}", fontsize=10)
             ax.set_xlabel("Mahalanobis distance")
         for ax in list(axes.flat)[len(data):]:
             ax.axis("off")
-        fig.suptitle(f"Base vs novel test samples, threshold T = {lam:g} · P{percentile:g} of the seen-train distances")
+        fig.suptitle("Base vs novel test samples, threshold T = λ · percentile of the seen-train distances")
         written.append(_save(fig, os.path.join(out_dir, "mahalanobis_grid.png")))
     return written
 
 
-def plot_routers(units: Sequence[DumpUnit], out_dir: str, routers: Sequence[str] = SCORE_ROUTERS, lam: float = 1.4,
-                 percentile: float = 99.0) -> list[str]:
+def plot_routers(units: Sequence[DumpUnit], out_dir: str, routers: Sequence[str] = SCORE_ROUTERS,
+                 lam: float | None = None, percentile: float | None = None) -> list[str]:
     """One PNG per unit with a panel per router (outlier scores, higher = more unseen-like)."""
     os.makedirs(out_dir, exist_ok=True)
     multi = len({u.method for u in units}) > 1
@@ -105,8 +112,9 @@ def plot_routers(units: Sequence[DumpUnit], out_dir: str, routers: Sequence[str]
             ax.set_xlabel("outlier score" + (" (log2)" if name == "mahalanobis" else ""))
         for ax in list(axes.flat)[len(routers):]:
             ax.axis("off")
-        fig.suptitle(f"{_title(unit, multi)}: router scores, threshold at P{percentile:g} of the seen-train scores "
-                     f"(× λ={lam:g} for mahalanobis)")
+        unit_lam, unit_percentile = unit.router_settings(lam, percentile)
+        fig.suptitle(f"{_title(unit, multi)}: router scores, threshold at P{unit_percentile:g} of the seen-train "
+                     f"scores (× λ={unit_lam:g} for mahalanobis)")
         written.append(_save(fig, os.path.join(out_dir, f"{_slug(unit, multi)}_routers.png")))
     return written
 
@@ -124,8 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="folder for the PNG files")
     p.add_argument("--routers", action="store_true", help="one panel per router instead of Mahalanobis only")
     p.add_argument("--datasets", nargs="+", help="only these datasets")
-    p.add_argument("--lam", type=float, default=1.4)
-    p.add_argument("--percentile", type=float, default=99.0)
+    p.add_argument("--lam", type=float, help="λ of the Mahalanobis threshold (default: each run's router.json)")
+    p.add_argument("--percentile", type=float, help="percentile of the seen-train scores (default: router.json)")
     args = p.parse_args(argv)
     try:
         units = [u for u in find_units(args.dirs) if not args.datasets or u.dataset in args.datasets]

@@ -1,7 +1,7 @@
 """Routing ablation from saved logits: every router of trainers/routing.py on every dataset, no model needed.
 
 Usage (from the repository root):
-  python -m tools.router_ablation output/base2new [DIR ...] [--routers mahalanobis lof ...] [--lam 1.4]
+  python -m tools.router_ablation output/base2new [DIR ...] [--routers mahalanobis lof ...] [--lam L]
                                       [--percentile 99] [--format plain|github|csv] [--json OUT]
 
 DIR may be an output root (``train_base/`` + ``test_new/`` run folders are paired by dataset and seed), a method
@@ -37,9 +37,11 @@ from trainers.routing import ROUTERS, build_router, load_q_dump, restricted_argm
 METRIC_KEYS = ("route_base", "route_novel", "base", "novel")
 
 
-def evaluate_unit(unit: DumpUnit, routers: Sequence[str], lam: float = 1.4, percentile: float = 99.0,
+def evaluate_unit(unit: DumpUnit, routers: Sequence[str], lam: float | None = None, percentile: float | None = None,
                   **router_kw: dict) -> dict[str, dict[str, float]]:
-    """Per router: routing accuracy on base/novel samples and Base/Novel accuracy (percent) of one unit."""
+    """Per router: routing accuracy on base/novel samples and Base/Novel accuracy (percent) of one unit; λ and the
+    percentile default to the run's ``router.json``."""
+    lam, percentile = unit.router_settings(lam, percentile)
     fit_q = load_q_dump(unit.fit_path)
     dumps = load_test_dumps(unit)
     is_seen = torch.cat([d["is_seen"] for d in dumps])
@@ -116,8 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Compare all routers on saved PETR logits (no model needed).")
     p.add_argument("dirs", nargs="+", help="output roots, method folders or run folders with PETR dumps")
     p.add_argument("--routers", nargs="+", default=list(ROUTERS), help=f"subset of {', '.join(ROUTERS)}")
-    p.add_argument("--lam", type=float, default=1.4, help="λ of the Mahalanobis threshold")
-    p.add_argument("--percentile", type=float, default=99.0, help="percentile of the seen-train scores")
+    p.add_argument("--lam", type=float, help="λ of the Mahalanobis threshold (default: each run's router.json)")
+    p.add_argument("--percentile", type=float,
+                   help="percentile of the seen-train scores (default: each run's router.json)")
     p.add_argument("--format", choices=list(FORMATS), default="plain")
     p.add_argument("--json", help="also write the numbers to this JSON file")
     args = p.parse_args(argv)
@@ -132,8 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     summary = aggregate(per_unit)
     print(render_table(*ablation_table(summary), args.format))
-    print(f"Routing accuracy and accuracy in %, mean over seeds; HM of the means. Threshold: {args.percentile:g}th "
-          f"percentile of the seen-train scores (× λ={args.lam:g} for Mahalanobis).")
+    used = "; ".join(f"λ {lam:g}, P{pct:g}" for lam, pct in sorted({u.router_settings(args.lam, args.percentile)
+                                                                     for u in units}))
+    print(f"Routing accuracy and accuracy in %, mean over seeds; HM of the means. Threshold: the percentile of the "
+          f"seen-train scores (× λ for Mahalanobis): {used} (each run's router.json unless --lam / --percentile).")
     if args.json:
         write_json(_nan_to_none(summary), args.json)
         print(f"Saved {args.json}")
