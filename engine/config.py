@@ -1,8 +1,7 @@
 """Dassl's default configuration tree (``get_cfg_default``): every key CoOp/PromptKD configs and scripts touch.
 
 Values are Dassl's defaults; method keys (``TRAINER.<NAME>.*``) are added by ``trainers/config.py:extend_cfg``.
-Project additions: ``CONFIG_NAME`` (set by train.py to the trainer config's file stem, written to results.json) and
-``TRAIN.SYNC_BN`` (torchrun runs, engine/distributed.py).
+The project's own engine keys are ``PROJECT_KEYS`` (``add_project_keys`` declares them in a Dassl tree too).
 The tree is a ``Config``: yacs' merge, except that an int is accepted (as a float) where a float is declared.
 """
 from __future__ import annotations
@@ -61,7 +60,6 @@ _C.RESUME = ""
 _C.SEED = -1
 _C.USE_CUDA = True
 _C.VERBOSE = True
-_C.CONFIG_NAME = ""
 
 _C.INPUT = CN()
 _C.INPUT.SIZE = (224, 224)
@@ -157,8 +155,6 @@ _C.TRAIN = CN()
 _C.TRAIN.CHECKPOINT_FREQ = 0
 _C.TRAIN.PRINT_FREQ = 10
 _C.TRAIN.COUNT_ITER = "train_x"
-# under torchrun: BatchNorm layers of the trained models (the students' projectors) use the global batch's statistics
-_C.TRAIN.SYNC_BN = True
 
 _C.TEST = CN()
 _C.TEST.EVALUATOR = "Classification"
@@ -170,6 +166,28 @@ _C.TEST.FINAL_MODEL = "last_step"
 
 _C.TRAINER = CN()
 _C.TRAINER.NAME = ""
+
+PROJECT_KEYS = {
+    "CONFIG_NAME": "",  # the trainer config's file stem (train.py), written to results.json
+    "TRAIN.SYNC_BN": True,  # under torchrun: BatchNorm of the trained models uses the global batch's statistics
+}
+"""The engine's keys beyond Dassl's, as dotted names with their defaults."""
+
+
+def add_project_keys(cfg: CN) -> CN:
+    """Declare ``PROJECT_KEYS`` where ``cfg`` lacks them (our tree has them; Dassl's own tree gets them through
+    ``trainers.config.extend_cfg``), in place; also returned."""
+    for dotted, value in PROJECT_KEYS.items():
+        *parents, key = dotted.split(".")
+        node = cfg
+        for name in parents:
+            node = node[name]
+        if key not in node:
+            node[key] = value
+    return cfg
+
+
+add_project_keys(_C)
 
 
 def get_cfg_default() -> CN:

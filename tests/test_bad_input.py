@@ -152,9 +152,11 @@ CASES = {
 
 
 def _files(folder) -> list[str]:
+    """Files under ``folder``, except tensorboard's event logs (written like log.txt where tensorboard is installed)."""
     if not os.path.isdir(folder):
         return []
-    return sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, files in os.walk(folder) for f in files)
+    paths = (os.path.relpath(os.path.join(d, f), folder) for d, _, files in os.walk(folder) for f in files)
+    return sorted(p for p in paths if not p.startswith(f"tensorboard{os.sep}"))
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from yacs.config import CfgNode as CN
 
+from engine.config import add_project_keys
 from engine.registry import TRAINER_REGISTRY
 
 from .routing import DEFAULT_LAMBDA, DEFAULT_PERCENTILE
@@ -36,7 +37,9 @@ ROUTER_KEYS = {
 
 
 def extend_cfg(cfg: CN) -> CN:
-    """Add the method namespaces and protocol keys to a ``get_cfg_default()`` tree (in place; also returned)."""
+    """Add the method namespaces and protocol keys to a ``get_cfg_default()`` tree, ours or Dassl's (which also gets
+    the engine's own keys, ``engine.config.PROJECT_KEYS``), in place; also returned."""
+    add_project_keys(cfg)
     # Protocol: which classes a split keeps (all|base|new) and the PromptKD-style protocol (base2novel|cross|dg).
     cfg.DATASET.SUBSAMPLE_CLASSES = "all"
     cfg.TRAINER.MODAL = "base2novel"
