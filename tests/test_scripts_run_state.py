@@ -81,3 +81,19 @@ def test_scripts_find_the_project_venv(tmp_path):
     no_torch = bash("require_python", PYTHON="/bin/false")
     assert no_torch.returncode == 1 and no_torch.stderr.count("\n") == 1
     assert no_torch.stderr.startswith("error: PYTHON=/bin/false has no torch: run 'make install'")
+
+
+def test_publish_teacher_copies_the_checkpoint_the_pointer_names(tmp_path):
+    run = tmp_path / "run"
+    (run / "VLPromptLearner").mkdir(parents=True)
+    for epoch in (1, 2):
+        (run / "VLPromptLearner" / f"model.pth.tar-{epoch}").write_bytes(b"epoch %d" % epoch)
+    (run / "VLPromptLearner" / "checkpoint").write_text("model.pth.tar-2\n")
+    (run / "teacher_text_features.pt").write_bytes(b"features")
+    done = bash(f"source {REPO}/scripts/teacher/publish.sh && publish_teacher {run} EuroSAT",
+                PYTHON=sys.executable, TEACHER_DIR=str(tmp_path / "teachers"))
+    assert done.returncode == 0, done.stderr
+    dest = tmp_path / "teachers" / "EuroSAT"
+    assert sorted(p.name for p in (dest / "VLPromptLearner").iterdir()) == ["checkpoint", "model.pth.tar-2"]
+    assert (dest / "VLPromptLearner" / "model.pth.tar-2").read_bytes() == b"epoch 2"
+    assert (dest / "teacher_text_features.pt").read_bytes() == b"features"

@@ -11,9 +11,10 @@ publish_teacher() {
         return
     fi
     local file
-    file=$(head -n 1 "$run/VLPromptLearner/checkpoint")
+    file=$("$PYTHON" -c 'import sys; from engine.checkpoint import pointed_checkpoint; print(pointed_checkpoint(sys.argv[1]))' \
+        "$run/VLPromptLearner") || die "cannot read $run/VLPromptLearner/checkpoint"
     mkdir -p "$dest/VLPromptLearner"
-    cp "$run/VLPromptLearner/checkpoint" "$run/VLPromptLearner/$file" "$dest/VLPromptLearner/"
+    cp "$run/VLPromptLearner/checkpoint" "$file" "$dest/VLPromptLearner/"
     if [ -f "$run/teacher_text_features.pt" ]; then
         cp "$run/teacher_text_features.pt" "$dest/"
     fi
