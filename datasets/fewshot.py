@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from engine.dataset_base import Datum
+from engine.errors import InvalidInputError
 from engine.utils import read_json, write_json
 
 from .splits import SplitData, encode_items, make_datum
@@ -53,8 +54,8 @@ def check_all_classes(items: Sequence[Datum], lab2cname: dict[int, str], split: 
     present = {item.label for item in items}
     for label, classname in lab2cname.items():
         if label not in present:
-            raise ValueError(f"Class {classname!r} (label {label}) has no image in the few-shot {split} set "
-                             f"({source}); delete that file to sample again, or check the split file")
+            raise InvalidInputError(f"Class {classname!r} (label {label}) has no image in the few-shot {split} set "
+                                    f"({source}); delete that file to sample again, or check the split file")
 
 
 def _decode(entries: list, data: SplitData, cache: str) -> list[Datum]:
@@ -62,8 +63,8 @@ def _decode(entries: list, data: SplitData, cache: str) -> list[Datum]:
     for entry in entries:
         relpath, label, classname = entry
         if data.lab2cname.get(int(label)) != classname:
-            raise ValueError(f"Few-shot file {cache} does not match {data.split_file} (label {label} is "
-                             f"{classname!r} there); delete it to sample again")
+            raise InvalidInputError(f"Few-shot file {cache} does not match {data.split_file} (label {label} is "
+                                    f"{classname!r} there); delete it to sample again")
         items.append(make_datum(os.path.join(data.dataset_dir, relpath), int(label), classname, cache, data.name))
     return items
 
@@ -81,7 +82,7 @@ def fewshot_splits(data: SplitData, num_shots: int, seed: int) -> tuple[list[Dat
         print(f"Loading few-shot data from {cache}")
         content = read_json(cache)
         if not isinstance(content, dict) or "train" not in content:
-            raise ValueError(f"Few-shot file {cache} must hold a JSON object with a 'train' list; delete it")
+            raise InvalidInputError(f"Few-shot file {cache} must hold a JSON object with a 'train' list; delete it")
         train = _decode(content["train"], data, cache)
         val = _decode(content.get("val") or [], data, cache) if data.val is not None else None
         source = cache

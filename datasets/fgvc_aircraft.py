@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from engine.dataset_base import Datum
+from engine.errors import InvalidInputError
 from engine.registry import DATASET_REGISTRY
 
 from .protocols import ProtocolDataset
@@ -33,7 +34,8 @@ class FGVCAircraft(ProtocolDataset):
                     if line.strip():
                         imname, classname = line.strip().split(" ", 1)
                         if classname not in cname2lab:
-                            raise ValueError(f"{name}: {path} names variant {classname!r}, missing in {variants_path}")
+                            raise InvalidInputError(f"{name}: {path} names variant {classname!r}, "
+                                                    f"missing in {variants_path}")
                         items.append(make_datum(os.path.join(image_dir, imname + ".jpg"), cname2lab[classname],
                                                 classname, path, name))
             return items

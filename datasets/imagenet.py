@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from engine.errors import InvalidInputError
 from engine.registry import DATASET_REGISTRY
 
 from .protocols import ProtocolDataset
@@ -37,8 +38,8 @@ class ImageNet(ProtocolDataset):
         val_dir = require_dir(os.path.join(dataset_dir, "images", "val"), name)
         folders = sorted_subdirs(train_dir)
         if sorted_subdirs(val_dir) != folders:
-            raise ValueError(f"{name}: {val_dir} must hold the same {len(folders)} wnid folders as {train_dir} "
-                             f"(sort the val images into class folders; {layout_hint(name)})")
+            raise InvalidInputError(f"{name}: {val_dir} must hold the same {len(folders)} wnid folders as {train_dir} "
+                                    f"(sort the val images into class folders; {layout_hint(name)})")
         names = wnid_names(folders, classnames, classnames_path, name)
         train = read_class_folders(train_dir, folders, names, name)
         test = read_class_folders(val_dir, folders, names, name)

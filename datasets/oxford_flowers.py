@@ -8,6 +8,7 @@ from collections import defaultdict
 
 from scipy.io import loadmat
 
+from engine.errors import InvalidInputError
 from engine.registry import DATASET_REGISTRY
 from engine.utils import read_json
 
@@ -37,7 +38,7 @@ class OxfordFlowers(ProtocolDataset):
                 groups[int(label) - 1].append(os.path.join(image_dir, f"image_{i + 1:05d}.jpg"))
             unnamed = [lab + 1 for lab in groups if str(lab + 1) not in names]
             if unnamed:
-                raise ValueError(f"{name}: cat_to_name.json has no name for class id(s) {unnamed[:5]}")
+                raise InvalidInputError(f"{name}: cat_to_name.json has no name for class id(s) {unnamed[:5]}")
             return split_by_label_group(groups, {lab: names[str(lab + 1)] for lab in groups}, rng, label_file, name)
 
         return read_or_create_split(name, dataset_dir, split_path, image_dir, create)

@@ -31,6 +31,7 @@ import random
 from collections.abc import Sequence
 
 from engine.dataset_base import DATA_ROLES, UNLABELED, DatasetBase, Datum, RoleSplits
+from engine.errors import ConfigError
 from engine.registry import DATASET_REGISTRY, TRAINER_REGISTRY, check_availability
 
 from .fewshot import check_all_classes, fewshot_splits, sample_per_class
@@ -57,7 +58,7 @@ def resolve_protocol(cfg) -> str:
     """``cfg.TRAINER.MODAL`` (base2novel when the key is not declared)."""
     protocol = cfg.TRAINER.get("MODAL", "base2novel")
     if protocol not in PROTOCOLS:
-        raise ValueError(f"TRAINER.MODAL is {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
+        raise ConfigError(f"TRAINER.MODAL is {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
     return protocol
 
 
@@ -65,7 +66,7 @@ def resolve_subsample(cfg) -> str:
     """``cfg.DATASET.SUBSAMPLE_CLASSES`` (all when the key is not declared)."""
     subsample = cfg.DATASET.get("SUBSAMPLE_CLASSES", "all")
     if subsample not in SUBSAMPLES:
-        raise ValueError(f"DATASET.SUBSAMPLE_CLASSES is {subsample!r}; expected one of {', '.join(SUBSAMPLES)}")
+        raise ConfigError(f"DATASET.SUBSAMPLE_CLASSES is {subsample!r}; expected one of {', '.join(SUBSAMPLES)}")
     return subsample
 
 
@@ -126,10 +127,10 @@ def _read_source(cfg) -> SplitData:
     check_availability(name, DATASET_REGISTRY.registered_names(), kind="dataset (DATASET.SOURCE_DATASET)")
     source_cls = DATASET_REGISTRY.get(name)
     if not issubclass(source_cls, ProtocolDataset):
-        raise ValueError(f"DATASET.SOURCE_DATASET {name} is not one of this project's dataset readers")
+        raise ConfigError(f"DATASET.SOURCE_DATASET {name} is not one of this project's dataset readers")
     source = source_cls.read_root(cfg.DATASET.ROOT)
     if source.test_only:
-        raise ValueError(f"DATASET.SOURCE_DATASET {name} has only a test set; use a dataset with a train split")
+        raise ConfigError(f"DATASET.SOURCE_DATASET {name} has only a test set; use a dataset with a train split")
     return source
 
 
@@ -141,8 +142,8 @@ def build_splits(cfg, data: SplitData, role: str | None = None) -> RoleSplits:
     if role == "standard":
         return _standard(data, num_shots, seed, subsample, protocol)
     if protocol == "base2novel" and data.test_only:
-        raise ValueError(f"{data.name} has only a test set, so it has no base-to-novel training data for "
-                         f"{cfg.TRAINER.NAME}; set TRAINER.MODAL dg (or cross)")
+        raise ConfigError(f"{data.name} has only a test set, so it has no base-to-novel training data for "
+                          f"{cfg.TRAINER.NAME}; set TRAINER.MODAL dg (or cross)")
     if protocol == "base2novel":
         train, val = fewshot_splits(data, num_shots, seed)
     else:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from engine.dataset_base import Datum
+from engine.errors import InvalidInputError
 from engine.utils import read_json, write_json
 
 SPLIT_SEED = 1
@@ -116,11 +117,11 @@ def collect_lab2cname(name: str, source: str, *item_lists: Sequence[Datum] | Non
         for item in items or ():
             known = mapping.setdefault(item.label, item.classname)
             if known != item.classname:
-                raise ValueError(f"{name}: label {item.label} has two class names, {known!r} and "
-                                 f"{item.classname!r}, in {source}")
+                raise InvalidInputError(f"{name}: label {item.label} has two class names, {known!r} and "
+                                        f"{item.classname!r}, in {source}")
     labels = sorted(mapping)
     if labels != list(range(len(labels))):
-        raise ValueError(f"{name}: labels in {source} must be 0..{len(labels) - 1}, found {labels[:5]}...")
+        raise InvalidInputError(f"{name}: labels in {source} must be 0..{len(labels) - 1}, found {labels[:5]}...")
     return {lab: mapping[lab] for lab in labels}
 
 
@@ -129,7 +130,7 @@ def make_split_data(name: str, dataset_dir: str, split_file: str, train: list[Da
     """Bundle a reader's splits, checking that none is empty and computing ``lab2cname`` over all of them."""
     for split, items in (("train", train), ("val", val), ("test", test)):
         if items is not None and not items:
-            raise ValueError(f"{name}: the {split} split read from {split_file} is empty ({layout_hint(name)})")
+            raise InvalidInputError(f"{name}: the {split} split read from {split_file} is empty ({layout_hint(name)})")
     lab2cname = collect_lab2cname(name, split_file, train, val, test)
     return SplitData(name, dataset_dir, train, val, test, lab2cname, split_file, test_only)
 
@@ -139,14 +140,15 @@ def read_split(split_path: str, prefix: str, name: str) -> tuple[list[Datum], li
     print(f"Reading split from {split_path}")
     split = read_json(split_path)
     if not isinstance(split, dict) or any(key not in split for key in ("train", "val", "test")):
-        raise ValueError(f"Split file {split_path} must hold a JSON object with keys train, val and test; "
-                         f"re-download it ({layout_hint(name)})")
+        raise InvalidInputError(f"Split file {split_path} must hold a JSON object with keys train, val and test; "
+                                f"re-download it ({layout_hint(name)})")
     output = []
     for key in ("train", "val", "test"):
         items = []
         for entry in split[key]:
             if not (isinstance(entry, list) and len(entry) == 3):
-                raise ValueError(f"Split file {split_path}: entry {entry!r} in {key!r} is not [path, label, name]")
+                raise InvalidInputError(f"Split file {split_path}: entry {entry!r} in {key!r} is not "
+                                        "[path, label, name]")
             relpath, label, classname = entry
             items.append(make_datum(os.path.join(prefix, relpath), int(label), classname, split_path, name))
         output.append(items)
@@ -157,7 +159,7 @@ def relative_path(impath: str, base: str) -> str:
     """``impath`` relative to ``base`` with forward slashes (portable between machines)."""
     rel = os.path.relpath(impath, base)
     if rel.startswith(".."):
-        raise ValueError(f"Image {impath} lies outside {base}; split and few-shot files hold paths inside it")
+        raise InvalidInputError(f"Image {impath} lies outside {base}; split and few-shot files hold paths inside it")
     return rel.replace(os.sep, "/")
 
 
@@ -212,8 +214,8 @@ def split_class_folders(image_dir: str, rng: random.Random, name: str, p_trn: fl
         rng.shuffle(images)
         n_train, n_val = round(len(images) * p_trn), round(len(images) * p_val)
         if n_train == 0 or n_val == 0 or len(images) - n_train - n_val == 0:
-            raise ValueError(f"{name}: class folder {category_dir} has {len(images)} images, too few for a "
-                             f"train/val/test split")
+            raise InvalidInputError(f"{name}: class folder {category_dir} has {len(images)} images, too few for a "
+                                    f"train/val/test split")
         classname = (new_cnames or {}).get(category, category)
         for part, out in ((images[:n_train], train), (images[n_train:n_train + n_val], val),
                           (images[n_train + n_val:], test)):
@@ -233,7 +235,8 @@ def split_trainval(trainval: list[Datum], rng: random.Random, name: str, p_val: 
     for label, idxs in by_label.items():
         n_val = round(len(idxs) * p_val)
         if n_val == 0:
-            raise ValueError(f"{name}: class {label} has {len(idxs)} train images, too few to hold out a val split")
+            raise InvalidInputError(f"{name}: class {label} has {len(idxs)} train images, too few to hold out a "
+                                    "val split")
         rng.shuffle(idxs)
         for n, idx in enumerate(idxs):
             (val if n < n_val else train).append(trainval[idx])
@@ -251,8 +254,8 @@ def split_by_label_group(groups: dict[int, list[str]], lab2cname: dict[int, str]
         rng.shuffle(impaths)
         n_train, n_val = round(len(impaths) * p_trn), round(len(impaths) * p_val)
         if n_train == 0 or n_val == 0 or len(impaths) - n_train - n_val == 0:
-            raise ValueError(f"{name}: class {lab2cname[label]!r} has {len(impaths)} images in {source}, too few "
-                             f"for a train/val/test split")
+            raise InvalidInputError(f"{name}: class {lab2cname[label]!r} has {len(impaths)} images in {source}, "
+                                    "too few for a train/val/test split")
         for part, out in ((impaths[:n_train], train), (impaths[n_train:n_train + n_val], val),
                           (impaths[n_train + n_val:], test)):
             out.extend(make_datum(im, label, lab2cname[label], source, name) for im in part)
@@ -287,7 +290,8 @@ def wnid_names(folders: Sequence[str], classnames: dict[str, str], classnames_pa
     """Class names of wnid folders looked up in ``classnames.txt``; an unknown wnid is a clear error."""
     missing = [f for f in folders if f not in classnames]
     if missing:
-        raise ValueError(f"{name}: folder(s) {missing[:3]} have no line in {classnames_path} ({layout_hint(name)})")
+        raise InvalidInputError(f"{name}: folder(s) {missing[:3]} have no line in {classnames_path} "
+                                f"({layout_hint(name)})")
     return [classnames[f] for f in folders]
 
 

@@ -5,6 +5,7 @@ import os
 import random
 
 from engine.dataset_base import Datum
+from engine.errors import InvalidInputError
 from engine.registry import DATASET_REGISTRY
 
 from .protocols import ProtocolDataset
@@ -41,7 +42,8 @@ class SUN397(ProtocolDataset):
                     if imname:
                         class_dir = os.path.dirname(imname)
                         if class_dir not in cname2lab:
-                            raise ValueError(f"{name}: {path} lists {imname}, whose class is not in ClassName.txt")
+                            raise InvalidInputError(f"{name}: {path} lists {imname}, whose class is not in "
+                                                    "ClassName.txt")
                         items.append(make_datum(os.path.join(image_dir, imname), cname2lab[class_dir],
                                                 sun397_classname(class_dir), path, name))
             return items

@@ -6,6 +6,7 @@ import os
 import random
 
 from engine.dataset_base import Datum
+from engine.errors import InvalidInputError
 from engine.registry import DATASET_REGISTRY
 
 from .protocols import ProtocolDataset
@@ -42,7 +43,7 @@ class UCF101(ProtocolDataset):
                     if line.strip():
                         action, filename = line.split()[0].split("/")
                         if action not in cname2lab:
-                            raise ValueError(f"{name}: {path} lists action {action!r}, missing in classInd.txt")
+                            raise InvalidInputError(f"{name}: {path} lists action {action!r}, missing in classInd.txt")
                         folder = split_camel_case(action)
                         impath = os.path.join(image_dir, folder, filename.replace(".avi", ".jpg"))
                         items.append(make_datum(impath, cname2lab[action], folder, path, name))

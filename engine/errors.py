@@ -21,6 +21,10 @@ class CorruptFileError(UserError, OSError):
     """An input file exists but cannot be read: truncated, corrupt or not of the expected kind."""
 
 
+class InvalidInputError(UserError, ValueError):
+    """An input file reads, but its content does not fit the run (split, few-shot, class list or checkpoint)."""
+
+
 def first_line(error: BaseException) -> str:
     """The one-line message of ``error``; for an error re-raised from a DataLoader worker, the original's message."""
     text = str(error.args[0]) if error.args and isinstance(error.args[0], str) else str(error)

@@ -119,6 +119,18 @@ def _truncated_resume_state(tmp, data, tree, clip_file, mp):
             f"error: {tmp / 'run' / 'resume.pth.tar'} is truncated or corrupt (...")
 
 
+def _unknown_protocol(tmp, data, tree, clip_file, mp):
+    return (coop_argv(data, tmp / "run", clip_file, "TRAINER.MODAL", "base2new"),
+            "error: TRAINER.MODAL is 'base2new'; expected one of ...")
+
+
+def _bad_split_file(tmp, data, tree, clip_file, mp):
+    with open(tree.split_file, "w") as f:
+        json.dump({"train": []}, f)
+    return (coop_argv(data, tmp / "run", clip_file),
+            f"error: Split file {tree.split_file} must hold a JSON object with keys train, val and test; ...")
+
+
 def _value(key: str, value: str, rule: str):
     def setup(tmp, data, tree, clip_file, mp):
         return coop_argv(data, tmp / "run", clip_file, key, value), f"error: {key} is {value}; it must be {rule}"
@@ -138,6 +150,8 @@ CASES = {
     "CLIP weights offline": (_clip_offline, ["log.txt"], True),
     "truncated checkpoint": (_truncated_checkpoint, ["log.txt"], True),
     "truncated resume state": (_truncated_resume_state, ["log.txt", "resume.pth.tar"], True),
+    "unknown protocol": (_unknown_protocol, ["log.txt"], False),
+    "split file without val/test": (_bad_split_file, ["log.txt"], False),
     "batch size 0": (_value("DATALOADER.TRAIN_X.BATCH_SIZE", "0", "an integer >= 1"), ["log.txt"], False),
     "batch size -1": (_value("DATALOADER.TRAIN_X.BATCH_SIZE", "-1", "an integer >= 1"), ["log.txt"], False),
     "test batch size 0": (_value("DATALOADER.TEST.BATCH_SIZE", "0", "an integer >= 1"), ["log.txt"], False),

@@ -25,6 +25,7 @@ from engine import (
     count_num_param,
     load_pretrained_weights,
 )
+from engine.errors import ConfigError, InvalidInputError
 
 from .backbone import load_backbone
 
@@ -51,8 +52,8 @@ class CoOpPromptLearner(nn.Module):
                  csc: bool = False, class_token_position: str = "end"):
         super().__init__()
         if class_token_position not in CLASS_TOKEN_POSITIONS:
-            raise ValueError(f"TRAINER.COOP.CLASS_TOKEN_POSITION is {class_token_position!r}; choose one of "
-                             f"{', '.join(CLASS_TOKEN_POSITIONS)}")
+            raise ConfigError(f"TRAINER.COOP.CLASS_TOKEN_POSITION is {class_token_position!r}; choose one of "
+                              f"{', '.join(CLASS_TOKEN_POSITIONS)}")
         weight = clip_model.token_embedding.weight
         names = [name.replace("_", " ") for name in classnames]
         ctx_init = ctx_init.replace("_", " ").strip()
@@ -60,7 +61,7 @@ class CoOpPromptLearner(nn.Module):
             init_tokens = clip.tokenize(ctx_init, context_length=clip_model.context_length).to(weight.device)
             n_ctx = int(init_tokens.argmax(dim=-1)) - 1
             if n_ctx < 1:
-                raise ValueError(f"TRAINER.COOP.CTX_INIT {ctx_init!r} has no tokens; use words such as 'a photo of a'")
+                raise ConfigError(f"TRAINER.COOP.CTX_INIT {ctx_init!r} has no tokens; use words such as 'a photo of a'")
             with torch.no_grad():
                 ctx = clip_model.token_embedding(init_tokens)[0, 1:1 + n_ctx].clone()
             if csc:
@@ -69,7 +70,7 @@ class CoOpPromptLearner(nn.Module):
             csc, prefix_text = False, ctx_init
         else:
             if n_ctx < 1:
-                raise ValueError(f"TRAINER.COOP.N_CTX is {n_ctx}; use at least 1 context token")
+                raise ConfigError(f"TRAINER.COOP.N_CTX is {n_ctx}; use at least 1 context token")
             shape = (len(names), n_ctx, clip_model.text_width) if csc else (n_ctx, clip_model.text_width)
             ctx = torch.empty(shape, dtype=weight.dtype, device=weight.device).normal_(std=0.02)
             prefix_text = " ".join(["X"] * n_ctx)
@@ -119,14 +120,14 @@ class CoOpPromptLearner(nn.Module):
         """Load ``ctx`` only (upstream's token buffers are dropped); a shape mismatch raises one clear error."""
         state = {k: v for k, v in state_dict.items() if k not in _UPSTREAM_BUFFERS}
         if strict and set(state) != {"ctx"}:
-            raise ValueError(f"CoOp prompt-learner checkpoint has keys {sorted(state)}; expected only 'ctx'")
+            raise InvalidInputError(f"CoOp prompt-learner checkpoint has keys {sorted(state)}; expected only 'ctx'")
         if "ctx" in state and tuple(state["ctx"].shape) != tuple(self.ctx.shape):
             saved, wanted = tuple(state["ctx"].shape), tuple(self.ctx.shape)
             hint = ("a class-specific (CSC) context only fits the classes it was trained on; train with "
                     "TRAINER.COOP.CSC False to evaluate on other classes" if len(saved) == 3 else
                     "use the N_CTX / CTX_INIT / CSC settings the context was trained with")
-            raise ValueError(f"CoOp checkpoint 'ctx' is a {_describe_ctx(saved)}, but this run builds a "
-                             f"{_describe_ctx(wanted)}; {hint}")
+            raise InvalidInputError(f"CoOp checkpoint 'ctx' is a {_describe_ctx(saved)}, but this run builds a "
+                                    f"{_describe_ctx(wanted)}; {hint}")
         return super().load_state_dict(state, strict=strict, assign=assign)
 
 

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from engine.checkpoint import atomic_torch_save, load_checkpoint
 from engine.distributed import gather_in_order, is_main
+from engine.errors import ConfigError, InvalidInputError
 from engine.utils import write_json
 
 from .routing import (
@@ -175,7 +176,7 @@ class RoutedEvaluationMixin:
         """Fit the configured router on q̃ of the router_x images; with ``save_dir``, save it and the dumps there."""
         splits = self.dm.dataset.splits
         if not splits.router_x:
-            raise ValueError(f"{self.cfg.DATASET.NAME}: the dataset has no router_x images to fit the router on")
+            raise ConfigError(f"{self.cfg.DATASET.NAME}: the dataset has no router_x images to fit the router on")
         q_s, q_u, _ = self.collect_branch_logits(self._subset_loader(splits.router_x, "router fit"), "router fit")
         q = torch.cat([q_s, q_u], dim=1)
         router = self.new_router().fit(q)
@@ -216,8 +217,9 @@ class RoutedEvaluationMixin:
                   f"{ns.ROUTER!r}: fitting {ns.ROUTER!r} on the seen train images")
             return self.fit_router(self.output_dir)
         if saved["num_classes"] != num_classes:
-            raise ValueError(f"{path} was fitted on logits over {saved['num_classes']} classes, but this task has "
-                             f"{num_classes}; add TRAINER.{self.NS}.REFIT_ROUTER True to fit a new one")
+            raise InvalidInputError(f"{path} was fitted on logits over {saved['num_classes']} classes, "
+                                    f"but this task has {num_classes}; add TRAINER.{self.NS}.REFIT_ROUTER True to "
+                                    "fit a new one")
         router = router_from_state(saved["router"])
         if (router.lam, router.percentile) != (ns.LAMBDA, ns.PERCENTILE):
             print(f"Router λ/percentile {router.lam:g}/{router.percentile:g} from {path} replaced by this run's "

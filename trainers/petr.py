@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from engine import TRAINER_REGISTRY, TrainerXU, check_availability, compute_accuracy
 from engine.dataset_base import UNLABELED
+from engine.errors import ConfigError
 
 from .distill import DistillMixin
 from .evaluation import RoutedEvaluationMixin
@@ -38,19 +39,19 @@ class PETR(DistillMixin, RoutedEvaluationMixin, TrainerXU):
     def check_cfg(self, cfg) -> None:
         ns = cfg.TRAINER.PETR
         if ns.CE_SCOPE not in CE_SCOPES:
-            raise ValueError(f"TRAINER.PETR.CE_SCOPE is {ns.CE_SCOPE!r}; choose one of {', '.join(CE_SCOPES)}")
+            raise ConfigError(f"TRAINER.PETR.CE_SCOPE is {ns.CE_SCOPE!r}; choose one of {', '.join(CE_SCOPES)}")
         check_availability(ns.ROUTER, ROUTERS, kind="router (TRAINER.PETR.ROUTER)")
 
     def build_model(self) -> None:
         ds = self.dm.dataset
         splits = ds.splits
         if not ds.train_u:
-            raise ValueError(f"{self.cfg.DATASET.NAME}: train_u is empty, so the unseen branch has nothing to learn "
-                             f"from (protocol {splits.protocol}, SUBSAMPLE_CLASSES {splits.subsample}); check the "
-                             "dataset's train split has novel/target images")
+            raise ConfigError(f"{self.cfg.DATASET.NAME}: train_u is empty, so the unseen branch has nothing to learn "
+                              f"from (protocol {splits.protocol}, SUBSAMPLE_CLASSES {splits.subsample}); check the "
+                              "dataset's train split has novel/target images")
         if any(item.label == UNLABELED for item in ds.train_x):
-            raise ValueError(f"{self.cfg.DATASET.NAME}: train_x holds unlabelled images; PETR's seen branch needs "
-                             "labels (check the dataset reader's DATA_ROLE 'seen_unseen' splits)")
+            raise ConfigError(f"{self.cfg.DATASET.NAME}: train_x holds unlabelled images; PETR's seen branch needs "
+                              "labels (check the dataset reader's DATA_ROLE 'seen_unseen' splits)")
         self.build_distill_parts(ds.classnames)
         if splits.source_lab2cname:  # cross/dg: θ_s learns the source classes
             names = [splits.source_lab2cname[k] for k in sorted(splits.source_lab2cname)]

@@ -28,6 +28,7 @@ from engine import (
 )
 from engine.checkpoint import pointed_checkpoint
 from engine.dataset_base import UNLABELED
+from engine.errors import ConfigError
 
 from .backbone import load_backbone
 from .coop import CoOp, CoOpPromptLearner, coop_text_features
@@ -68,8 +69,8 @@ class PETRCoOp(RoutedEvaluationMixin, CoOp):
 
     def check_cfg(self, cfg) -> None:
         if cfg.TRAINER.COOP.CSC:
-            raise ValueError("PETRCoOp needs a generic CoOp context (TRAINER.COOP.CSC False): a class-specific context "
-                             "has no rows for the novel or target classes the router also scores")
+            raise ConfigError("PETRCoOp needs a generic CoOp context (TRAINER.COOP.CSC False): a class-specific "
+                              "context has no rows for the novel or target classes the router also scores")
         check_availability(cfg.TRAINER.PETRCOOP.ROUTER, ROUTERS, kind="router (TRAINER.PETRCOOP.ROUTER)")
 
     def build_model(self) -> None:
@@ -120,12 +121,12 @@ class PETRCoOp(RoutedEvaluationMixin, CoOp):
         """CoOp's batch with labels mapped to positions among the training classes (CE over those classes only)."""
         images, labels, domains = super().parse_batch_train(batch)
         if bool((labels < 0).any()) or int(labels.max()) >= self.train_label_index.numel():
-            raise ValueError("PETRCoOp: train_x holds images without a seen-class label; the CoOp branch needs "
-                             "labelled base (or source) images")
+            raise ConfigError("PETRCoOp: train_x holds images without a seen-class label; the CoOp branch needs "
+                              "labelled base (or source) images")
         index = self.train_label_index[labels]
         if bool((index < 0).any()):
-            raise ValueError("PETRCoOp: train_x holds labels outside the seen classes; check "
-                             "DATASET.SUBSAMPLE_CLASSES")
+            raise ConfigError("PETRCoOp: train_x holds labels outside the seen classes; check "
+                              "DATASET.SUBSAMPLE_CLASSES")
         return images, index, domains
 
     def train(self) -> None:
