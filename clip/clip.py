@@ -21,7 +21,7 @@ from engine.errors import ConfigError, CorruptFileError, InputNotFoundError
 from .model import CLIP, build_model
 from .tokenizer import EOT_TOKEN, SOT_TOKEN, encode
 
-__all__ = ["available_models", "build_model", "load", "load_model", "preprocess_for", "tokenize"]
+__all__ = ["available_models", "build_model", "load", "load_model", "preprocess_for", "tokenize", "weights_path"]
 
 # OpenAI's public checkpoints; the second-to-last path segment is the file's SHA-256.
 _MODELS = {
@@ -92,7 +92,7 @@ def download(url: str, root: str) -> str:
     return target
 
 
-def _resolve(name_or_path: str, download_root: str | None = None) -> str:
+def weights_path(name_or_path: str, download_root: str | None = None) -> str:
     """Path of the weight file for a file path or a model name, downloading into ``download_root`` (default
     ~/.cache/clip) when needed."""
     if os.path.isfile(name_or_path):
@@ -148,7 +148,7 @@ def load_model(name_or_path: str, device: str | torch.device = "cpu", dtype: tor
 
     Names are looked up in ./clip/, $CLIP_WEIGHTS_DIR and ~/.cache/clip, then downloaded (SHA-256 checked).
     """
-    return _build(_resolve(name_or_path)).to(device=device, dtype=dtype or torch.float32)
+    return _build(weights_path(name_or_path)).to(device=device, dtype=dtype or torch.float32)
 
 
 def _build(path: str) -> CLIP:
@@ -184,7 +184,7 @@ def load(name: str, device: str | torch.device = "cpu", jit: bool = False,
     if jit:
         raise ValueError("jit=True is not supported: the prompt-aware CLIP runs as a Python model; use jit=False")
     dtype = torch.float16 if torch.device(device).type == "cuda" else torch.float32
-    model = _build(_resolve(name, download_root)).to(device=device, dtype=dtype).requires_grad_(True)
+    model = _build(weights_path(name, download_root)).to(device=device, dtype=dtype).requires_grad_(True)
     return model, preprocess_for(model.visual.input_resolution)
 
 

@@ -371,7 +371,7 @@ class SimpleTrainer(TrainerBase):
         return autocast(self.prec, self.device)
 
     def check_cfg(self, cfg) -> None:
-        """Hook to validate trainer-specific settings (CoOp asserts its PREC here)."""
+        """Hook to validate trainer-specific settings before any data is prepared (overrides call ``super()``)."""
 
     def build_data_loader(self) -> None:
         """Create ``self.dm`` (the dataset built for ``DATA_ROLE``) and the loader/label attributes trainers use."""

@@ -13,3 +13,17 @@ def load_backbone(name: str, device: torch.device | str, prec: str, role: str = 
     precision, the trainer's ``prec``)."""
     print(f"Loading {role} (backbone: {name}, precision {prec})")
     return clip.load_model(name, device, weight_dtype(prec))
+
+
+class ClipWeightsCheck:
+    """Mixin of the trainers that load CLIP weights: ``check_cfg`` finds (or downloads) them before any data is
+    prepared, so a missing file stops the run before it writes anything (a few-shot file, say)."""
+
+    def clip_weight_names(self, cfg) -> list[str]:
+        """The CLIP weights the run loads (model names or weight files)."""
+        return [cfg.MODEL.BACKBONE.NAME]
+
+    def check_cfg(self, cfg) -> None:
+        super().check_cfg(cfg)
+        for name in self.clip_weight_names(cfg):
+            clip.weights_path(name)

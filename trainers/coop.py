@@ -27,7 +27,7 @@ from engine import (
 )
 from engine.errors import ConfigError, InvalidInputError
 
-from .backbone import load_backbone
+from .backbone import ClipWeightsCheck, load_backbone
 
 CLASS_TOKEN_POSITIONS = ("end", "middle", "front")
 # Buffers that upstream CoOp checkpoints also contain; they are rebuilt from the class names instead.
@@ -156,7 +156,7 @@ def coop_text_features(clip_model: CLIP, learner: CoOpPromptLearner) -> torch.Te
 
 
 @TRAINER_REGISTRY.register()
-class CoOp(TrainerX):
+class CoOp(ClipWeightsCheck, TrainerX):
     """CoOp (Zhou et al., IJCV 2022): only ``prompt_learner.ctx`` is trained, with cross-entropy on the labels.
 
     ``eval_classifier`` holds ``evaluation_classifier()`` while an evaluation runs (the context is fixed then).

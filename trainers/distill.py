@@ -11,14 +11,14 @@ from engine import build_lr_scheduler, build_optimizer
 from engine.compile import compile_clip
 from engine.precision import weight_dtype
 
-from .backbone import load_backbone
+from .backbone import ClipWeightsCheck, load_backbone
 from .losses import kd_loss
 from .student import VisualPromptStudent
 from .teacher import build_teacher
 from .teacher_cache import TeacherCache, cached_loader, check_cache_mode, load_or_build
 
 
-class DistillMixin:
+class DistillMixin(ClipWeightsCheck):
     """Builds the distillation parts of a trainer whose options live in ``TRAINER.<NS>`` (PROMPTKD or PETR).
 
     Sets ``self.clip_model`` (frozen student CLIP), ``self.teacher`` (frozen), ``self.text_features`` (teacher text
@@ -27,6 +27,10 @@ class DistillMixin:
     ``before_train`` loads or builds the teacher cache and swaps the train loaders for ones yielding the stored views
     (``trainers/teacher_cache.py``). ``TRAIN.COMPILE`` compiles both frozen CLIPs (``engine/compile.py``).
     """
+
+    def clip_weight_names(self, cfg) -> list[str]:
+        """The student CLIP and the teacher's CLIP."""
+        return [*super().clip_weight_names(cfg), cfg.TRAINER[self.NS].TEACHER_NAME]
 
     def build_distill_parts(self, classnames: list[str]) -> None:
         """Load the frozen student CLIP and the teacher for ``classnames`` (the task's full label space)."""

@@ -37,6 +37,7 @@ class PETR(DistillMixin, RoutedEvaluationMixin, TrainerXU):
     NS = "PETR"
 
     def check_cfg(self, cfg) -> None:
+        super().check_cfg(cfg)
         ns = cfg.TRAINER.PETR
         if ns.CE_SCOPE not in CE_SCOPES:
             raise ConfigError(f"TRAINER.PETR.CE_SCOPE is {ns.CE_SCOPE!r}; choose one of {', '.join(CE_SCOPES)}")

@@ -68,6 +68,7 @@ class PETRCoOp(RoutedEvaluationMixin, CoOp):
     NS = "PETRCOOP"
 
     def check_cfg(self, cfg) -> None:
+        super().check_cfg(cfg)
         if cfg.TRAINER.COOP.CSC:
             raise ConfigError("PETRCoOp needs a generic CoOp context (TRAINER.COOP.CSC False): a class-specific "
                               "context has no rows for the novel or target classes the router also scores")

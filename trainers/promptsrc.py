@@ -27,7 +27,7 @@ from engine.checkpoint import atomic_torch_save
 from engine.compile import compile_clip
 from engine.distributed import is_main
 
-from .backbone import load_backbone
+from .backbone import ClipWeightsCheck, load_backbone
 from .templates import IMAGENET_TEMPLATES
 
 MODEL_NAME = "VLPromptLearner"
@@ -175,7 +175,7 @@ def all_classnames(dataset) -> list[str]:
 
 
 @TRAINER_REGISTRY.register()
-class PromptSRC(TrainerX):
+class PromptSRC(ClipWeightsCheck, TrainerX):
     """The PromptSRC teacher trainer (16-shot base classes in base2novel); saves ``teacher_text_features.pt``.
 
     ``eval_text`` holds the prompted text features while an evaluation runs (the prompts are fixed then).

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from clip.classifier import zeroshot_text_features
 from engine import TRAINER_REGISTRY, TrainerX
 
-from .backbone import load_backbone
+from .backbone import ClipWeightsCheck, load_backbone
 from .templates import ensemble_templates, select_templates, single_template
 
 TEMPLATE_MODES = ("single", "ensemble", "select")
@@ -29,7 +29,7 @@ def templates_for(dataset_name: str, mode: str) -> list[str]:
 
 
 @TRAINER_REGISTRY.register()
-class ZeroshotCLIP(TrainerX):
+class ZeroshotCLIP(ClipWeightsCheck, TrainerX):
     """Frozen CLIP with a hand-crafted classifier; evaluation only (no trained weights, no registered models)."""
 
     NS = "ZSCLIP"
