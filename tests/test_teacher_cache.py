@@ -14,6 +14,9 @@ from torchvision.transforms import functional as TF
 import train
 from tests.helpers_petr import petr_argv, write_eurosat
 from tests.test_trainer_promptkd import promptkd_argv, write_colour_eurosat
+from trainers.promptsrc import VLPromptLearner
+from trainers.teacher import Teacher
+from trainers.teacher_cache import teacher_digest
 
 MEAN, STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]  # the PromptKD config's
 
@@ -146,3 +149,17 @@ def test_petr_trains_with_cached_views(tmp_path, tiny_clip_file, tiny_teacher_cl
         train.main(petr_argv(tmp_path / "data", tmp_path / "bad", tiny_clip_file, tiny_teacher_clip_file,
                              "TRAINER.PETR.TEACHER_CACHE", "views", "INPUT.TRANSFORMS",
                              "['random_flip', 'colorjitter', 'normalize']", flags=("--no-train",)))
+
+
+def test_teacher_digest_of_a_prompted_teacher(tiny_teacher_clip):
+    """A checkpoint teacher's state dict also holds the prompts' metadata (a dict): the key covers the tensors only."""
+    torch.manual_seed(0)
+    learner = VLPromptLearner.build(tiny_teacher_clip, 4, 4, 3, 4, meta={"source": "/runs/a/model.pth.tar-20"})
+    teacher = Teacher(tiny_teacher_clip, ["red", "blue"], prompts=learner)
+    assert any(not torch.is_tensor(v) for v in teacher.state_dict().values())
+    key = teacher_digest(teacher)
+    learner.meta = {"source": "/moved/elsewhere/model.pth.tar-20"}
+    assert teacher_digest(teacher) == key  # moving the checkpoint keeps the cache
+    with torch.no_grad():
+        learner.parameters().__next__().add_(1e-3)
+    assert teacher_digest(teacher) != key  # other prompt values rebuild it

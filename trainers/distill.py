@@ -15,7 +15,7 @@ from .backbone import ClipWeightsCheck, load_backbone
 from .losses import kd_loss
 from .student import VisualPromptStudent
 from .teacher import build_teacher
-from .teacher_cache import TeacherCache, cached_loader, check_cache_mode, load_or_build
+from .teacher_cache import TeacherCache, cached_loader, check_cache_mode, load_or_build, teacher_digest
 
 
 class DistillMixin(ClipWeightsCheck):
@@ -58,11 +58,12 @@ class DistillMixin(ClipWeightsCheck):
         if ns.TEACHER_CACHE == "none" or self.teacher_cache:
             return
         cache_dir = ns.TEACHER_CACHE_DIR or os.path.join(cfg.OUTPUT_DIR, "teacher_cache")
+        teacher_key = teacher_digest(self.teacher)  # hashes every teacher weight: once for both splits
         for split, loader in (("train_x", "train_loader_x"), ("train_u", "train_loader_u")):
             source = getattr(self.dm.dataset, split)
             if getattr(self, loader) is None or not source:
                 continue
-            cache = load_or_build(cfg, split, source, ns.TEACHER_CACHE, ns.TEACHER_CACHE_VIEWS, self.teacher,
+            cache = load_or_build(cfg, split, source, ns.TEACHER_CACHE, ns.TEACHER_CACHE_VIEWS, teacher_key,
                                   self.teacher_image_features_amp, self.prec, self.dm.tfm_test, cache_dir,
                                   self.device)
             self.teacher_cache[split] = cache

@@ -173,9 +173,12 @@ class TeacherCache:
 
 
 def teacher_digest(teacher: torch.nn.Module) -> str:
-    """sha256 of the teacher's weights (names, dtypes, shapes and values of its state dict)."""
+    """sha256 of the teacher's weights (names, dtypes, shapes and values of the tensors of its state dict; extra
+    state such as the prompts' metadata, which names the checkpoint's path, is left out)."""
     digest = hashlib.sha256()
     for name, tensor in sorted(teacher.state_dict().items()):
+        if not torch.is_tensor(tensor):
+            continue
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}".encode())
         digest.update(tensor.detach().reshape(-1).cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
@@ -228,29 +231,30 @@ def _build(encode: Callable[[torch.Tensor], torch.Tensor], source: Sequence[Datu
     return features, views
 
 
-def load_or_build(cfg, split: str, source: Sequence[Datum], mode: str, k: int, teacher: torch.nn.Module,
+def load_or_build(cfg, split: str, source: Sequence[Datum], mode: str, k: int, teacher_key: str,
                   encode: Callable[[torch.Tensor], torch.Tensor], precision: str, fixed_tfm: Callable,
                   cache_dir: str, device: torch.device) -> TeacherCache:
-    """The teacher cache of ``source`` (``split``), read from ``cache_dir`` or (re)built with ``encode``.
+    """The teacher cache of ``source`` (``split``), read from ``cache_dir`` or (re)built with ``encode``;
+    ``teacher_key`` is the teacher's ``teacher_digest``.
 
     Under torchrun, rank 0 checks or builds the files first while the other processes wait, then they read them.
     """
     distributed = dist.is_available() and dist.is_initialized()
     if distributed and dist.get_rank() != 0:
         dist.barrier()
-    cache = _load_or_build(cfg, split, source, mode, k, teacher, encode, precision, fixed_tfm, cache_dir, device)
+    cache = _load_or_build(cfg, split, source, mode, k, teacher_key, encode, precision, fixed_tfm, cache_dir, device)
     if distributed and dist.get_rank() == 0:
         dist.barrier()
     return cache
 
 
-def _load_or_build(cfg, split: str, source: Sequence[Datum], mode: str, k: int, teacher: torch.nn.Module,
+def _load_or_build(cfg, split: str, source: Sequence[Datum], mode: str, k: int, teacher_key: str,
                    encode: Callable[[torch.Tensor], torch.Tensor], precision: str, fixed_tfm: Callable,
                    cache_dir: str, device: torch.device) -> TeacherCache:
     view_tfm = ViewTransform.from_cfg(cfg) if mode == "views" else None
     k = k if mode == "views" else 1
     paths = [item.impath for item in source]
-    made_from = {"images": _sha(paths), "teacher": teacher_digest(teacher), "precision": precision,
+    made_from = {"images": _sha(paths), "teacher": teacher_key, "precision": precision,
                  "transform": repr(view_tfm) if view_tfm else repr(fixed_tfm), "views": k, "view_seed": VIEW_SEED}
     key = _sha(made_from)
     name = f"{cfg.DATASET.NAME}_{split}_{mode}_{made_from['images'][:12]}"
