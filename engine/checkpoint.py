@@ -163,14 +163,20 @@ def resume_from_checkpoint(fdir: str, model: nn.Module, optimizer=None, schedule
     checkpoint = load_checkpoint(fpath)
     model.load_state_dict(checkpoint["state_dict"])
     print("Loaded model weights")
+    scheduled_lrs = None
+    if scheduler is not None and checkpoint.get("scheduler") is None:
+        # before the optimizer state: schedules that step from the current lr (cosine) would otherwise apply the
+        # saved epochs' decay twice; the rates of the saved epoch are then set on the loaded optimizer
+        advance_scheduler(scheduler, checkpoint["epoch"])
+        scheduled_lrs = scheduler.get_last_lr()
     if optimizer is not None and checkpoint.get("optimizer") is not None:
         optimizer.load_state_dict(checkpoint["optimizer"])
         print("Loaded optimizer")
+        for group, lr in zip(optimizer.param_groups, scheduled_lrs or ()):
+            group["lr"] = lr
     if scheduler is not None and checkpoint.get("scheduler") is not None:
         scheduler.load_state_dict(checkpoint["scheduler"])
         print("Loaded scheduler")
-    elif scheduler is not None:
-        advance_scheduler(scheduler, checkpoint["epoch"])
     if restore_rng and checkpoint.get("rng_state") is not None:
         set_rng_state(checkpoint["rng_state"])
         print("Restored random number generator states")

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from engine import load_checkpoint, load_pretrained_weights, save_checkpoint
-from engine.checkpoint import get_rng_state, set_rng_state
+from engine.checkpoint import get_rng_state, resume_from_checkpoint, set_rng_state
 
 
 def _state(epoch: int, value: float) -> dict:
@@ -83,3 +83,38 @@ def test_rng_state_round_trip(tmp_path):
     first = (random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist())
     set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))
     assert (random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist()) == first
+
+
+def test_resume_without_scheduler_state_continues_the_cosine_schedule(tmp_path):
+    """An upstream checkpoint keeps the optimizer state but not the scheduler's: the resumed learning rates equal an
+    uninterrupted cosine schedule's, epoch by epoch (no decay applied twice)."""
+    def fresh():
+        param = nn.Parameter(torch.zeros(3))
+        optimizer = torch.optim.SGD([param], lr=0.002, momentum=0.9)
+        return param, optimizer, torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=50)
+
+    param, optimizer, scheduler = fresh()
+    reference = []
+    for _ in range(20):
+        optimizer.step()
+        scheduler.step()
+        reference.append(optimizer.param_groups[0]["lr"])
+    model = nn.Linear(2, 2)
+    folder = tmp_path / "prompt_learner"
+    folder.mkdir()
+    _, saved_optimizer, saved_scheduler = fresh()
+    for _ in range(10):
+        saved_optimizer.step()
+        saved_scheduler.step()
+    torch.save({"state_dict": model.state_dict(), "epoch": 10, "optimizer": saved_optimizer.state_dict()},
+               folder / "model.pth.tar-10")
+    (folder / "checkpoint").write_text("model.pth.tar-10\n")
+
+    _, optimizer, scheduler = fresh()
+    assert resume_from_checkpoint(str(folder), nn.Linear(2, 2), optimizer, scheduler) == 10
+    resumed = [optimizer.param_groups[0]["lr"]]
+    for _ in range(10):
+        optimizer.step()
+        scheduler.step()
+        resumed.append(optimizer.param_groups[0]["lr"])
+    assert resumed == pytest.approx(reference[9:], rel=1e-12)
