@@ -9,6 +9,7 @@ import glob
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -63,10 +64,15 @@ class DumpUnit:
         """Every ``logits_<split>.pt`` test dump of the unit."""
         return sorted(p for d in self.dirs for p in glob.glob(os.path.join(d, "logits_*.pt")))
 
+    @cached_property
+    def saved_router(self) -> dict:
+        """The run's ``router.json`` (empty when the run has none), read once."""
+        path = self._first(ROUTER_JSON)
+        return read_json(path) if path else {}
+
     def router_settings(self, lam: float | None = None, percentile: float | None = None) -> tuple[float, float]:
         """λ and percentile to use on this unit: the given ones, else the run's ``router.json``, else the defaults."""
-        path = self._first(ROUTER_JSON)
-        saved = read_json(path) if path else {}
+        saved = self.saved_router
         return (float(saved.get("lam", DEFAULT_LAMBDA)) if lam is None else lam,
                 float(saved.get("percentile", DEFAULT_PERCENTILE)) if percentile is None else percentile)
 

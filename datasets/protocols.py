@@ -155,7 +155,7 @@ def build_splits(cfg, data: SplitData, role: str | None = None) -> RoleSplits:
     splits = RoleSplits(train, None, val, test, data.lab2cname, eval_labels, base, data.lab2cname, protocol, role,
                         subsample)
     if role == "seen_unseen" and protocol == "base2novel":
-        splits.train_x = keep_classes(train, class_subset(data.lab2cname, "base"))
+        splits.train_x = keep_classes(train, base)
         splits.train_u = withhold_labels(keep_classes(train, class_subset(data.lab2cname, "new")))
         splits.router_x = list(splits.train_x)
     elif role == "seen_unseen":

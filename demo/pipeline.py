@@ -29,7 +29,7 @@ from analysis.dumps import find_units, unit_scores
 from analysis.stats import harmonic_mean
 from demo.pretrain import PretrainParams, default_params, default_path, pretrained_path
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
-from engine.checkpoint import checkpoint_epoch, pointed_checkpoint
+from engine.checkpoint import pointed_checkpoint
 from engine.utils import read_json
 
 CONFIG = "demo"
@@ -217,11 +217,9 @@ def clip_file(params: PretrainParams, cache: str) -> str:
 
 
 def load_epoch_args(run_dir: str) -> list[str]:
-    """``["--load-epoch", N]`` for the last checkpoint a run saved (none for ZeroshotCLIP, which saves nothing)."""
-    for name in sorted(os.listdir(run_dir)):
-        path = pointed_checkpoint(os.path.join(run_dir, name))
-        if path is not None:
-            return ["--load-epoch", str(checkpoint_epoch(path))]
+    """``["--load-epoch", "last"]`` when the run saved a checkpoint (none for ZeroshotCLIP, which saves nothing)."""
+    if any(pointed_checkpoint(os.path.join(run_dir, name)) for name in os.listdir(run_dir)):
+        return ["--load-epoch", "last"]
     return []
 
 

@@ -35,7 +35,7 @@ def test_default_paths_prefer_flags_then_environment(tmp_path, monkeypatch):
 def test_load_epoch_args_reads_the_checkpoint_pointer(tmp_path):
     (tmp_path / "seen_student").mkdir()
     (tmp_path / "seen_student" / "checkpoint").write_text("model.pth.tar-7\n")
-    assert load_epoch_args(str(tmp_path)) == ["--load-epoch", "7"]
+    assert load_epoch_args(str(tmp_path)) == ["--load-epoch", "last"]
     assert load_epoch_args(str(tmp_path / "seen_student")) == []
 
 

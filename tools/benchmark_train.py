@@ -31,7 +31,7 @@ from tabulate import tabulate
 
 from clip.classifier import class_prompt_tokens
 from engine.compile import compile_clip
-from engine.precision import PRECISIONS, autocast, make_grad_scaler, resolve_precision
+from engine.precision import PRECISIONS, autocast, make_grad_scaler, resolve_precision, weight_dtype
 from tools.benchmark import SPECS, ModelSpec, random_clip, time_calls
 from trainers.losses import kd_loss
 from trainers.promptsrc import VLPromptLearner, promptsrc_loss_terms
@@ -65,10 +65,6 @@ def _first_call(device: torch.device, fn) -> float:
     return time.perf_counter() - start
 
 
-def _weights_dtype(prec: str) -> torch.dtype | None:
-    return torch.float16 if prec == "fp16" else None
-
-
 class _Stepper:
     """Optimiser update with the run's grad scaler, as ``TrainerBase.model_backward_and_update``."""
 
@@ -90,8 +86,8 @@ class DistillSteps:
     def __init__(self, spec: ModelSpec, classes: int, device: torch.device, prec: str, compile_mode: str,
                  batch: int, seed: int = 0):
         self.device, self.prec, self.batch = device, prec, batch
-        self.clip_model = random_clip(spec.student, device, seed, _weights_dtype(prec))
-        teacher_clip = random_clip(spec.teacher, device, seed + 1, _weights_dtype(prec))
+        self.clip_model = random_clip(spec.student, device, seed, weight_dtype(prec))
+        teacher_clip = random_clip(spec.teacher, device, seed + 1, weight_dtype(prec))
         torch.manual_seed(seed + 2)
         prompts = VLPromptLearner.build(teacher_clip, spec.n_ctx, spec.n_ctx, spec.depth, spec.depth).to(device)
         self.teacher = Teacher(teacher_clip, [f"category number {i}" for i in range(classes)], prompts=prompts)
@@ -156,7 +152,7 @@ class PromptSRCStep:
     def __init__(self, spec: ModelSpec, classes: int, device: torch.device, prec: str, compile_mode: str,
                  batch: int, seed: int = 0):
         self.device, self.prec = device, prec
-        self.clip_model = random_clip(spec.teacher, device, seed + 1, _weights_dtype(prec))
+        self.clip_model = random_clip(spec.teacher, device, seed + 1, weight_dtype(prec))
         torch.manual_seed(seed + 2)
         self.prompts = VLPromptLearner.build(self.clip_model, spec.n_ctx, spec.n_ctx, spec.depth, spec.depth)
         self.prompts.to(device)

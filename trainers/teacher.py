@@ -20,7 +20,7 @@ from torch import nn
 import clip
 from clip.classifier import prompted_text_features, zeroshot_text_features
 from clip.model import CLIP, require_vit
-from engine.checkpoint import POINTER_FILE, load_checkpoint, pointed_checkpoint
+from engine.checkpoint import POINTER_FILE, checkpoint_epoch, load_checkpoint, pointed_checkpoint
 
 from .promptsrc import MODEL_NAME, VLPromptLearner
 from .templates import single_template
@@ -83,8 +83,7 @@ def _upstream_teacher_file(directory: str) -> str:
         best = os.path.join(folder, "model-best.pth.tar")
         if os.path.isfile(best):
             return best
-        epochs = sorted(glob.glob(os.path.join(folder, "model.pth.tar-*")),
-                        key=lambda p: int(p.rsplit("-", 1)[1]) if p.rsplit("-", 1)[1].isdigit() else -1)
+        epochs = sorted(glob.glob(os.path.join(folder, "model.pth.tar-*")), key=lambda p: checkpoint_epoch(p) or -1)
         if epochs:
             return epochs[-1]
     return ""
