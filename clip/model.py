@@ -220,7 +220,7 @@ class CLIP(nn.Module):
         deep = _expand_prompts(prompts, x.shape[0], self.text_width, self.text_layers, x.dtype, "text")
         if deep:
             n_ctx = deep[0].shape[1]
-            if bool((eot <= n_ctx).any()):
+            if not torch.compiler.is_compiling() and bool((eot <= n_ctx).any()):  # no graph break when compiled
                 row = int((eot <= n_ctx).nonzero()[0, 0])
                 raise ValueError(f"text prompts replace token positions 1..{n_ctx} but row {row} ends (EOT) at "
                                  f"position {int(eot[row])}; tokenize texts that start with {n_ctx} placeholder "
