@@ -32,7 +32,6 @@ class DemoDataset:
     """b2n (base-to-novel), source (cross-dataset / DG source), xd (cross-dataset target), dg (test-only DG target)."""
     stream: int
     """Seed stream of its images: datasets of one stream share the same images (0: the base-to-novel draw)."""
-    doc: str
     colours: tuple[str, ...] = ()
     """Colours of its classes (empty: all eight)."""
     shapes: tuple[str, ...] = ()
@@ -47,26 +46,16 @@ class DemoDataset:
 
 
 DEMO_DATASETS: dict[str, DemoDataset] = {
-    "DemoShapes": DemoDataset("demo_shapes", "b2n", 0, "48 coloured shapes; base/novel is a checkerboard over "
-                              "colour x shape (every attribute in both halves)."),
-    "DemoShapesHard": DemoDataset("demo_shapes_hard", "b2n", 0, "The DemoShapes images; base = every shape in red, "
-                                  "orange, yellow, green; novel = every shape in the other colours."),
-    "DemoNet": DemoDataset("demonet", "source", 1, "The toy ImageNet: every shape in red, orange, yellow, green.",
-                           colours=WARM),
-    "DemoCool": DemoDataset("democool", "xd", 2, "Cross-dataset target: every shape in blue and purple.",
-                            colours=("blue", "purple")),
-    "DemoSoft": DemoDataset("demosoft", "xd", 3, "Cross-dataset target: every shape in pink and brown.",
-                            colours=("pink", "brown")),
-    "DemoFancy": DemoDataset("demofancy", "xd", 4, "Cross-dataset target: star, cross and heart in every colour.",
-                             shapes=("star", "cross", "heart")),
-    "DemoNetV2": DemoDataset("demonetv2", "dg", 5, "DG target: DemoNet's classes, a fresh draw (test only).",
-                             colours=WARM),
-    "DemoNetSketch": DemoDataset("demonet_sketch", "dg", 6, "DG target: DemoNet's classes as outline drawings on a "
-                                 "light background (test only).", colours=WARM, style="sketch"),
-    "DemoNetA": DemoDataset("demonet_a", "dg", 7, "DG target: DemoNet's classes, small striped shapes on busy "
-                            "multicoloured backgrounds (test only).", colours=WARM, style="texture"),
-    "DemoNetR": DemoDataset("demonet_r", "dg", 8, "DG target: DemoNet's classes under a cold, randomly varying light "
-                            "(test only).", colours=WARM, style="relit"),
+    "DemoShapes": DemoDataset("demo_shapes", "b2n", 0),
+    "DemoShapesHard": DemoDataset("demo_shapes_hard", "b2n", 0),
+    "DemoNet": DemoDataset("demonet", "source", 1, colours=WARM),
+    "DemoCool": DemoDataset("democool", "xd", 2, colours=("blue", "purple")),
+    "DemoSoft": DemoDataset("demosoft", "xd", 3, colours=("pink", "brown")),
+    "DemoFancy": DemoDataset("demofancy", "xd", 4, shapes=("star", "cross", "heart")),
+    "DemoNetV2": DemoDataset("demonetv2", "dg", 5, colours=WARM),
+    "DemoNetSketch": DemoDataset("demonet_sketch", "dg", 6, colours=WARM, style="sketch"),
+    "DemoNetA": DemoDataset("demonet_a", "dg", 7, colours=WARM, style="texture"),
+    "DemoNetR": DemoDataset("demonet_r", "dg", 8, colours=WARM, style="relit"),
 }
 """Registered dataset name -> how it is drawn and read; the single table of the demo datasets."""
 
@@ -103,6 +92,71 @@ class _DemoShapesBase(ProtocolDataset):
         return cls.read(os.path.join(os.path.abspath(os.path.expanduser(root)), cls.dataset_dir))
 
 
-for _name, _spec in DEMO_DATASETS.items():
-    DATASET_REGISTRY.register(type(_name, (_DemoShapesBase,),
-                                   {"dataset_dir": _spec.folder, "__doc__": _spec.doc, "__module__": __name__}))
+@DATASET_REGISTRY.register()
+class DemoShapes(_DemoShapesBase):
+    """48 coloured shapes; base/novel is a checkerboard over colour x shape (every attribute in both halves)."""
+
+    dataset_dir = DEMO_DATASETS["DemoShapes"].folder
+
+
+@DATASET_REGISTRY.register()
+class DemoShapesHard(_DemoShapesBase):
+    """The DemoShapes images; base = every shape in red, orange, yellow, green; novel = the other colours."""
+
+    dataset_dir = DEMO_DATASETS["DemoShapesHard"].folder
+
+
+@DATASET_REGISTRY.register()
+class DemoNet(_DemoShapesBase):
+    """The toy ImageNet (cross-dataset / DG source): every shape in red, orange, yellow and green."""
+
+    dataset_dir = DEMO_DATASETS["DemoNet"].folder
+
+
+@DATASET_REGISTRY.register()
+class DemoCool(_DemoShapesBase):
+    """Cross-dataset target: every shape in blue and purple."""
+
+    dataset_dir = DEMO_DATASETS["DemoCool"].folder
+
+
+@DATASET_REGISTRY.register()
+class DemoSoft(_DemoShapesBase):
+    """Cross-dataset target: every shape in pink and brown."""
+
+    dataset_dir = DEMO_DATASETS["DemoSoft"].folder
+
+
+@DATASET_REGISTRY.register()
+class DemoFancy(_DemoShapesBase):
+    """Cross-dataset target: star, cross and heart in every colour (half of them DemoNet classes)."""
+
+    dataset_dir = DEMO_DATASETS["DemoFancy"].folder
+
+
+@DATASET_REGISTRY.register()
+class DemoNetV2(_DemoShapesBase):
+    """DG target (test only): DemoNet's classes, a fresh draw."""
+
+    dataset_dir = DEMO_DATASETS["DemoNetV2"].folder
+
+
+@DATASET_REGISTRY.register()
+class DemoNetSketch(_DemoShapesBase):
+    """DG target (test only): DemoNet's classes as outline drawings on a light background."""
+
+    dataset_dir = DEMO_DATASETS["DemoNetSketch"].folder
+
+
+@DATASET_REGISTRY.register()
+class DemoNetA(_DemoShapesBase):
+    """DG target (test only): DemoNet's classes as small striped shapes on busy backgrounds."""
+
+    dataset_dir = DEMO_DATASETS["DemoNetA"].folder
+
+
+@DATASET_REGISTRY.register()
+class DemoNetR(_DemoShapesBase):
+    """DG target (test only): DemoNet's classes under a cold, randomly varying light."""
+
+    dataset_dir = DEMO_DATASETS["DemoNetR"].folder

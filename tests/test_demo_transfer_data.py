@@ -49,7 +49,7 @@ def test_table_registers_every_dataset_with_a_config():
     assert {n: s.folder for n, s in DEMO_DATASETS.items() if n in FOLDERS} == FOLDERS
     assert len(set(FOLDERS.values()) | {"demo_shapes", "demo_shapes_hard"}) == len(DEMO_DATASETS)
     for name, spec in DEMO_DATASETS.items():
-        assert name in DATASET_REGISTRY.registered_names()
+        assert DATASET_REGISTRY.get(name).dataset_dir == spec.folder
         with open(os.path.join(REPO, "configs", "datasets", f"{spec.folder}.yaml")) as f:
             assert yaml.safe_load(f)["DATASET"]["NAME"] == name
         assert set(spec.colours) <= set(shapes.COLOURS) and set(spec.shapes) <= set(SHAPES)
