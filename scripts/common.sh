@@ -103,7 +103,8 @@ require_data() {
 }
 
 # teacher_ckpt FOLDER: the TRAINER.<NS>.TEACHER_CKPT value; FOLDER is the teacher's folder name under TEACHER_DIR
-# (the dataset's DATASET.NAME for base-to-novel, <source DATASET.NAME>-xd, e.g. ImageNet-xd, for cross/dg). Prints "" for TEACHER_CKPT=none.
+# (the dataset's DATASET.NAME for base-to-novel, <source DATASET.NAME>-xd, e.g. ImageNet-xd, for cross/dg).
+# Prints "" for TEACHER_CKPT=none.
 teacher_ckpt() {
     case "${TEACHER_CKPT:-}" in
         none)

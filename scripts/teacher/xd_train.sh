@@ -4,7 +4,8 @@
 # (ImageNet-xd; DemoNet-xd for SOURCE=demonet) for the xd/dg student scripts.
 # Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/teacher/xd_train.sh 1
 # Output: $OUTPUT_ROOT/xd/train/<source>/shots_16/PromptSRC/<cfg>/seed<S>. Knobs: CFG (default
-# vit_l14_c2_ep20_batch8_4+4ctx_cross_datasets), SOURCE, SHOTS, TEACHER_NAME, TEACHER_DIR, EXTRA_OPTS (scripts/common.sh).
+# vit_l14_c2_ep20_batch8_4+4ctx_cross_datasets), SOURCE, SHOTS (default 16), TEACHER_NAME, TEACHER_DIR, EXTRA_OPTS
+# (scripts/common.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/common.sh
