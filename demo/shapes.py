@@ -39,7 +39,7 @@ import torch
 from PIL import Image, ImageDraw
 from tqdm import tqdm
 
-from datasets.demo_shapes import DEMO_DATASETS, IMAGE_DIR, DemoDataset, split_file
+from datasets.demo_shapes import DATASET_DIRS, DEMO_DATASETS, IMAGE_DIR, DemoDataset, split_file
 from engine.utils import mkdir_if_missing, read_json, write_json
 
 GENERATOR_VERSION = 2
@@ -442,7 +442,7 @@ def generate(root: str, params: GenParams = DEFAULT_PARAMS, force: bool = False,
     (re)written, each image drawn once even where two folders hold it.
     """
     root = os.path.abspath(os.path.expanduser(root))
-    dirs = {name: os.path.join(root, spec.folder) for name, spec in DEMO_DATASETS.items()}
+    dirs = {name: os.path.join(root, folder) for name, folder in DATASET_DIRS.items()}
     todo = [name for name, d in dirs.items() if force or not _is_current(d, name, params)]
     if not todo:
         if verbose:
