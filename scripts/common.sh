@@ -7,9 +7,11 @@
 #   OUTPUT_ROOT   root of the output trees (default: output)
 #   KD_WEIGHT     distillation weight α for every dataset (default: PromptKD's per-dataset table, kd_weight below)
 #   TEACHER_CKPT  teacher checkpoint file or PromptSRC run folder; "none" = plain CLIP teacher (not the paper's setup)
-#   TEACHER_DIR   folder of teachers <TEACHER_DIR>/<DATASET.NAME> (ImageNet-xd for cross/dg), as written by
-#                 scripts/teacher/*.sh and tools/import_promptkd_teacher.py (default: teachers); used when
-#                 TEACHER_CKPT is unset
+#   TEACHER_DIR   folder of teachers <TEACHER_DIR>/<DATASET.NAME> (<source DATASET.NAME>-xd, e.g. ImageNet-xd, for
+#                 cross/dg), as written by scripts/teacher/*.sh and tools/import_promptkd_teacher.py (default:
+#                 teachers); used when TEACHER_CKPT is unset
+#   SOURCE        source dataset of the cross-dataset / DG scripts (default: imagenet; demonet in the demo world)
+#   SHOTS         training images per class of the cross-dataset / DG students (default: 0 = every train image)
 #   BACKBONE      student CLIP (MODEL.BACKBONE.NAME: a model name or weight file), e.g. a tiny CLIP in tests
 #   TEACHER_NAME  teacher CLIP (TRAINER.<NS>.TEACHER_NAME)
 #   EXTRA_OPTS    extra "KEY VALUE ..." config overrides appended last, e.g. "OPTIM.MAX_EPOCH 1 INPUT.SIZE (32,32)"
@@ -31,33 +33,48 @@ OUTPUT_ROOT=${OUTPUT_ROOT:-output}
 BASE2NEW_DATASETS=(imagenet caltech101 oxford_pets stanford_cars oxford_flowers food101 fgvc_aircraft sun397 dtd
                    eurosat ucf101)
 XD_TARGETS=(caltech101 oxford_pets stanford_cars oxford_flowers food101 fgvc_aircraft sun397 dtd eurosat ucf101)
-DG_TARGETS=(imagenetv2 imagenet_sketch imagenet_a imagenet_r)
 
 die() {
     echo "error: $*" >&2
     exit 1
 }
 
-# dataset_name SHORT: DATASET.NAME of a dataset short name (the stem of configs/datasets/<SHORT>.yaml).
+# dataset_name SHORT: DATASET.NAME of a dataset short name, read from configs/datasets/<SHORT>.yaml (so every dataset
+# with a config works, the demo's included).
 dataset_name() {
+    local yaml="configs/datasets/$1.yaml" name=""
+    if [[ "$1" =~ ^[A-Za-z0-9_]+$ ]] && [ -f "$yaml" ]; then
+        name=$(sed -n 's/^ *NAME: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$yaml" | head -n 1)
+    fi
+    if [ -z "$name" ]; then
+        local stems=(configs/datasets/*.yaml)
+        stems=("${stems[@]#configs/datasets/}")
+        die "unknown dataset '$1'; use one of: ${stems[*]%.yaml}"
+    fi
+    echo "$name"
+}
+
+# dg_targets SOURCE: the domain-generalisation targets (short names) of a source dataset.
+dg_targets() {
     case "$1" in
-        imagenet) echo ImageNet ;;
-        caltech101) echo Caltech101 ;;
-        oxford_pets) echo OxfordPets ;;
-        stanford_cars) echo StanfordCars ;;
-        oxford_flowers) echo OxfordFlowers ;;
-        food101) echo Food101 ;;
-        fgvc_aircraft) echo FGVCAircraft ;;
-        sun397) echo SUN397 ;;
-        dtd) echo DescribableTextures ;;
-        eurosat) echo EuroSAT ;;
-        ucf101) echo UCF101 ;;
-        imagenetv2) echo ImageNetV2 ;;
-        imagenet_sketch) echo ImageNetSketch ;;
-        imagenet_a) echo ImageNetA ;;
-        imagenet_r) echo ImageNetR ;;
-        *) die "unknown dataset '$1'; use one of: ${BASE2NEW_DATASETS[*]} ${DG_TARGETS[*]}" ;;
+        imagenet) echo imagenetv2 imagenet_sketch imagenet_a imagenet_r ;;
+        demonet) echo demonetv2 demonet_sketch demonet_a demonet_r ;;
+        *) die "no domain-generalisation targets for source '$1'; use SOURCE=imagenet or SOURCE=demonet" ;;
     esac
+}
+
+# xd_source: sets SOURCE (default imagenet) and SOURCE_NAME (its DATASET.NAME) for the cross-dataset / DG scripts.
+xd_source() {
+    SOURCE=${SOURCE:-imagenet}
+    SOURCE_NAME=$(dataset_name "$SOURCE")
+}
+
+# require_dg_target SCRIPT TARGET: ends with a usage line naming $SOURCE's DG targets unless TARGET is one of them.
+require_dg_target() {
+    local targets
+    targets=$(dg_targets "${SOURCE:-imagenet}")
+    [[ " $targets " == *" $2 "* ]] ||
+        die "usage: SOURCE=${SOURCE:-imagenet} bash $1 <${targets// /|}> <seed> ('${2}' is not a DG target of it)"
 }
 
 # dataset_yaml SHORT: the dataset config file.
@@ -86,7 +103,8 @@ require_data() {
 }
 
 # teacher_ckpt FOLDER: the TRAINER.<NS>.TEACHER_CKPT value; FOLDER is the teacher's folder name under TEACHER_DIR
-# (the dataset's DATASET.NAME for base-to-novel, ImageNet-xd for cross/dg). Prints "" for TEACHER_CKPT=none.
+# (the dataset's DATASET.NAME for base-to-novel, <source DATASET.NAME>-xd, e.g. ImageNet-xd, for cross/dg).
+# Prints "" for TEACHER_CKPT=none.
 teacher_ckpt() {
     case "${TEACHER_CKPT:-}" in
         none)

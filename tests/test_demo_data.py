@@ -15,7 +15,8 @@ from demo.captions import EVAL_ENSEMBLE, PRETRAIN_TEMPLATES, caption, pretrainin
 from engine.dataset_base import build_dataset
 from tests.helpers_datasets import make_cfg
 
-TINY = shapes.GenParams(train_per_class=2, val_per_class=1, test_per_class=1, size=32, seed=3)
+TINY = shapes.GenParams(train_per_class=2, val_per_class=1, test_per_class=1, size=32, seed=3, xd_train_per_class=1,
+                        xd_val_per_class=1, xd_test_per_class=1)
 
 
 def _attributes(classnames):
@@ -98,10 +99,12 @@ def test_pretraining_captions_leave_evaluation_templates_out():
 
 def test_generate_writes_coop_layout_identical_to_render_split(tmp_path):
     dirs = shapes.generate(str(tmp_path), TINY, verbose=False)
-    assert dirs == {"DemoShapes": str(tmp_path / "demo_shapes"), "DemoShapesHard": str(tmp_path / "demo_shapes_hard")}
+    assert {name: dirs[name] for name in ("DemoShapes", "DemoShapesHard")} == {
+        "DemoShapes": str(tmp_path / "demo_shapes"), "DemoShapesHard": str(tmp_path / "demo_shapes_hard")}
     test_images, test_labels = shapes.render_split("test", TINY)
     canonical = {shapes.CLASSNAMES[k]: k for k in range(48)}
-    for name, folder in dirs.items():
+    for name in ("DemoShapes", "DemoShapesHard"):
+        folder = dirs[name]
         assert sorted(os.listdir(os.path.join(folder, "images"))) == sorted(
             c.replace(" ", "_") for c in shapes.CLASSNAMES)
         with open(os.path.join(folder, f"split_zhou_{name}.json")) as f:
@@ -130,7 +133,7 @@ def test_generate_is_deterministic_and_skips_when_current(tmp_path, capsys):
     shapes.generate(str(tmp_path / "a"), TINY)
     assert "already generated" in capsys.readouterr().out
     assert os.stat(marker).st_mtime_ns == mtime
-    other = shapes.GenParams(train_per_class=2, val_per_class=1, test_per_class=1, size=32, seed=4)
+    other = dataclasses.replace(TINY, seed=4)
     shapes.generate(str(tmp_path / "a"), other, verbose=False)
     with open(marker, "rb") as fa, open(os.path.join(second, "images", "red_circle", "00000.png"), "rb") as fb:
         assert fa.read() != fb.read()

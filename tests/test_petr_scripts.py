@@ -1,5 +1,6 @@
 """PETR's bash scripts end to end on tiny CLIPs and a tiny EuroSAT tree: base2new_train.sh, base2new_test.sh,
-reproduce_base2new.sh (skip + parse_test_res table), scripts/common.sh tables, and the scripts' clear errors."""
+reproduce_base2new.sh (skip + parse_test_res table), scripts/common.sh tables, and the scripts' clear errors; the
+cross-dataset / DG scripts (PETR, PromptKD, teacher, zero-shot) with SOURCE=demonet on a tiny demo-world tree."""
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ import pytest
 import torch
 import yaml
 
+from demo.shapes import GenParams, generate
 from engine import DATASET_REGISTRY
 from tests.helpers_petr import numpy_mahalanobis_route, write_eurosat
 from tests.helpers_run import HANG_GUARD_S
@@ -108,9 +110,13 @@ def test_scripts_give_clear_errors(script_env):
 
 
 def test_common_sh_tables_match_dataset_configs():
-    shorts = common_sh('echo "${BASE2NEW_DATASETS[*]} ${DG_TARGETS[*]}"').split()
+    shorts = common_sh('echo "${BASE2NEW_DATASETS[*]} $(dg_targets imagenet)"').split()
     assert len(shorts) == 15 and set(common_sh('echo "${XD_TARGETS[*]}"').split()) == set(shorts[1:11])
-    for short in shorts:
+    assert shorts[11:] == ["imagenetv2", "imagenet_sketch", "imagenet_a", "imagenet_r"]
+    assert common_sh("dg_targets demonet").split() == ["demonetv2", "demonet_sketch", "demonet_a", "demonet_r"]
+    stems = sorted(name[:-len(".yaml")] for name in os.listdir(os.path.join(REPO, "configs", "datasets")))
+    assert set(shorts) < set(stems) and {"demonet", "democool", "demonet_sketch"} < set(stems)
+    for short in stems:  # every dataset config, the demo's included
         name = common_sh(f"dataset_name {short}")
         with open(os.path.join(REPO, common_sh(f"dataset_yaml {short}"))) as f:
             assert yaml.safe_load(f)["DATASET"]["NAME"] == name
@@ -120,3 +126,78 @@ def test_common_sh_tables_match_dataset_configs():
     assert {s for s, a in alphas.items() if a == "200.0"} == {"fgvc_aircraft", "oxford_flowers", "dtd"}
     assert {a for s, a in alphas.items()} == {"200.0", "1000.0"}
     assert common_sh("KD_WEIGHT=5.0 kd_weight dtd") == "5.0"
+
+
+DEMO_TINY = GenParams(train_per_class=1, val_per_class=1, test_per_class=1, xd_train_per_class=2, xd_val_per_class=1,
+                      xd_test_per_class=1)
+"""A tiny demo world: DemoNet 24 classes x (2 train, 1 val, 1 test); the DG targets 1 test image per class."""
+
+
+@pytest.fixture(scope="module")
+def demo_env(tmp_path_factory, tiny_clip_file, tiny_teacher_clip_file) -> dict:
+    """The environment of a demo-world user: SOURCE=demonet, CFG=demo, teachers published under TEACHER_DIR."""
+    tmp = tmp_path_factory.mktemp("demo_scripts")
+    generate(str(tmp / "data"), DEMO_TINY, verbose=False)
+    env = {k: v for k, v in os.environ.items() if k not in ("TEACHER_CKPT", "SHOTS", "SOURCE", "CFG")}
+    return {**env, "DATA": str(tmp / "data"), "PYTHON": sys.executable, "OUTPUT_ROOT": str(tmp / "output"),
+            "BACKBONE": tiny_clip_file, "TEACHER_NAME": tiny_teacher_clip_file, "TEACHER_DIR": str(tmp / "teachers"),
+            "SOURCE": "demonet", "CFG": "demo",
+            "EXTRA_OPTS": "OPTIM.MAX_EPOCH 1 DATALOADER.NUM_WORKERS 0 USE_CUDA False"}
+
+
+def _finished(env: dict, rel: str, dataset: str) -> str:
+    """The log of the finished run in OUTPUT_ROOT/rel, whose results.json names ``dataset``."""
+    run = os.path.join(env["OUTPUT_ROOT"], rel)
+    with open(os.path.join(run, "results.json")) as f:
+        assert json.load(f)["dataset"] == dataset
+    with open(os.path.join(run, "log.txt")) as f:
+        return f.read()
+
+
+@pytest.mark.slow
+def test_cross_dataset_and_dg_scripts_in_the_demo_world(demo_env):
+    steps = [("teacher/xd_train.sh", "1"), ("petr/xd_train.sh", "democool", "1"), ("petr/xd_test.sh", "democool", "1"),
+             ("promptkd/xd_train.sh", "demonet", "1"), ("promptkd/xd_test.sh", "demonet_sketch", "1"),
+             ("zsclip/zeroshot.sh", "demonet_r", "demo")]
+    for script, *args in steps:
+        done = run_script(script, *args, env=demo_env)
+        assert done.returncode == 0, (script, done.stderr[-3000:])
+    shots1 = {**demo_env, "SHOTS": "1"}
+    for script in ("petr/dg_train.sh", "petr/dg_test.sh"):
+        done = run_script(script, "demonet_a", "1", env=shots1)
+        assert done.returncode == 0, (script, done.stderr[-3000:])
+
+    teacher = os.path.join(demo_env["TEACHER_DIR"], "DemoNet-xd")
+    assert os.path.isfile(os.path.join(teacher, "VLPromptLearner", "checkpoint"))
+    log = _finished(demo_env, "xd/train/demonet/shots_16/PromptSRC/demo/seed1", "DemoNet")
+    assert "Data role standard (cross, SUBSAMPLE_CLASSES all)" in log
+    for rel in ("xd/train/democool/shots_0/PETR/demo/seed1", "xd/test/democool/shots_0/PETR/demo/seed1"):
+        log = _finished(demo_env, rel, "DemoCool")
+        assert "SOURCE_DATASET: DemoNet" in log and f"TEACHER_CKPT: {teacher}" in log
+        assert "Data role seen_unseen (cross, SUBSAMPLE_CLASSES all): train_x 48, train_u 24" in log  # 24 x 2 source
+    for rel in ("dg/train/demonet_a/shots_1/PETR/demo/seed1", "dg/test/demonet_a/shots_1/PETR/demo/seed1"):
+        log = _finished(demo_env, rel, "DemoNetA")
+        assert "SOURCE_DATASET: DemoNet" in log
+        assert "Data role seen_unseen (dg, SUBSAMPLE_CLASSES all): train_x 24" in log  # 1 shot x 24 source classes
+    log = _finished(demo_env, "xd/train/demonet/shots_0/PromptKD/demo/seed1", "DemoNet")
+    assert f"TEACHER_CKPT: {teacher}" in log
+    log = _finished(demo_env, "xd/test/demonet_sketch/shots_0/PromptKD/demo/seed1", "DemoNetSketch")
+    assert "Data role distill_all (dg," in log  # a DG target of SOURCE is evaluated with MODAL dg
+    assert os.path.join("xd/train/demonet/shots_0/PromptKD/demo/seed1") in log  # the DemoNet-distilled student
+    _finished(demo_env, "ZeroshotCLIP/demo/demonet_r", "DemoNetR")
+
+
+def test_cross_dataset_scripts_give_clear_errors(demo_env):
+    done = run_script("petr/dg_train.sh", "imagenet_a", "1", env=demo_env)
+    assert done.returncode != 0 and done.stderr.strip().splitlines() == [
+        "error: usage: SOURCE=demonet bash scripts/petr/dg_train.sh "
+        "<demonetv2|demonet_sketch|demonet_a|demonet_r> <seed> ('imagenet_a' is not a DG target of it)"]
+    done = run_script("petr/dg_test.sh", "demonet_a", "1", env={**demo_env, "SOURCE": "imagenet"})
+    assert done.returncode != 0 and "<imagenetv2|imagenet_sketch|imagenet_a|imagenet_r>" in done.stderr
+    done = run_script("petr/dg_train.sh", "demonet_a", "1", env={**demo_env, "SOURCE": "democool"})
+    assert done.returncode != 0 and "no domain-generalisation targets for source 'democool'" in done.stderr
+    done = run_script("petr/xd_train.sh", "democool", "1", env={**demo_env, "SOURCE": "demonett"})
+    assert done.returncode != 0 and "unknown dataset 'demonett'; use one of: caltech101 demo_shapes" in done.stderr
+    assert " demonet " in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    done = run_script("promptkd/xd_test.sh", "democool", "7", env=demo_env)
+    assert done.returncode != 0 and "no DemoNet-distilled student in" in done.stderr

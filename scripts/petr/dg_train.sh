@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# PETR domain generalisation: θ_s learns labelled ImageNet train images, θ_u the unlabelled images of TARGET
-# (imagenetv2, imagenet_sketch, imagenet_a, imagenet_r: their test images — transductive, as PromptKD), router from
-# ImageNet train images scored over TARGET's classes; evaluated on TARGET.
-# Usage: DATA=/path/to/datasets [TEACHER_DIR=teachers | TEACHER_CKPT=...] bash scripts/petr/dg_train.sh imagenet_a 1
-# Output: $OUTPUT_ROOT/dg/train/<target>/shots_0/PETR/<cfg>/seed<S>.
+# PETR domain generalisation: θ_s learns labelled train images of the SOURCE dataset, θ_u the unlabelled images of
+# TARGET (a DG target of SOURCE: imagenetv2, imagenet_sketch, imagenet_a, imagenet_r for imagenet; demonetv2,
+# demonet_sketch, demonet_a, demonet_r for demonet; their test images — transductive, as PromptKD), router from
+# SOURCE train images scored over TARGET's classes; evaluated on TARGET.
+# Usage: DATA=/path/to/datasets [SOURCE=imagenet] [SHOTS=0] [TEACHER_DIR=teachers | TEACHER_CKPT=...] \
+#            bash scripts/petr/dg_train.sh imagenet_a 1
+# Output: $OUTPUT_ROOT/dg/train/<target>/shots_<SHOTS>/PETR/<cfg>/seed<S>.
 set -euo pipefail
-DATASET=${1:-}
-case "$DATASET" in
-    imagenetv2 | imagenet_sketch | imagenet_a | imagenet_r) ;;
-    *) echo "error: usage: bash scripts/petr/dg_train.sh <imagenetv2|imagenet_sketch|imagenet_a|imagenet_r> <seed>" >&2
-       exit 1 ;;
-esac
-MODAL=dg ROLE_DIR=dg exec bash "$(dirname "$0")/xd_train.sh" "$@"
+cd "$(dirname "$0")/../.."
+source scripts/common.sh
+
+require_dg_target scripts/petr/dg_train.sh "${1:-}"
+MODAL=dg ROLE_DIR=dg exec bash scripts/petr/xd_train.sh "$@"

@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
-# ImageNet-xd teacher (PromptSRC on ViT-L/14, cross-dataset settings: deep prompts 3/3, GPA 6/10): train on 16-shot
-# ImageNet, all 1000 classes, and publish it to ${TEACHER_DIR:-teachers}/ImageNet-xd for the xd/dg student scripts.
-# Usage: DATA=/path/to/datasets bash scripts/teacher/xd_train.sh 1
-# Output: $OUTPUT_ROOT/xd/train/imagenet/shots_16/PromptSRC/<cfg>/seed<S>. Knobs: CFG (default
-# vit_l14_c2_ep20_batch8_4+4ctx_cross_datasets), SHOTS, TEACHER_NAME, TEACHER_DIR, EXTRA_OPTS (scripts/common.sh).
+# Cross-dataset / DG teacher (PromptSRC on ViT-L/14, cross-dataset settings: deep prompts 3/3, GPA 6/10): train on
+# 16-shot SOURCE (default imagenet), all classes, and publish it to ${TEACHER_DIR:-teachers}/<source DATASET.NAME>-xd
+# (ImageNet-xd; DemoNet-xd for SOURCE=demonet) for the xd/dg student scripts.
+# Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/teacher/xd_train.sh 1
+# Output: $OUTPUT_ROOT/xd/train/<source>/shots_16/PromptSRC/<cfg>/seed<S>. Knobs: CFG (default
+# vit_l14_c2_ep20_batch8_4+4ctx_cross_datasets), SOURCE, SHOTS (default 16), TEACHER_NAME, TEACHER_DIR, EXTRA_OPTS
+# (scripts/common.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/common.sh
 source scripts/teacher/publish.sh
 
-[ $# -eq 1 ] || die "usage: bash scripts/teacher/xd_train.sh <seed>"
+[ $# -eq 1 ] || die "usage: [SOURCE=imagenet] bash scripts/teacher/xd_train.sh <seed>"
 SEED=$1
-DATASET=imagenet
 TRAINER=PromptSRC
 CFG=${CFG:-vit_l14_c2_ep20_batch8_4+4ctx_cross_datasets}
 SHOTS=${SHOTS:-16}
 
 require_data
-dataset_name "$DATASET" >/dev/null
+xd_source
+DATASET=$SOURCE
 DIR=$(run_dir xd/train "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 if run_finished "$DIR"; then
     echo "Run finished, skipping training: $DIR"
@@ -29,4 +31,4 @@ else
         DATASET.SUBSAMPLE_CLASSES all \
         TRAINER.MODAL cross
 fi
-publish_teacher "$DIR" ImageNet-xd
+publish_teacher "$DIR" "$SOURCE_NAME-xd"
