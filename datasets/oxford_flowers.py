@@ -6,8 +6,6 @@ import os
 import random
 from collections import defaultdict
 
-from scipy.io import loadmat
-
 from engine.errors import InvalidInputError
 from engine.registry import DATASET_REGISTRY
 from engine.utils import read_json
@@ -30,6 +28,8 @@ class OxfordFlowers(ProtocolDataset):
         split_path = os.path.join(dataset_dir, "split_zhou_OxfordFlowers.json")
 
         def create(rng: random.Random):
+            from scipy.io import loadmat  # only for the native-file fallback (no split file)
+
             label_file = native_file(os.path.join(dataset_dir, "imagelabels.mat"), split_path, name)
             labels = loadmat(label_file)["labels"][0]
             names = read_json(native_file(os.path.join(dataset_dir, "cat_to_name.json"), split_path, name))

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import random
 
-from scipy.io import loadmat
-
 from engine.dataset_base import Datum
 from engine.registry import DATASET_REGISTRY
 
@@ -26,6 +24,8 @@ class StanfordCars(ProtocolDataset):
         split_path = os.path.join(dataset_dir, "split_zhou_StanfordCars.json")
 
         def read_annotations(image_folder: str, anno_file: str) -> list[Datum]:
+            from scipy.io import loadmat  # only for the native-file fallback (no split file)
+
             anno_path = native_file(os.path.join(dataset_dir, anno_file), split_path, name)
             meta_path = native_file(os.path.join(dataset_dir, "devkit", "cars_meta.mat"), split_path, name)
             class_names = loadmat(meta_path)["class_names"][0]

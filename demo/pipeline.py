@@ -1,50 +1,59 @@
-"""The built-in demo end to end: data → tiny CLIPs → teacher → students → routed evaluation → tables and a plot.
+"""The built-in demo end to end: data → tiny CLIPs → teachers → students over seeds → tables, effects and a plot.
 
-Every training and evaluation stage is a ``train.py`` run with the command line a researcher would type (printed
-before it runs; executed in this process through ``train.main`` so the imports are paid once), written in the
-CoOp layout ``<output>/base2new/{train_base,test_new}/<dataset>/shots_<K>/<TRAINER>/<cfg>/seed<S>``
-(docs/ARCHITECTURE.md).
-A stage whose ``results.json`` exists is skipped, so a rerun only does what is missing. The summary is
-``parse_test_res.py b2n`` (Base / Novel / HM), a routing table read from the PETR runs' ``results.json``, a list of
-the effects the PETR paper describes with the measured numbers, and ``tools/plot_routing_scores.py`` on the PETR run.
+Three protocols, each through the commands a researcher types (printed before they run):
+* base-to-novel on ``DemoShapesHard``: ``python train.py ...`` runs in the CoOp layout
+  ``<output>/base2new/{train_base,test_new}/<dataset>/shots_<K>/<TRAINER>/demo/seed<S>`` (docs/ARCHITECTURE.md), for
+  seeds 1–3; the PromptSRC teacher and zero-shot CLIP are run once (seed 1) and shared, as PromptKD's published
+  teachers are;
+* cross-dataset and domain generalisation with ``DemoNet`` (the toy ImageNet) as source: ``scripts/teacher``,
+  ``scripts/zsclip``, ``scripts/promptkd`` and ``scripts/petr`` xd/dg scripts with ``SOURCE=demonet``
+  (``<output>/xd``, ``<output>/dg``, ``<output>/ZeroshotCLIP``).
+Runs are subprocesses, several at once (``demo.jobs``); a run whose results exist is skipped, so a rerun only does
+what is missing. The summary: ``parse_test_res.py b2n``, mean ± std over seeds, PETR − PromptKD per seed, routing,
+the paper's effects over seeds, the cross-dataset and DG tables, the routing-score plot and per-stage times.
 
-Command line: ``python -m demo.pipeline [--quick] [--workdir DIR] [--data DIR] [--output DIR] [--cache DIR]``.
-Environment: ``DEMO_DATA``, ``DEMO_OUTPUT``, ``DEMO_CACHE`` (the same as the flags; flags win).
+Command line: ``python -m demo.pipeline [--quick] [--workdir DIR] [--data DIR] [--output DIR] [--cache DIR]
+[--threads N] [--jobs N]``. Environment: ``DEMO_DATA``, ``DEMO_OUTPUT``, ``DEMO_CACHE`` (flags win).
 """
 from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-import torch
-from tabulate import tabulate
-
 import parse_test_res
 from analysis.dumps import find_units, unit_scores
-from analysis.stats import harmonic_mean
+from demo import report
+from demo.jobs import Job, run_jobs, stage_times
 from demo.pretrain import PretrainParams, default_params, default_path, pretrained_path
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
-from engine.checkpoint import pointed_checkpoint
 from engine.utils import read_json
 
 CONFIG = "demo"
 """Name of the demo configs: ``configs/trainers/<TRAINER>/demo.yaml``."""
 TABLE_METHODS = ("ZeroshotCLIP", "CoOp", "PromptKD", "PETR", "PETRCoOp")
-ROUTED = ("PETR", "PETRCoOp")
+SHARED = ("ZeroshotCLIP", "PromptSRC")
+"""Methods run once (seed 1) and shared by every seed: zero-shot is deterministic, the teacher is published once."""
 RESULTS = "results.json"
+SOURCE = "demonet"
+XD_TARGETS = ("democool", "demosoft", "demofancy")
+DG_TARGETS = ("demonetv2", "demonet_sketch", "demonet_a", "demonet_r")
+TRANSFER_METHODS = ("ZeroshotCLIP", "PromptKD", "PETR")
 
 
 @dataclass(frozen=True)
 class DemoPlan:
-    """What the demo builds: data and tiny-CLIP parameters, shots per stage, per-trainer config overrides."""
+    """What the demo builds: data and tiny-CLIP parameters, seeds, shots per stage, per-trainer config overrides."""
 
     dataset: str = "DemoShapesHard"
-    seed: int = 1
+    seeds: tuple[int, ...] = (1, 2, 3)
+    transfer_seeds: tuple[int, ...] = (1, 2, 3)
+    """Seeds of the cross-dataset and domain-generalisation runs (empty: skip those protocols)."""
+    xd_targets: tuple[str, ...] = XD_TARGETS
+    dg_targets: tuple[str, ...] = DG_TARGETS
     data: GenParams = DEFAULT_PARAMS
     student: PretrainParams = field(default_factory=lambda: default_params("student"))
     teacher: PretrainParams | None = field(default_factory=lambda: default_params("teacher"))
@@ -53,20 +62,27 @@ class DemoPlan:
     coop_shots: int = 16
     student_shots: int = 32
     """Images per class for PromptKD (all classes, unlabelled) and PETR (labelled base, unlabelled novel)."""
+    kd_weight: str = "100.0"
+    """α of the xd/dg scripts (KD_WEIGHT), the demo configs' value (the scripts default to PromptKD's 1000)."""
     opts: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Extra ``KEY VALUE`` overrides per trainer, appended after the demo config (e.g. fewer epochs)."""
 
 
 FULL = DemoPlan()
 QUICK = DemoPlan(
-    data=GenParams(train_per_class=40, val_per_class=2, test_per_class=20),
+    seeds=(1, 2),
+    transfer_seeds=(1,),
+    xd_targets=("democool",),
+    dg_targets=("demonet_sketch",),
+    data=replace(DEFAULT_PARAMS, train_per_class=40, val_per_class=2, test_per_class=20, xd_train_per_class=16,
+                 xd_val_per_class=2, xd_test_per_class=20),
     student=replace(default_params("student"), steps=150),
     teacher=None,
     teacher_shots=8, coop_shots=8, student_shots=16,
     opts={"PromptSRC": ("OPTIM.MAX_EPOCH", "3"), "CoOp": ("OPTIM.MAX_EPOCH", "10"),
           "PromptKD": ("OPTIM.MAX_EPOCH", "3"), "PETR": ("OPTIM.MAX_EPOCH", "5")},
 )
-"""The reduced demo of the test suite: fewer images, a short pretraining shared by teacher and students."""
+"""The reduced demo of the test suite: fewer images and seeds, a short pretraining shared by teacher and students."""
 
 
 @dataclass(frozen=True)
@@ -85,68 +101,192 @@ class Paths:
     def figures(self) -> str:
         return os.path.join(self.output, "figures")
 
+    @property
+    def logs(self) -> str:
+        return os.path.join(self.output, "logs")
+
+    @property
+    def teachers(self) -> str:
+        return os.path.join(self.output, "teachers")
+
 
 class Demo:
-    """Runs the stages of a :class:`DemoPlan`, printing a header with the elapsed time before each."""
+    """Builds the jobs of a :class:`DemoPlan`, runs them and prints the summary."""
 
-    def __init__(self, plan: DemoPlan, paths: Paths):
+    def __init__(self, plan: DemoPlan, paths: Paths, threads: int = 1, workers: int = 2):
         if plan.dataset not in DATASET_DIRS:
             raise ValueError(f"unknown demo dataset {plan.dataset!r}; choose one of {', '.join(DATASET_DIRS)}")
         self.plan, self.paths = plan, paths
+        self.threads, self.workers = threads, workers
         self.short = DATASET_DIRS[plan.dataset]  # its folder = the stem of its yaml, as scripts name datasets
-        self.dataset_yaml = f"configs/datasets/{self.short}.yaml"
+        self.repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self.start = time.time()
         self.student_clip = self.teacher_clip = ""
+        self.prepare_times: list[list] = []
 
     # ----- bookkeeping ----------------------------------------------------------------------------------
+    def clock(self) -> float:
+        return time.time() - self.start
+
     def header(self, text: str) -> None:
-        elapsed = time.time() - self.start
+        elapsed = self.clock()
         print(f"\n==> [{int(elapsed // 60):02d}:{int(elapsed % 60):02d}] {text}", flush=True)
 
-    def run_dir(self, role: str, shots: int, trainer: str) -> str:
+    def run_dir(self, role: str, shots: int, trainer: str, seed: int) -> str:
         """``<output>/base2new/<role>/<dataset>/shots_<K>/<trainer>/demo/seed<S>`` (docs/ARCHITECTURE.md)."""
-        return os.path.join(self.paths.base2new, role, self.short, f"shots_{shots}", trainer, CONFIG,
-                            f"seed{self.plan.seed}")
+        return os.path.join(self.paths.base2new, role, self.short, f"shots_{shots}", trainer, CONFIG, f"seed{seed}")
 
-    def train_py(self, trainer: str, run_dir: str, subsample: str, shots: int, opts: Sequence[str] = (),
-                 model_dir: str = "") -> dict:
-        """One ``train.py`` run (skipped when its results.json exists); returns its results.json."""
-        result = os.path.join(run_dir, RESULTS)
-        if os.path.isfile(result):
-            print(f"Finished before, skipping: {run_dir}")
-            return read_json(result)
-        argv = ["--root", self.paths.data, "--seed", str(self.plan.seed), "--trainer", trainer,
-                "--dataset-config-file", self.dataset_yaml,
-                "--config-file", f"configs/trainers/{trainer}/{CONFIG}.yaml", "--output-dir", run_dir]
+    def shots(self, trainer: str) -> int:
+        """The shots folder of a method's base-to-novel runs."""
+        return {"ZeroshotCLIP": 0, "PromptSRC": self.plan.teacher_shots, "CoOp": self.plan.coop_shots,
+                "PromptKD": self.plan.student_shots, "PETR": self.plan.student_shots,
+                "PETRCoOp": self.plan.coop_shots}[trainer]
+
+    def seed_of(self, trainer: str, seed: int) -> int:
+        """The seed whose run a method uses (shared methods: seed 1's)."""
+        return self.plan.seeds[0] if trainer in SHARED else seed
+
+    def method_dirs(self, trainer: str, seed: int) -> list[str]:
+        """The base and novel run folders of a method and seed."""
+        return [self.run_dir(role, self.shots(trainer), trainer, self.seed_of(trainer, seed))
+                for role in ("train_base", "test_new")]
+
+    # ----- jobs -----------------------------------------------------------------------------------------
+    def train_argv(self, trainer: str, out: str, seed: int, subsample: str, opts: Sequence[str] = (),
+                   model_dir: str = "", shots: int | None = None) -> tuple[str, ...]:
+        """``python train.py`` on the demo dataset (base-to-novel): training, or evaluating ``model_dir``."""
+        argv = [sys.executable, "train.py", "--root", self.paths.data, "--seed", str(seed), "--trainer", trainer,
+                "--dataset-config-file", f"configs/datasets/{self.short}.yaml",
+                "--config-file", f"configs/trainers/{trainer}/{CONFIG}.yaml", "--output-dir", out]
         if model_dir:
-            argv += ["--eval-only", "--model-dir", model_dir, *load_epoch_args(model_dir)]
-        argv += ["DATASET.NUM_SHOTS", str(shots), "DATASET.SUBSAMPLE_CLASSES", subsample,
-                 "TRAINER.MODAL", "base2novel", *opts, *self.plan.opts.get(trainer, ())]
-        print(f"$ python train.py {shlex.join(argv)}", flush=True)
-        import train
+            argv += ["--eval-only", "--model-dir", model_dir]
+            if trainer != "ZeroshotCLIP":  # it saves no checkpoint
+                argv += ["--load-epoch", "last"]
+        shots = self.shots(trainer) if shots is None else shots
+        argv += ["DATASET.NUM_SHOTS", str(shots), "DATASET.SUBSAMPLE_CLASSES", subsample, "TRAINER.MODAL", "base2novel",
+                 *opts, *self.plan.opts.get(trainer, ())]
+        return tuple(argv)
 
-        train.main(argv)
-        if not os.path.isfile(result):
-            raise RuntimeError(f"train.py finished without writing {result}; see {run_dir}/log.txt")
-        return read_json(result)
+    def train_py(self, trainer: str, role: str, seed: int, extra: Sequence[str] = (), model_dir: str = "") -> Job:
+        """One base-to-novel run in the CoOp layout (training on base, or evaluating ``model_dir`` on novel)."""
+        out = self.run_dir(role, self.shots(trainer), trainer, seed)
+        subsample, part = ("base", "base") if role == "train_base" else ("new", "novel")
+        return Job(f"b2n {trainer} seed{seed} {part}", "", self.train_argv(trainer, out, seed, subsample, extra,
+                                                                            model_dir), os.path.join(out, RESULTS))
 
-    def base_and_novel(self, title: str, trainer: str, shots: int, opts: Sequence[str] = (),
-                       train_opts: Sequence[str] = ()) -> tuple[dict, dict]:
+    def base_and_novel(self, trainer: str, seed: int, stage: str, extra: Sequence[str] = (),
+                       deps: Sequence[str] = ()) -> list[Job]:
         """Train (or evaluate) on the base classes, then evaluate the saved model on the novel classes."""
-        self.header(f"{title}: base classes")
-        base_dir = self.run_dir("train_base", shots, trainer)
-        base = self.train_py(trainer, base_dir, "base", shots, [*opts, *train_opts])
-        self.header(f"{title}: novel classes")
-        novel_dir = self.run_dir("test_new", shots, trainer)
-        novel = self.train_py(trainer, novel_dir, "new", shots, opts, model_dir=base_dir)
-        print(f"{title}: base {base['accuracy']:.2f}%, novel {novel['accuracy']:.2f}%")
-        return base, novel
+        base = replace(self.train_py(trainer, "train_base", seed, extra), stage=stage, deps=tuple(deps))
+        model_dir = self.run_dir("train_base", self.shots(trainer), trainer, seed)
+        novel = self.train_py(trainer, "test_new", seed, extra, model_dir=model_dir)
+        return [base, replace(novel, stage=stage, deps=(base.name,))]
+
+    def distill_opts(self, trainer: str) -> tuple[str, ...]:
+        """The student CLIP, the teacher CLIP and the shared base-to-novel teacher run of PromptKD / PETR."""
+        teacher_run = self.run_dir("train_base", self.plan.teacher_shots, "PromptSRC", self.plan.seeds[0])
+        return ("MODEL.BACKBONE.NAME", self.student_clip, f"TRAINER.{trainer.upper()}.TEACHER_NAME", self.teacher_clip,
+                f"TRAINER.{trainer.upper()}.TEACHER_CKPT", teacher_run)
+
+    def b2n_jobs(self) -> list[Job]:
+        """Zero-shot and teacher once, then CoOp, PromptKD, PETR and PETR+CoOp for every seed."""
+        plan, first = self.plan, self.plan.seeds[0]
+        student = ("MODEL.BACKBONE.NAME", self.student_clip)
+        jobs = self.base_and_novel("ZeroshotCLIP", first, "base-to-novel: zero-shot", student)
+        teacher = self.base_and_novel("PromptSRC", first, "base-to-novel: teacher",
+                                      ("MODEL.BACKBONE.NAME", self.teacher_clip))
+        jobs += teacher
+        for seed in plan.seeds:
+            stage = f"base-to-novel: seed {seed}"
+            coop = self.base_and_novel("CoOp", seed, stage, student)
+            jobs += coop
+            for trainer in ("PromptKD", "PETR"):
+                jobs += self.base_and_novel(trainer, seed, stage, self.distill_opts(trainer), deps=(teacher[0].name,))
+            coop_run = self.run_dir("train_base", plan.coop_shots, "CoOp", seed)
+            jobs += self.base_and_novel("PETRCoOp", seed, stage,
+                                        (*student, "TRAINER.PETRCOOP.COOP_MODEL_DIR", coop_run), deps=(coop[0].name,))
+        return jobs
+
+    def script_env(self) -> dict[str, str]:
+        """What a GPU user sets for the xd/dg scripts, pointed at the demo's data, tiny CLIPs and folders."""
+        return {"DATA": self.paths.data, "OUTPUT_ROOT": self.paths.output, "CFG": CONFIG, "SOURCE": SOURCE,
+                "BACKBONE": self.student_clip, "TEACHER_NAME": self.teacher_clip, "TEACHER_DIR": self.paths.teachers,
+                "KD_WEIGHT": self.plan.kd_weight, "PYTHON": sys.executable}
+
+    def script(self, name: str, stage: str, path: str, args: Sequence[str], result: str, deps: Sequence[str] = (),
+               env: dict[str, str] | None = None) -> Job:
+        """A ``bash scripts/<method>/...`` job with the demo's script environment (the plan's overrides of the
+        script's trainer as EXTRA_OPTS)."""
+        trainer = {"teacher": "PromptSRC", "zsclip": "ZeroshotCLIP", "promptkd": "PromptKD", "petr": "PETR"}[
+            path.split("/")[1]]
+        extra = {"EXTRA_OPTS": " ".join(self.plan.opts[trainer])} if trainer in self.plan.opts else {}
+        return Job(name, stage, ("bash", path, *args), result, {**self.script_env(), **extra, **(env or {})},
+                   tuple(deps))
+
+    def transfer_dir(self, protocol_role: str, dataset: str, trainer: str, seed: int, shots: int = 0) -> str:
+        """A run folder of the xd/dg scripts: ``<output>/<xd|dg>/<train|test>/<dataset>/shots_K/<T>/demo/seed<S>``."""
+        return os.path.join(self.paths.output, protocol_role, dataset, f"shots_{shots}", trainer, CONFIG, f"seed{seed}")
+
+    def zeroshot_dir(self, dataset: str) -> str:
+        return os.path.join(self.paths.output, "ZeroshotCLIP", CONFIG, dataset)
+
+    def transfer_jobs(self) -> list[Job]:
+        """Cross-dataset (DemoNet → DemoCool, DemoSoft, DemoFancy) and DG (DemoNet → V2, Sketch, A, R) runs.
+
+        PETR's test scripts (xd_test.sh / dg_test.sh: the saved model and router evaluated again) run for the first
+        seed; they reproduce the training runs' own final evaluation, which the tables read for every seed.
+        """
+        plan = self.plan
+        if not plan.transfer_seeds:
+            return []
+        teacher_name = "xd teacher"
+        teacher_file = os.path.join(self.paths.teachers, "DemoNet-xd", "VLPromptLearner", "checkpoint")
+        jobs = [self.script(teacher_name, "cross-dataset / DG: teacher", "scripts/teacher/xd_train.sh",
+                            [str(plan.transfer_seeds[0])], teacher_file, env={"SHOTS": str(plan.teacher_shots)})]
+        for ds in (SOURCE, *plan.xd_targets, *plan.dg_targets):
+            jobs.append(self.script(f"zero-shot {ds}", "cross-dataset / DG: zero-shot", "scripts/zsclip/zeroshot.sh",
+                                    [ds, CONFIG], os.path.join(self.zeroshot_dir(ds), RESULTS)))
+        for seed in plan.transfer_seeds:
+            stage = f"cross-dataset / DG: seed {seed}"
+            retest = seed == plan.transfer_seeds[0]
+            for ds in (SOURCE, *plan.xd_targets):
+                jobs.append(self.script(f"PromptKD xd {ds} seed{seed}", stage, "scripts/promptkd/xd_train.sh",
+                                        [ds, str(seed)], self.result("xd/train", ds, "PromptKD", seed),
+                                        deps=(teacher_name,)))
+                jobs += self.petr_transfer("xd", ds, seed, stage, teacher_name, retest)
+            for ds in plan.dg_targets:
+                jobs.append(self.script(f"PromptKD dg {ds} seed{seed}", stage, "scripts/promptkd/xd_test.sh",
+                                        [ds, str(seed)], self.result("xd/test", ds, "PromptKD", seed),
+                                        deps=(f"PromptKD xd {SOURCE} seed{seed}",)))
+                jobs += self.petr_transfer("dg", ds, seed, stage, teacher_name, retest)
+        return jobs
+
+    def petr_transfer(self, protocol: str, dataset: str, seed: int, stage: str, teacher_job: str,
+                      retest: bool) -> list[Job]:
+        """PETR's ``<protocol>_train.sh`` run, and its ``<protocol>_test.sh`` re-evaluation when ``retest``."""
+        train = f"PETR {protocol} {dataset} seed{seed}"
+        jobs = [self.script(train, stage, f"scripts/petr/{protocol}_train.sh", [dataset, str(seed)],
+                            self.result(f"{protocol}/train", dataset, "PETR", seed), deps=(teacher_job,))]
+        if retest:
+            jobs.append(self.script(f"PETR {protocol} test {dataset} seed{seed}", stage,
+                                    f"scripts/petr/{protocol}_test.sh", [dataset, str(seed)],
+                                    self.result(f"{protocol}/test", dataset, "PETR", seed), deps=(train,)))
+        return jobs
+
+    def result(self, protocol_role: str, dataset: str, trainer: str, seed: int) -> str:
+        return os.path.join(self.transfer_dir(protocol_role, dataset, trainer, seed), RESULTS)
 
     # ----- stages ---------------------------------------------------------------------------------------
     def prepare(self) -> None:
-        """Write the dataset and pretrain (or find cached) the tiny CLIPs."""
-        self.header(f"Demo data ({self.plan.dataset}) under {self.paths.data}")
+        """Write the datasets and pretrain (or find cached) the tiny CLIPs."""
+        start = self.clock()
+        self.header(f"Demo data under {self.paths.data}")
         generate(self.paths.data, self.plan.data)
+        self.prepare_times.append(["data", "", "", self.clock() - start, ""])
+        start = self.clock()
+        import torch
+
+        torch.set_num_threads(self.workers * self.threads)  # the pretraining runs alone, in this process
         self.header("Tiny CLIP for the students")
         self.student_clip = clip_file(self.plan.student, self.paths.cache)
         if self.plan.teacher is None:
@@ -155,60 +295,87 @@ class Demo:
         else:
             self.header("Tiny CLIP for the teacher")
             self.teacher_clip = clip_file(self.plan.teacher, self.paths.cache)
+        self.prepare_times.append(["tiny CLIPs", "", "", self.clock() - start, ""])
 
     def run(self) -> None:
         """Every stage, then the summary."""
         self.prepare()
-        plan = self.plan
-        student = ("MODEL.BACKBONE.NAME", self.student_clip)
-        self.base_and_novel("Zero-shot CLIP", "ZeroshotCLIP", 0, student)
-        self.base_and_novel("Teacher: PromptSRC on the teacher CLIP", "PromptSRC", plan.teacher_shots,
-                            ("MODEL.BACKBONE.NAME", self.teacher_clip))
-        teacher_run = self.run_dir("train_base", plan.teacher_shots, "PromptSRC")
-        self.base_and_novel("CoOp", "CoOp", plan.coop_shots, student)
-        for trainer, title in (("PromptKD", "PromptKD student"), ("PETR", "PETR (seen + unseen students)")):
-            distill = (*student, f"TRAINER.{trainer.upper()}.TEACHER_NAME", self.teacher_clip,
-                       f"TRAINER.{trainer.upper()}.TEACHER_CKPT", teacher_run)
-            self.base_and_novel(title, trainer, plan.student_shots, distill)
-        coop_run = self.run_dir("train_base", plan.coop_shots, "CoOp")
-        self.base_and_novel("PETR+CoOp (CoOp context plugged in, router only)", "PETRCoOp", plan.coop_shots,
-                            student, ("TRAINER.PETRCOOP.COOP_MODEL_DIR", coop_run))
+        jobs = self.b2n_jobs() + self.transfer_jobs()
+        self.header(f"{len(jobs)} runs, up to {self.workers} at once with {self.threads} torch thread(s) each "
+                    f"(logs in {self.paths.logs})")
+        timings = run_jobs(jobs, self.workers, self.threads, self.paths.logs, self.clock, self.repo)
         self.summary()
+        self.header("Time per stage (wall: first start to last end; run s: summed over runs that ran at once)")
+        print(report.stage_table(self.prepare_times + stage_times(timings)))
+        self.header(f"Done in {self.clock():.0f} s; outputs under {self.paths.output}")
+
+    def collect(self) -> dict[int, report.SeedRows]:
+        """``{seed: {trainer: {"base": results.json, "novel": results.json}}}`` of the base-to-novel methods."""
+        return {seed: {trainer: {part: read_json(os.path.join(path, RESULTS))
+                                 for part, path in zip(("base", "novel"), self.method_dirs(trainer, seed))}
+                       for trainer in TABLE_METHODS}
+                for seed in self.plan.seeds}
 
     def summary(self) -> None:
-        """The base-to-novel table (parse_test_res.py), the routing table, the effects and the plot."""
-        self.header("Base-to-novel results (parse_test_res.py b2n)")
+        """The base-to-novel tables, routing, effects and plot; then the cross-dataset and DG tables."""
+        self.header("Base-to-novel results (parse_test_res.py b2n; seed means)")
         parse_test_res.main(["b2n", self.paths.base2new, "--methods", *TABLE_METHODS, "--baseline", TABLE_METHODS[0]])
-        rows = self.collect()
+        per_seed = self.collect()
+        self.header(f"Base-to-novel over seeds {', '.join(map(str, self.plan.seeds))}")
+        print(report.b2n_stats_table(per_seed, TABLE_METHODS))
+        print("Zero-shot CLIP is deterministic and the teacher is shared: both ran once (seed "
+              f"{self.plan.seeds[0]}).\n")
+        print(report.difference_table(per_seed))
         self.header("Routing of PETR and PETR+CoOp (results.json and the saved logits)")
-        auroc = {}
-        for trainer in ROUTED:
-            base = rows[trainer]["base"]
-            auroc[trainer] = router_auroc(self.method_dirs(trainer), base["lambda"], base["percentile"])
-        print(routing_table(rows, auroc))
-        self.header("The paper's effects in this run")
-        print(effects_table(rows))
+        auroc = {m: [router_auroc(self.method_dirs(m, s), per_seed[s][m]["base"]["lambda"],
+                                  per_seed[s][m]["base"]["percentile"]) for s in per_seed] for m in report.ROUTED}
+        print(report.routing_table(per_seed, auroc))
+        self.header("The paper's effects over seeds")
+        chance = 100.0 / per_seed[self.plan.seeds[0]]["ZeroshotCLIP"]["novel"].get("num_eval_classes", 24)
+        print(report.effects_table(per_seed, chance))
         self.header("Routing-score plot (tools/plot_routing_scores.py)")
         from tools import plot_routing_scores
 
-        plot_routing_scores.main([*self.method_dirs("PETR"), "--out", self.paths.figures])
-        self.header(f"Done in {time.time() - self.start:.0f} s; outputs under {self.paths.output}")
+        plot_routing_scores.main([*self.method_dirs("PETR", self.plan.seeds[0]), "--out", self.paths.figures])
+        if self.plan.transfer_seeds:
+            self.transfer_summary()
 
-    def shots(self, trainer: str) -> int:
-        """The shots folder of a method's runs."""
-        return {"ZeroshotCLIP": 0, "PromptSRC": self.plan.teacher_shots, "CoOp": self.plan.coop_shots,
-                "PromptKD": self.plan.student_shots, "PETR": self.plan.student_shots,
-                "PETRCoOp": self.plan.coop_shots}[trainer]
+    def transfer_values(self, targets: Sequence[str], protocol: str, key: str = "accuracy",
+                        methods: Sequence[str] = TRANSFER_METHODS) -> dict[str, dict[str, list[float]]]:
+        """Per method and dataset (source first), ``key`` of the results over the transfer seeds. The source column
+        is the cross-dataset run on the source itself (PromptKD's ImageNet row); PETR's numbers are its training
+        runs' final evaluation (the test scripts reproduce them, checked in :meth:`transfer_summary`)."""
+        seeds = self.plan.transfer_seeds
+        values: dict[str, dict[str, list[float]]] = {m: {} for m in methods}
+        for ds in (SOURCE, *targets):
+            xd = ds == SOURCE or protocol == "xd"
+            runs = {"ZeroshotCLIP": [os.path.join(self.zeroshot_dir(ds), RESULTS)] * len(seeds),
+                    "PromptKD": [self.result("xd/train" if xd else "xd/test", ds, "PromptKD", s) for s in seeds],
+                    "PETR": [self.result("xd/train" if xd else "dg/train", ds, "PETR", s) for s in seeds]}
+            for m in methods:
+                values[m][ds] = [read_json(path)[key] for path in runs[m]]
+        return values
 
-    def method_dirs(self, trainer: str) -> list[str]:
-        """The base and novel run folders of a method."""
-        return [self.run_dir(role, self.shots(trainer), trainer) for role in ("train_base", "test_new")]
-
-    def collect(self) -> dict[str, dict[str, dict]]:
-        """``{trainer: {"base": results.json, "novel": results.json}}`` of the table's methods."""
-        return {trainer: {split: read_json(os.path.join(path, RESULTS))
-                          for split, path in zip(("base", "novel"), self.method_dirs(trainer))}
-                for trainer in TABLE_METHODS}
+    def transfer_summary(self) -> None:
+        """The cross-dataset and DG tables in the paper's layout, and where PETR's router sent the target images."""
+        plan = self.plan
+        seeds = ", ".join(map(str, plan.transfer_seeds))
+        self.header(f"Cross-dataset transfer (source {SOURCE}; seeds {seeds})")
+        print(report.transfer_table("cross-dataset", SOURCE, plan.xd_targets,
+                                    self.transfer_values(plan.xd_targets, "xd")))
+        self.header(f"Domain generalisation (source {SOURCE}; seeds {seeds})")
+        print(report.transfer_table("domain generalisation", SOURCE, plan.dg_targets,
+                                    self.transfer_values(plan.dg_targets, "dg")))
+        self.header("Share of target test images PETR's router sent to the seen (source-trained) branch")
+        share = {**self.transfer_values(plan.xd_targets, "xd", "share_seen", ["PETR"])["PETR"],
+                 **self.transfer_values(plan.dg_targets, "dg", "share_seen", ["PETR"])["PETR"]}
+        print(report.transfer_table("% to θ_s", SOURCE, (*plan.xd_targets, *plan.dg_targets), {"PETR": share}))
+        first = plan.transfer_seeds[0]
+        same = all(read_json(self.result(f"{p}/test", ds, "PETR", first))["accuracy"]
+                   == read_json(self.result(f"{p}/train", ds, "PETR", first))["accuracy"]
+                   for p, targets in (("xd", (SOURCE, *plan.xd_targets)), ("dg", plan.dg_targets)) for ds in targets)
+        print(f"xd_test.sh / dg_test.sh (seed {first}) reproduce the training runs' accuracies: "
+              f"{'yes' if same else 'NO'}")
 
 
 def clip_file(params: PretrainParams, cache: str) -> str:
@@ -216,73 +383,14 @@ def clip_file(params: PretrainParams, cache: str) -> str:
     return pretrained_path(params, default_path(params, cache))
 
 
-def load_epoch_args(run_dir: str) -> list[str]:
-    """``["--load-epoch", "last"]`` when the run saved a checkpoint (none for ZeroshotCLIP, which saves nothing)."""
-    if any(pointed_checkpoint(os.path.join(run_dir, name)) for name in os.listdir(run_dir)):
-        return ["--load-epoch", "last"]
-    return []
-
-
-def routing_table(rows: dict[str, dict[str, dict]], auroc: dict[str, float]) -> str:
-    """Per routed method: routing accuracy on base and novel test samples, the AUROC of its router's scores, and
-    each branch alone (Base / Novel / HM) beside the routed HM."""
-    table = []
-    for trainer in ROUTED:
-        base, novel = rows[trainer]["base"], rows[trainer]["novel"]
-        table.append([trainer, base.get("route_acc_seen"), novel.get("route_acc_unseen"), auroc.get(trainer),
-                      *branch_scores(base, novel, "acc_seen_branch"), *branch_scores(base, novel, "acc_unseen_branch"),
-                      harmonic_mean(base["accuracy"], novel["accuracy"])])
-    headers = ["method", "route base", "route novel", "AUROC", "θ_s Base", "θ_s Novel", "θ_s HM", "θ_u Base",
-               "θ_u Novel", "θ_u HM", "routed HM"]
-    return tabulate(table, headers=headers, floatfmt=".2f") + (
-        "\nroute base / novel: % of base / novel test samples sent to the seen / unseen branch (threshold λ·P99); "
-        "AUROC: how well the router's score separates novel from base test samples whatever the threshold "
-        "(100 = perfectly, 50 = not at all); θ_s, θ_u: one branch answering every sample.")
-
-
 def router_auroc(run_dirs: Sequence[str], lam: float, percentile: float) -> float:
-    """AUROC (%) of the Mahalanobis scores of novel vs base test samples, from the dumps of a routed method's runs."""
+    """AUROC (%) of the Mahalanobis scores of novel vs base test images, from the dumps of a routed method's runs."""
     from sklearn.metrics import roc_auc_score
 
     (unit,) = find_units(run_dirs)
     base, novel, _ = unit_scores(unit, "mahalanobis", lam, percentile)
     labels = [0] * len(base) + [1] * len(novel)
     return 100.0 * float(roc_auc_score(labels, [*base.tolist(), *novel.tolist()]))
-
-
-def branch_scores(base: dict, novel: dict, key: str) -> tuple[float, float, float]:
-    """Base, Novel and HM accuracy of one branch answering every sample."""
-    b, n = base[key], novel[key]
-    return b, n, harmonic_mean(b, n)
-
-
-def effects(rows: dict[str, dict[str, dict]], chance_novel: float) -> list[tuple[str, bool, str]]:
-    """The effects the PETR paper describes, each as (claim, holds, the numbers behind it)."""
-    zs, coop, petr = rows["ZeroshotCLIP"], rows["CoOp"], rows["PETR"]
-    seen_branch_base = petr["base"]["acc_seen_branch"]
-    best_single = max(harmonic_mean(*[petr[s][key] for s in ("base", "novel")])
-                      for key in ("acc_seen_branch", "acc_unseen_branch"))
-    petr_hm = harmonic_mean(petr["base"]["accuracy"], petr["novel"]["accuracy"])
-    route = (petr["base"]["route_acc_seen"], petr["novel"]["route_acc_unseen"])
-    return [
-        ("zero-shot novel accuracy well above chance", zs["novel"]["accuracy"] > 3 * chance_novel,
-         f"{zs['novel']['accuracy']:.2f}% vs chance {chance_novel:.2f}%"),
-        ("the seen branch gains on base over zero-shot", seen_branch_base > zs["base"]["accuracy"],
-         f"θ_s {seen_branch_base:.2f}% vs zero-shot {zs['base']['accuracy']:.2f}%"),
-        ("a base-tuned prompt (CoOp) loses on novel", coop["novel"]["accuracy"] < zs["novel"]["accuracy"],
-         f"CoOp {coop['novel']['accuracy']:.2f}% vs zero-shot {zs['novel']['accuracy']:.2f}%"),
-        ("PETR routes most base and novel samples right", min(route) >= 80.0,
-         f"base {route[0]:.2f}%, novel {route[1]:.2f}%"),
-        ("PETR's HM at least that of its better branch", petr_hm >= best_single,
-         f"PETR {petr_hm:.2f} vs best single branch {best_single:.2f}"),
-    ]
-
-
-def effects_table(rows: dict[str, dict[str, dict]]) -> str:
-    """:func:`effects` as a table (chance level from the number of novel classes)."""
-    chance = 100.0 / rows["ZeroshotCLIP"]["novel"].get("num_eval_classes", 24)
-    lines = [[claim, "yes" if holds else "NO", numbers] for claim, holds, numbers in effects(rows, chance)]
-    return tabulate(lines, headers=["effect", "seen", "numbers"])
 
 
 def default_paths(workdir: str, data: str | None, output: str | None, cache: str | None) -> Paths:
@@ -299,20 +407,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line of the demo."""
     parser = argparse.ArgumentParser(description="Run the built-in PETR demo on CPU (see README, 'Demo').")
     parser.add_argument("--quick", action="store_true",
-                        help="the reduced demo of the test suite (smaller data, short pretraining, 2-4 epochs)")
+                        help="the reduced demo of the test suite (smaller data, 2 seeds, short pretraining)")
     parser.add_argument("--workdir", default=".", help="folder under which data/demo, output/demo, demo_cache go")
     parser.add_argument("--data", help="dataset root (default $DEMO_DATA or <workdir>/data/demo)")
     parser.add_argument("--output", help="output root (default $DEMO_OUTPUT or <workdir>/output/demo)")
     parser.add_argument("--cache", help="tiny CLIP cache (default $DEMO_CACHE or <workdir>/demo_cache)")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run (default 1)")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="runs at once (default: 2, or 1 on a one-core machine)")
     args = parser.parse_args(argv)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     paths = default_paths(os.path.abspath(args.workdir), args.data, args.output, args.cache)
     os.chdir(repo)  # configs/ paths are relative to the repository root, as for train.py
     if repo not in sys.path:
         sys.path.insert(0, repo)
-    torch.set_num_threads(args.threads)
-    Demo(QUICK if args.quick else FULL, paths).run()
+    Demo(QUICK if args.quick else FULL, paths, args.threads, args.jobs).run()
     return 0
 
 

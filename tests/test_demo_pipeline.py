@@ -1,8 +1,8 @@
-"""The built-in demo pipeline: its helpers, and the reduced demo (``scripts/demo.sh --quick``) run end to end.
+"""The built-in demo pipeline: the jobs it plans, and the reduced demo (``scripts/demo.sh --quick``) run end to end.
 
 The end-to-end test runs the real pipeline in a subprocess (data, a short tiny-CLIP pretraining, teacher, CoOp,
-PromptKD, PETR, PETR+CoOp through train.py) and checks the effects it robustly shows from the runs' results.json
-files, with HM and chance level computed here.
+PromptKD, PETR, PETR+CoOp through train.py for two seeds, then the cross-dataset and domain-generalisation scripts)
+and checks the effects it robustly shows from the runs' results.json files, with HM and chance level computed here.
 """
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from demo.pipeline import DemoPlan, Paths, default_paths, load_epoch_args
-from engine.utils import read_json, write_json
+from demo.pipeline import DG_TARGETS, FULL, QUICK, SOURCE, XD_TARGETS, Demo, Paths, default_paths
+from engine.utils import read_json
 from tests.helpers_run import HANG_GUARD_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,24 +33,64 @@ def test_default_paths_prefer_flags_then_environment(tmp_path, monkeypatch):
     assert paths == Paths(str(tmp_path / "data" / "demo"), str(tmp_path / "env_out"), str(tmp_path / "flag_cache"))
 
 
-def test_load_epoch_args_reads_the_checkpoint_pointer(tmp_path):
-    (tmp_path / "seen_student").mkdir()
-    (tmp_path / "seen_student" / "checkpoint").write_text("model.pth.tar-7\n")
-    assert load_epoch_args(str(tmp_path)) == ["--load-epoch", "last"]
-    assert load_epoch_args(str(tmp_path / "seen_student")) == []
+def planned(tmp_path):
+    demo = Demo(FULL, Paths(str(tmp_path / "data"), str(tmp_path / "out"), str(tmp_path / "cache")))
+    demo.student_clip, demo.teacher_clip = "student.pt", "teacher.pt"
+    return demo, {j.name: j for j in demo.b2n_jobs() + demo.transfer_jobs()}
 
 
-def test_finished_stage_is_skipped(tmp_path, capsys):
-    from demo.pipeline import Demo
+def test_teacher_and_zero_shot_run_once_students_per_seed(tmp_path):
+    demo, jobs = planned(tmp_path)
+    names = list(jobs)
+    assert sum(n.startswith("b2n PromptSRC") for n in names) == 2  # base + novel, seed 1 only
+    assert sum(n.startswith("b2n ZeroshotCLIP") for n in names) == 2
+    for seed in (1, 2, 3):
+        for trainer in ("CoOp", "PromptKD", "PETR", "PETRCoOp"):
+            base, novel = jobs[f"b2n {trainer} seed{seed} base"], jobs[f"b2n {trainer} seed{seed} novel"]
+            assert novel.deps == (base.name,)
+            assert base.argv[base.argv.index("--seed") + 1] == str(seed)
+            assert "--eval-only" in novel.argv and "--eval-only" not in base.argv
+        # every seed's students distil from the one teacher run; PETR+CoOp plugs in its own seed's CoOp context
+        for trainer in ("PromptKD", "PETR"):
+            job = jobs[f"b2n {trainer} seed{seed} base"]
+            assert job.deps == ("b2n PromptSRC seed1 base",)
+            assert job.argv[job.argv.index(f"TRAINER.{trainer.upper()}.TEACHER_CKPT") + 1].endswith(
+                os.path.join("shots_16", "PromptSRC", "demo", "seed1"))
+        plug = jobs[f"b2n PETRCoOp seed{seed} base"]
+        assert plug.deps == (f"b2n CoOp seed{seed} base",)
+        assert plug.argv[plug.argv.index("TRAINER.PETRCOOP.COOP_MODEL_DIR") + 1] == demo.run_dir(
+            "train_base", 16, "CoOp", seed)
 
-    demo = Demo(DemoPlan(), Paths(str(tmp_path / "data"), str(tmp_path / "out"), str(tmp_path / "cache")))
-    run_dir = demo.run_dir("train_base", 16, "CoOp")
-    assert run_dir == os.path.join(str(tmp_path / "out"), "base2new", "train_base", "demo_shapes_hard", "shots_16",
-                                   "CoOp", "demo", "seed1")
-    write_json({"accuracy": 12.5}, os.path.join(run_dir, "results.json"))
-    # the dataset does not exist: running train.py would fail, so returning the stored result proves the skip
-    assert demo.train_py("CoOp", run_dir, "base", 16)["accuracy"] == 12.5
-    assert "skipping" in capsys.readouterr().out
+
+def test_transfer_runs_use_the_scripts_with_the_toy_source(tmp_path):
+    demo, jobs = planned(tmp_path)
+    for seed in (1, 2, 3):
+        for ds in (SOURCE, *XD_TARGETS):
+            job = jobs[f"PETR xd {ds} seed{seed}"]
+            assert job.argv == ("bash", "scripts/petr/xd_train.sh", ds, str(seed))
+            assert job.env["SOURCE"] == "demonet" and job.env["CFG"] == "demo" and job.env["KD_WEIGHT"] == "100.0"
+            assert job.deps == ("xd teacher",)
+            # the test script re-evaluates the saved model and router once (seed 1)
+            retest = jobs.get(f"PETR xd test {ds} seed{seed}")
+            assert (retest.deps == (job.name,)) if seed == 1 else retest is None
+        for ds in DG_TARGETS:
+            assert jobs[f"PETR dg {ds} seed{seed}"].argv == ("bash", "scripts/petr/dg_train.sh", ds, str(seed))
+            kd = jobs[f"PromptKD dg {ds} seed{seed}"]
+            assert kd.argv == ("bash", "scripts/promptkd/xd_test.sh", ds, str(seed))
+            assert kd.deps == (f"PromptKD xd {SOURCE} seed{seed}",)  # the student distilled on the source
+    teacher = jobs["xd teacher"]
+    assert teacher.argv == ("bash", "scripts/teacher/xd_train.sh", "1")
+    assert teacher.result == os.path.join(str(tmp_path / "out"), "teachers", "DemoNet-xd", "VLPromptLearner",
+                                          "checkpoint")
+
+
+def test_quick_plan_passes_its_epochs_to_the_scripts(tmp_path):
+    demo = Demo(QUICK, Paths(str(tmp_path / "d"), str(tmp_path / "o"), str(tmp_path / "c")))
+    demo.student_clip = demo.teacher_clip = "tiny.pt"
+    jobs = {j.name: j for j in demo.transfer_jobs()}
+    assert jobs["PETR xd democool seed1"].env["EXTRA_OPTS"] == "OPTIM.MAX_EPOCH 5"
+    assert jobs["xd teacher"].env["EXTRA_OPTS"] == "OPTIM.MAX_EPOCH 3"
+    assert "EXTRA_OPTS" not in jobs["zero-shot democool"].env
 
 
 @pytest.fixture(scope="module")
@@ -65,35 +106,56 @@ def quick_demo(tmp_path_factory):
     return work, proc.stdout
 
 
-def _results(work, role: str, trainer: str) -> dict:
+def _results(work, role: str, trainer: str, seed: int) -> dict:
     root = os.path.join(work, "output", "demo", "base2new", role, "demo_shapes_hard")
     (shots,) = [d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d, trainer))]
-    return read_json(os.path.join(root, shots, trainer, "demo", "seed1", "results.json"))
+    return read_json(os.path.join(root, shots, trainer, "demo", f"seed{seed}", "results.json"))
+
+
+def _transfer(work, tree: str, dataset: str, trainer: str, seed: int = 1) -> dict:
+    return read_json(os.path.join(work, "output", "demo", tree, dataset, "shots_0", trainer, "demo", f"seed{seed}",
+                                  "results.json"))
 
 
 @pytest.mark.slow
 def test_quick_demo_shows_the_effects(quick_demo):
-    """The effects the full demo shows that a 2-minute version reproduces (README "Demo" has the full table).
+    """The effects the full demo shows that a 2-minute version reproduces over its two seeds (README "Demo").
 
     Its 150-step tiny CLIP knows colour but not yet shape, so zero-shot novel accuracy sits near the colour-only
     level (1/6 of the classes of a colour) and CoOp's loss on novel classes, which needs shape knowledge to lose,
     is left to the full demo.
     """
     work, stdout = quick_demo
-    res = {m: {s: _results(work, role, m) for s, role in (("base", "train_base"), ("novel", "test_new"))}
-           for m in METHODS}
-    for m in METHODS:
-        assert res[m]["base"]["subsample_classes"] == "base" and res[m]["novel"]["subsample_classes"] == "new"
-    zs, petr_base, petr_novel = res["ZeroshotCLIP"], res["PETR"]["base"], res["PETR"]["novel"]
+    seeds = QUICK.seeds
+    res = {s: {m: {part: _results(work, role, m, 1 if m == "ZeroshotCLIP" else s)
+                   for part, role in (("base", "train_base"), ("novel", "test_new"))} for m in METHODS}
+           for s in seeds}
+    for s in seeds:
+        for m in METHODS:
+            assert res[s][m]["base"]["subsample_classes"] == "base" and res[s][m]["novel"]["subsample_classes"] == "new"
+        assert res[s]["PETR"]["base"]["seed"] == s and res[s]["PromptKD"]["novel"]["seed"] == s
+    zs = res[seeds[0]]["ZeroshotCLIP"]
     chance = 100.0 / 24  # 48 classes: 24 novel
     assert zs["novel"]["accuracy"] > 2 * chance
-    assert petr_base["acc_seen_branch"] > zs["base"]["accuracy"]  # θ_s gains on base over zero-shot
-    assert petr_base["route_acc_seen"] >= 80.0 and petr_novel["route_acc_unseen"] >= 80.0
-    petr_hm = hm(petr_base["accuracy"], petr_novel["accuracy"])
-    single = [hm(petr_base[k], petr_novel[k]) for k in ("acc_seen_branch", "acc_unseen_branch")]
-    assert petr_hm >= max(single)
-    # the summary: parse_test_res.py's table with every method, the routing and effects tables and the plot
+    # θ_s gains on base over zero-shot in the seed mean
+    assert np.mean([res[s]["PETR"]["base"]["acc_seen_branch"] for s in seeds]) > zs["base"]["accuracy"]
+    for s in seeds:
+        petr_base, petr_novel = res[s]["PETR"]["base"], res[s]["PETR"]["novel"]
+        assert petr_base["route_acc_seen"] >= 80.0 and petr_novel["route_acc_unseen"] >= 80.0
+        single = [hm(petr_base[k], petr_novel[k]) for k in ("acc_seen_branch", "acc_unseen_branch")]
+        assert hm(petr_base["accuracy"], petr_novel["accuracy"]) >= max(single)
+    # cross-dataset: the router keeps source images on θ_s and sends the novel-colour targets to θ_u
+    assert _transfer(work, "xd/test", SOURCE, "PETR")["share_seen"] >= 80.0
+    for target in QUICK.xd_targets:  # DemoCool: novel colours
+        assert _transfer(work, "xd/test", target, "PETR")["share_seen"] <= 20.0
+    for target in QUICK.dg_targets:
+        for tree, trainer in (("dg/test", "PETR"), ("xd/test", "PromptKD")):
+            assert _transfer(work, tree, target, trainer)["accuracy"] > chance
+    # the summary: parse_test_res.py's table, the statistics, routing, effects, transfer tables, plot and times
     for m in METHODS:
         assert f"demo_shapes_hard  {m}" in stdout
-    assert "route novel" in stdout and "PETR routes most base and novel samples right" in stdout
+    for text in ("mean ± sample std", "Δ θ_u novel", "route novel", "PETR routes most base and novel images right",
+                 "cross-dataset", "domain generalisation", "demonet (source)", "Time per stage",
+                 "xd_test.sh / dg_test.sh (seed 1) reproduce the training runs' accuracies: yes"):
+        assert text in stdout
     assert os.path.isfile(os.path.join(work, "output", "demo", "figures", "demo_shapes_hard_seed1_mahalanobis.png"))

@@ -71,3 +71,16 @@ def test_compute_accuracy_topk_vs_numpy():
     ref1 = 100 * np.mean(order[:, 0] == labels.numpy())
     ref3 = 100 * np.mean((order[:, :3] == labels.numpy()[:, None]).any(1))
     assert top1.shape == (1,) and top1.item() == pytest.approx(ref1) and top3.item() == pytest.approx(ref3)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_macro_f1_matches_sklearn(seed):
+    """NumPy macro-F1 = sklearn's over the classes present, also with predicted classes absent from y_true."""
+    from engine.evaluator import macro_f1_score
+
+    rng = np.random.default_rng(seed)
+    y_true = rng.integers(0, 6, size=200)
+    y_pred = np.where(rng.random(200) < 0.5, y_true, rng.integers(0, 9, size=200))
+    y_true[y_true == 3] = 4  # class 3 absent from y_true, still predicted
+    ref = f1_score(y_true, y_pred, average="macro", labels=np.unique(y_true), zero_division=0)
+    assert macro_f1_score(y_true, y_pred) == pytest.approx(ref)
