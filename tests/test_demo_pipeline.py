@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -33,8 +34,8 @@ def test_default_paths_prefer_flags_then_environment(tmp_path, monkeypatch):
     assert paths == Paths(str(tmp_path / "data" / "demo"), str(tmp_path / "env_out"), str(tmp_path / "flag_cache"))
 
 
-def planned(tmp_path):
-    demo = Demo(FULL, Paths(str(tmp_path / "data"), str(tmp_path / "out"), str(tmp_path / "cache")))
+def planned(tmp_path, plan=FULL):
+    demo = Demo(plan, Paths(str(tmp_path / "data"), str(tmp_path / "out"), str(tmp_path / "cache")))
     demo.student_clip, demo.teacher_clip = "student.pt", "teacher.pt"
     return demo, {j.name: j for j in demo.b2n_jobs() + demo.transfer_jobs()}
 
@@ -63,8 +64,8 @@ def test_teacher_and_zero_shot_run_once_students_per_seed(tmp_path):
 
 
 def test_transfer_runs_use_the_scripts_with_the_toy_source(tmp_path):
-    demo, jobs = planned(tmp_path)
-    for seed in (1, 2, 3):
+    demo, jobs = planned(tmp_path, replace(FULL, transfer_seeds=(1, 2)))
+    for seed in (1, 2):
         for ds in (SOURCE, *XD_TARGETS):
             job = jobs[f"PETR xd {ds} seed{seed}"]
             assert job.argv == ("bash", "scripts/petr/xd_train.sh", ds, str(seed))
