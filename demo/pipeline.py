@@ -42,6 +42,10 @@ SOURCE = "demonet"
 XD_TARGETS = ("democool", "demosoft", "demofancy")
 DG_TARGETS = ("demonetv2", "demonet_sketch", "demonet_a", "demonet_r")
 TRANSFER_METHODS = ("ZeroshotCLIP", "PromptKD", "PETR")
+PRETRAIN_THREADS = 2
+"""Torch threads of the tiny CLIPs' pretraining (it runs alone, in this process). Fixed, because the float sums and
+so the cached CLIPs (and every number after them) depend on the thread count; OMP_WAIT_POLICY=PASSIVE (set in
+``demo/__init__.py``) keeps the two threads from spinning on a busy machine (README, "Demo": 10x slower without)."""
 
 
 @dataclass(frozen=True)
@@ -287,7 +291,7 @@ class Demo:
         start = self.clock()
         import torch
 
-        torch.set_num_threads(self.workers * self.threads)  # the pretraining runs alone, in this process
+        torch.set_num_threads(PRETRAIN_THREADS)
         self.header("Tiny CLIP for the students")
         self.student_clip = clip_file(self.plan.student, self.paths.cache)
         if self.plan.teacher is None:
