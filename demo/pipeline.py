@@ -158,7 +158,7 @@ class Demo:
 
     # ----- jobs -----------------------------------------------------------------------------------------
     def train_argv(self, trainer: str, out: str, seed: int, subsample: str, opts: Sequence[str] = (),
-                   model_dir: str = "", shots: int | None = None) -> tuple[str, ...]:
+                   model_dir: str = "") -> tuple[str, ...]:
         """``python train.py`` on the demo dataset (base-to-novel): training, or evaluating ``model_dir``."""
         argv = [sys.executable, "train.py", "--root", self.paths.data, "--seed", str(seed), "--trainer", trainer,
                 "--dataset-config-file", f"configs/datasets/{self.short}.yaml",
@@ -167,9 +167,8 @@ class Demo:
             argv += ["--eval-only", "--model-dir", model_dir]
             if trainer != "ZeroshotCLIP":  # it saves no checkpoint
                 argv += ["--load-epoch", "last"]
-        shots = self.shots(trainer) if shots is None else shots
-        argv += ["DATASET.NUM_SHOTS", str(shots), "DATASET.SUBSAMPLE_CLASSES", subsample, "TRAINER.MODAL", "base2novel",
-                 *opts, *self.plan.opts.get(trainer, ())]
+        argv += ["DATASET.NUM_SHOTS", str(self.shots(trainer)), "DATASET.SUBSAMPLE_CLASSES", subsample,
+                 "TRAINER.MODAL", "base2novel", *opts, *self.plan.opts.get(trainer, ())]
         return tuple(argv)
 
     def train_py(self, trainer: str, role: str, seed: int, extra: Sequence[str] = (), model_dir: str = "") -> Job:
