@@ -8,12 +8,14 @@ Three protocols, each through the commands a researcher types (printed before th
 * cross-dataset and domain generalisation with ``DemoNet`` (the toy ImageNet) as source: ``scripts/teacher``,
   ``scripts/zsclip``, ``scripts/promptkd`` and ``scripts/petr`` xd/dg scripts with ``SOURCE=demonet``
   (``<output>/xd``, ``<output>/dg``, ``<output>/ZeroshotCLIP``).
-Runs are subprocesses, several at once (``demo.jobs``); a run whose results exist is skipped, so a rerun only does
-what is missing. The summary: ``parse_test_res.py b2n``, mean ± std over seeds, PETR − PromptKD per seed, routing,
-the paper's effects over seeds, the cross-dataset and DG tables, the routing-score plot and per-stage times.
+Runs go several at once (``demo.jobs``: ``train.py`` runs in warm worker processes, scripts as subprocesses); a run
+whose results exist is skipped, so a rerun only does what is missing. The summary: ``parse_test_res.py b2n``, mean
+± std over seeds, PETR − PromptKD per seed, routing, the paper's effects over seeds, the cross-dataset and DG tables,
+the routing-score plot and per-stage times.
 
 Command line: ``python -m demo.pipeline [--quick] [--workdir DIR] [--data DIR] [--output DIR] [--cache DIR]
-[--threads N] [--jobs N]``. Environment: ``DEMO_DATA``, ``DEMO_OUTPUT``, ``DEMO_CACHE`` (flags win).
+[--seeds S ...] [--transfer-seeds S ...] [--threads N] [--jobs N]``. Environment: ``DEMO_DATA``, ``DEMO_OUTPUT``,
+``DEMO_CACHE`` (flags win).
 """
 from __future__ import annotations
 
@@ -182,8 +184,7 @@ class Demo:
                        deps: Sequence[str] = ()) -> list[Job]:
         """Train (or evaluate) on the base classes, then evaluate the saved model on the novel classes."""
         base = replace(self.train_py(trainer, "train_base", seed, extra), stage=stage, deps=tuple(deps))
-        model_dir = self.run_dir("train_base", self.shots(trainer), trainer, seed)
-        novel = self.train_py(trainer, "test_new", seed, extra, model_dir=model_dir)
+        novel = self.train_py(trainer, "test_new", seed, extra, model_dir=os.path.dirname(base.result))
         return [base, replace(novel, stage=stage, deps=(base.name,))]
 
     def distill_opts(self, trainer: str) -> tuple[str, ...]:
@@ -227,10 +228,6 @@ class Demo:
         return Job(name, stage, ("bash", path, *args), result, {**self.script_env(), **extra, **(env or {})},
                    tuple(deps))
 
-    def transfer_dir(self, protocol_role: str, dataset: str, trainer: str, seed: int, shots: int = 0) -> str:
-        """A run folder of the xd/dg scripts: ``<output>/<xd|dg>/<train|test>/<dataset>/shots_K/<T>/demo/seed<S>``."""
-        return os.path.join(self.paths.output, protocol_role, dataset, f"shots_{shots}", trainer, CONFIG, f"seed{seed}")
-
     def zeroshot_dir(self, dataset: str) -> str:
         return os.path.join(self.paths.output, "ZeroshotCLIP", CONFIG, dataset)
 
@@ -244,7 +241,8 @@ class Demo:
         if not plan.transfer_seeds:
             return []
         teacher_name = "xd teacher"
-        teacher_file = os.path.join(self.paths.teachers, "DemoNet-xd", "VLPromptLearner", "checkpoint")
+        source_name = next(name for name, folder in DATASET_DIRS.items() if folder == SOURCE)
+        teacher_file = os.path.join(self.paths.teachers, f"{source_name}-xd", "VLPromptLearner", "checkpoint")
         jobs = [self.script(teacher_name, "cross-dataset / DG: teacher", "scripts/teacher/xd_train.sh",
                             [str(plan.transfer_seeds[0])], teacher_file, env={"SHOTS": str(plan.teacher_shots)})]
         for ds in (SOURCE, *plan.xd_targets, *plan.dg_targets):
@@ -278,7 +276,10 @@ class Demo:
         return jobs
 
     def result(self, protocol_role: str, dataset: str, trainer: str, seed: int) -> str:
-        return os.path.join(self.transfer_dir(protocol_role, dataset, trainer, seed), RESULTS)
+        """results.json of an xd/dg script run (SHOTS 0): ``<output>/<xd|dg>/<train|test>/<dataset>/shots_0/<T>/demo/
+        seed<S>``."""
+        return os.path.join(self.paths.output, protocol_role, dataset, "shots_0", trainer, CONFIG, f"seed{seed}",
+                            RESULTS)
 
     # ----- stages ---------------------------------------------------------------------------------------
     def prepare(self) -> None:
