@@ -6,6 +6,7 @@ Example: python train.py --root DATA --seed 1 --trainer CoOp --dataset-config-fi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -14,6 +15,7 @@ import traceback
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 EXIT_USER_ERROR = 2
+EXIT_PREEMPTED = 75  # sysexits' EX_TEMPFAIL: SIGTERM / SIGUSR1 / SIGHUP arrived, the state is saved; rerun to continue
 EXIT_INTERRUPTED = 130
 DEBUG_ENV = "PETR_DEBUG"
 
@@ -44,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     epilog = (f"trainers: {', '.join(registered_names('trainers', 'TRAINER_REGISTRY'))}\n"
               f"datasets: {', '.join(registered_names('datasets', 'DATASET_REGISTRY'))}\n"
               f"A user error (bad name, value or file) prints one 'error:' line and exits with status "
-              f"{EXIT_USER_ERROR}; --debug or {DEBUG_ENV}=1 also prints its traceback.")
+              f"{EXIT_USER_ERROR}; --debug or {DEBUG_ENV}=1 also prints its traceback.\n"
+              f"SIGTERM, SIGUSR1 or SIGHUP (a preemption) finish the current training step, save a step-level resume "
+              f"state and exit with status {EXIT_PREEMPTED}: rerun the same command to continue.")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=epilog,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", type=str, default="", help="path to the datasets folder (DATASET.ROOT)")
@@ -157,15 +161,24 @@ def main(argv: list[str] | None = None):
     """Run train.py with ``argv`` (default sys.argv[1:]) and return the trainer; stdout is restored afterwards.
 
     Errors propagate (``cli`` turns user errors into one line); once the run's log.txt is open, the error (or the
-    interruption) is written there too.
+    interruption, or the preemption) is written there too. Preemption signals are handled while it runs
+    (engine/preemption.py).
     """
     args = build_parser().parse_args(argv)
     register_project()
+    from engine.preemption import handle_signals
+
+    with handle_signals():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace):
     import torch
 
     from engine import build_trainer, collect_env_info, set_random_seed, setup_logger
     from engine.distributed import init_distributed, is_main, shutdown_distributed
     from engine.errors import first_line, is_user_error
+    from engine.preemption import Preempted
     from engine.validation import check_config_values
 
     cfg = setup_cfg(args)
@@ -194,6 +207,10 @@ def main(argv: list[str] | None = None):
         if logger is not None:
             logger.write_file("\ninterrupted: rerun the same command to resume from the last saved epoch\n")
         raise
+    except Preempted as e:
+        if logger is not None:
+            logger.write_file(f"\n{e}\n")
+        raise
     except Exception as e:
         if logger is not None:
             logger.write_file(f"\nerror: {first_line(e)}\n" if is_user_error(e) else f"\n{traceback.format_exc()}")
@@ -206,7 +223,8 @@ def main(argv: list[str] | None = None):
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """train.py's exit status: 0, 2 after one ``error:`` line for a user error, 130 when interrupted (Ctrl-C)."""
+    """train.py's exit status: 0, 2 after one ``error:`` line for a user error, 75 when preempted (the state is
+    saved; rerun to continue), 130 when interrupted (Ctrl-C)."""
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
@@ -223,6 +241,13 @@ def cli(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {first_line(e)}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except BaseException as e:
+        preemption = sys.modules.get("engine.preemption")  # loaded by main() before any preemption can happen
+        if preemption is None or not isinstance(e, preemption.Preempted):
+            raise
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            print(e, file=sys.stderr)
+        return EXIT_PREEMPTED
     return 0
 
 

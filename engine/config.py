@@ -170,6 +170,9 @@ _C.TRAINER.NAME = ""
 PROJECT_KEYS = {
     "CONFIG_NAME": "",  # the trainer config's file stem (train.py), written to results.json
     "TRAIN.SYNC_BN": True,  # under torchrun: BatchNorm of the trained models uses the global batch's statistics
+    # minutes between step-level resume states (0: only at epoch ends and on preemption); bounds what a hard kill
+    # (SIGKILL, a crash of the node) loses inside an epoch
+    "TRAIN.STEP_RESUME_MINUTES": 10.0,
 }
 """The engine's keys beyond Dassl's, as dotted names with their defaults."""
 

@@ -8,8 +8,10 @@ from tabulate import tabulate
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, Sampler, SequentialSampler
 from torchvision import transforms as T
 
+from .data_stream import SeededPassSampler, sample_context
 from .dataset_base import DatasetBase, Datum, build_dataset
 from .distributed import get_backend, get_rank, get_world_size, is_distributed
+from .preemption import ignore_in_worker
 from .transforms import INTERPOLATION_MODES, build_transform
 from .utils import read_image
 
@@ -50,7 +52,10 @@ def build_distributed_sampler(sampler_type: str, data_source: Sequence[Datum], b
 
 
 class DatasetWrapper(Dataset):
-    """Reads and transforms one ``Datum``; returns a dict with img, label, domain, impath, index (+ img0)."""
+    """Reads and transforms one ``Datum``; returns a dict with img, label, domain, impath, index (+ img0).
+
+    Keys are dataset indices, or ``(index, sample seed)`` from a training loader's SeededPassSampler (the transforms
+    then run with seeded RNGs: engine/data_stream.py)."""
 
     def __init__(self, cfg, data_source: Sequence[Datum], transform=None, is_train: bool = False) -> None:
         self.cfg = cfg
@@ -70,7 +75,12 @@ class DatasetWrapper(Dataset):
     def __len__(self) -> int:
         return len(self.data_source)
 
-    def __getitem__(self, idx: int) -> dict:
+    def __getitem__(self, key) -> dict:
+        idx, rng = sample_context(key)
+        with rng:
+            return self._load(idx)
+
+    def _load(self, idx: int) -> dict:
         item = self.data_source[idx]
         output = {"label": item.label, "domain": item.domain, "impath": item.impath, "index": idx}
         img0 = read_image(item.impath)
@@ -103,7 +113,8 @@ def build_data_loader(
 ) -> DataLoader:
     """A DataLoader with Dassl's settings (drop_last only for full training batches, pin_memory only on CUDA);
     ``DATALOADER.PERSISTENT_WORKERS`` keeps the worker processes alive across epochs and loader restarts. Under
-    torchrun it loads this process's shard (``build_distributed_sampler``)."""
+    torchrun it loads this process's shard (``build_distributed_sampler``). Training loaders yield seeded passes
+    (``SeededPassSampler``: exact step-level resume); workers ignore the preemption signals."""
     if not data_source:
         raise ValueError("build_data_loader: the data source is empty")
     drop_last = is_train and len(data_source) >= batch_size
@@ -112,6 +123,8 @@ def build_data_loader(
                                                         seed=max(cfg.SEED, 0))
     else:
         sampler = build_sampler(sampler_type, data_source)
+    if is_train:
+        sampler = SeededPassSampler(sampler, rank=get_rank())
     wrapper = dataset_wrapper or DatasetWrapper
     loader = DataLoader(
         wrapper(cfg, data_source, transform=tfm, is_train=is_train),
@@ -121,6 +134,7 @@ def build_data_loader(
         drop_last=drop_last,
         pin_memory=torch.cuda.is_available() and cfg.USE_CUDA,
         persistent_workers=cfg.DATALOADER.get("PERSISTENT_WORKERS", False) and cfg.DATALOADER.NUM_WORKERS > 0,
+        worker_init_fn=ignore_in_worker,
     )
     assert len(loader) > 0
     return loader

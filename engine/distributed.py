@@ -225,11 +225,22 @@ def prepare_backward(wrapped: Iterable[DistributedDataParallel]) -> None:
         ddp()
 
 
+def any_rank(*flags: bool) -> tuple[bool, ...]:
+    """Each flag OR-ed over all processes (one small all-reduce), so that every rank takes the same branch; the
+    flags as they are in a single process."""
+    if not is_distributed():
+        return tuple(bool(f) for f in flags)
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    values = torch.tensor([int(bool(f)) for f in flags], device=device)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return tuple(bool(v) for v in values.tolist())
+
+
 def set_sampler_epoch(loaders: Iterable, epoch: int) -> None:
     """Tell every DistributedSampler among ``loaders`` the epoch, so the shards are reshuffled each epoch."""
     for loader in loaders:
         sampler = getattr(loader, "sampler", None)
-        if isinstance(sampler, DistributedSampler):
+        if isinstance(getattr(sampler, "base", sampler), DistributedSampler):  # also inside a SeededPassSampler
             sampler.set_epoch(epoch)
 
 

@@ -2,6 +2,7 @@
 every attempt of a run (an interrupted one and its resumption, a failed one and its retry)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -26,7 +27,11 @@ class Logger:
                 self.file.write(f"\n===== {stamp}: new attempt (earlier ones above) =====\n")
 
     def write(self, msg: str) -> None:
-        self.console.write(msg)
+        if self.console is not None:
+            try:
+                self.console.write(msg)
+            except OSError:  # the terminal is gone (SIGHUP): the run goes on, logging to the file only
+                self.console = None
         if self.file is not None:
             self.file.write(msg)
             if "\n" in msg:  # whole lines reach the file at once, so a killed run's log ends where it stopped
@@ -39,7 +44,9 @@ class Logger:
             self.flush()
 
     def flush(self) -> None:
-        self.console.flush()
+        if self.console is not None:
+            with contextlib.suppress(OSError):
+                self.console.flush()
         if self.file is not None:
             self.file.flush()
             os.fsync(self.file.fileno())
@@ -50,7 +57,7 @@ class Logger:
     def close(self) -> None:
         """Close the file and, if this logger is the current stdout, put the previous stream back."""
         if sys.stdout is self:
-            sys.stdout = self.console
+            sys.stdout = self.console if self.console is not None else sys.__stdout__
         if self.file is not None:
             self.file.close()
             self.file = None

@@ -32,19 +32,41 @@ class AverageMeter:
 
 
 class MetricMeter:
-    """A named set of AverageMeters; ``str()`` gives ``name val (avg)`` pairs with four decimals."""
+    """A named set of AverageMeters; ``str()`` gives ``name val (avg)`` pairs with four decimals.
+
+    Values may be tensors on any device (a training step's loss terms): they are kept as they are and read in one
+    transfer by :meth:`sync` (``str()`` syncs too), so updating the meter never waits for the device.
+    """
 
     def __init__(self, delimiter: str = " ") -> None:
         self.meters: dict[str, AverageMeter] = defaultdict(AverageMeter)
         self.delimiter = delimiter
+        self._pending: list[tuple[object, dict]] = []
 
-    def update(self, input_dict: dict) -> None:
+    def update(self, input_dict: dict, tag: object = None) -> None:
+        """Add one row of values (floats or one-element tensors); ``tag`` comes back with it from :meth:`sync`."""
         if input_dict is None:
             return
         if not isinstance(input_dict, dict):
             raise TypeError(f"MetricMeter.update() expects a dict (the loss summary), got {type(input_dict).__name__}")
-        for k, v in input_dict.items():
-            self.meters[k].update(v)
+        self._pending.append((tag, dict(input_dict)))
+
+    def sync(self) -> list[tuple[object, dict[str, float]]]:
+        """Read the pending rows (every tensor in one device-to-host transfer) into the meters, in order; returns
+        them as ``(tag, {name: float})``."""
+        rows, self._pending = self._pending, []
+        tensors = [v for _, row in rows for v in row.values() if isinstance(v, torch.Tensor)]
+        if tensors:
+            # float64 holds every float32/bf16 value exactly, so the numbers equal per-value .item() calls
+            host = iter(torch.stack([t.detach().reshape(()).to(torch.float64) for t in tensors]).tolist())
+        synced = []
+        for tag, row in rows:
+            values = {k: next(host) if isinstance(v, torch.Tensor) else v for k, v in row.items()}
+            for k, v in values.items():
+                self.meters[k].update(v)
+            synced.append((tag, values))
+        return synced
 
     def __str__(self) -> str:
+        self.sync()
         return self.delimiter.join(f"{name} {m.val:.4f} ({m.avg:.4f})" for name, m in self.meters.items())

@@ -25,6 +25,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from . import preemption
 from .checkpoint import (
     atomic_torch_save,
     check_plain,
@@ -36,7 +37,9 @@ from .checkpoint import (
     set_rng_state,
 )
 from .data_manager import DataManager
+from .data_stream import LoaderStream
 from .distributed import (
+    any_rank,
     barrier,
     gather_in_order,
     is_main,
@@ -68,6 +71,7 @@ class TrainerBase:
         self._writer = None
         self._ddp: list = []  # DDP wrappers of the trainable models under torchrun (engine/distributed.py)
         self.scaler: torch.amp.GradScaler | None = None
+        self.resume_step: dict | None = None  # a step-level resume state's position, used by the next run_epoch
 
     # ----- models -----------------------------------------------------------------------------------------
     def register_model(self, name: str = "model", model: nn.Module | None = None, optim=None, sched=None) -> None:
@@ -142,10 +146,11 @@ class TrainerBase:
             save_checkpoint(state, os.path.join(directory, name), is_best=is_best, model_name=model_name)
         barrier()
 
-    def save_resume_state(self, epoch: int, best_result: float | None = None) -> None:
+    def save_resume_state(self, epoch: int, best_result: float | None = None, step: dict | None = None) -> None:
         """Replace ``<OUTPUT_DIR>/resume.pth.tar`` with the state after ``epoch`` (0-based): every model, optimiser
         and scheduler, the grad scaler, the RNG states and the best val result, in one atomic write (rank 0 writes,
-        every process waits for the file)."""
+        every process waits for the file). ``step`` makes it a step-level state: the position reached inside the
+        next epoch (``{"batch": steps done, "streams": {loader: LoaderStream.state()}}``)."""
         if not is_main():
             barrier()
             return
@@ -158,6 +163,7 @@ class TrainerBase:
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "rng_state": get_rng_state(),
             "best_result": best_result,
+            "step": step,
         }
         check_plain(state, RESUME_FILE)
         atomic_torch_save(state, os.path.join(self.output_dir, RESUME_FILE))
@@ -184,6 +190,10 @@ class TrainerBase:
             self.best_result = state["best_result"]
         print(f'Resuming from "{path}" (models, optimisers, schedulers, RNG states)')
         print(f"Previous epoch: {state['epoch']}")
+        self.resume_step = state.get("step")
+        if self.resume_step:
+            print(f"Resuming inside epoch {state['epoch'] + 1} after batch {self.resume_step['batch']} (the data "
+                  "loaders continue their passes where they stopped)")
         return state["epoch"]
 
     def resume_model_if_exist(self, directory: str) -> int:
@@ -253,11 +263,16 @@ class TrainerBase:
         self.start_epoch = start_epoch
         self.max_epoch = max_epoch
         self.before_train()
-        for epoch in range(self.start_epoch, self.max_epoch):
-            self.epoch = epoch
-            self.before_epoch()
-            self.run_epoch()
-            self.after_epoch()
+        with preemption.deferred():  # a preemption signal ends the run at the next step or epoch boundary
+            for epoch in range(self.start_epoch, self.max_epoch):
+                self.epoch = epoch
+                self.before_epoch()
+                self.run_epoch()
+                self.after_epoch()
+                if preemption.requested():
+                    raise preemption.Preempted(f"preempted ({preemption.requested()}): the state after epoch "
+                                               f"{epoch + 1}/{self.max_epoch} is saved; rerun the same command to "
+                                               "continue")
         self.after_train()
 
     def before_train(self) -> None:
@@ -291,17 +306,21 @@ class TrainerBase:
         raise NotImplementedError
 
     # ----- optimisation -----------------------------------------------------------------------------------
-    def detect_anomaly(self, loss: torch.Tensor) -> None:
-        """Raise FloatingPointError naming the epoch/batch/step when ``loss`` is NaN or infinite."""
-        if torch.isfinite(loss).all():
-            return
-        epoch, batch = getattr(self, "epoch", 0), getattr(self, "batch_idx", 0)
-        num_batches = getattr(self, "num_batches", 0)
-        where = f"epoch {epoch + 1}/{getattr(self, 'max_epoch', '?')}, batch {batch + 1}/{num_batches or '?'}"
-        raise FloatingPointError(
-            f"Loss is infinite or NaN ({loss.detach().float().flatten()[:4].tolist()}) at {where} "
-            f"(step {epoch * num_batches + batch}); stopping. Lower OPTIM.LR, use PREC fp32/amp, or check this batch"
-        )
+    def check_finite(self, rows: list[tuple[object, dict[str, float]]]) -> None:
+        """Raise FloatingPointError naming the epoch/batch/step of the first step whose summary (``MetricMeter.sync``
+        rows tagged ``(epoch, batch)``) holds an infinite or NaN value."""
+        for tag, values in rows:
+            bad = {k: v for k, v in values.items() if not np.isfinite(v)}
+            if not bad:
+                continue
+            epoch, batch = tag if tag is not None else (getattr(self, "epoch", 0), getattr(self, "batch_idx", 0))
+            num_batches = getattr(self, "num_batches", 0)
+            where = f"epoch {epoch + 1}/{getattr(self, 'max_epoch', '?')}, batch {batch + 1}/{num_batches or '?'}"
+            raise FloatingPointError(
+                f"Loss is infinite or NaN ({', '.join(f'{k} {v}' for k, v in bad.items())}) at {where} "
+                f"(step {epoch * num_batches + batch}); stopping. Lower OPTIM.LR, use PREC fp32/amp, or check this "
+                "batch"
+            )
 
     def model_zero_grad(self, names=None) -> None:
         for name in self.get_model_names(names):
@@ -309,7 +328,8 @@ class TrainerBase:
                 self._optims[name].zero_grad()
 
     def model_backward(self, loss: torch.Tensor) -> None:
-        self.detect_anomaly(loss)
+        """(Scaled) backward; a non-finite loss is caught when the step's summary is read (``check_finite``), so
+        the step waits for nothing on the device."""
         prepare_backward(self._ddp)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
@@ -327,7 +347,7 @@ class TrainerBase:
             self.scaler.update()
 
     def model_backward_and_update(self, loss: torch.Tensor, names=None) -> None:
-        """zero_grad → (scaled) backward with the NaN check → optimiser step."""
+        """zero_grad → (scaled) backward → optimiser step."""
         self.model_zero_grad(names)
         self.model_backward(loss)
         self.model_update(names)
@@ -360,6 +380,7 @@ class SimpleTrainer(TrainerBase):
         self._ddp = wrap_trainable_models(self._models, self.device, cfg.TRAIN.SYNC_BN)
         self.evaluator = build_evaluator(cfg, lab2cname=self.lab2cname)
         self.best_result = -np.inf
+        self._state_time = time.monotonic()  # when the last resume state was written (TRAIN.STEP_RESUME_MINUTES)
 
     @property
     def ns(self):
@@ -408,6 +429,7 @@ class SimpleTrainer(TrainerBase):
             self._restore_best_result(directory)
         self.init_writer(os.path.join(self.output_dir, "tensorboard"))
         self.time_start = time.time()
+        self._state_time = time.monotonic()
 
     def _restore_best_result(self, directory: str) -> None:
         """On resume with best_val, recover the best val result so far from ``model-best.pth.tar``."""
@@ -437,6 +459,7 @@ class SimpleTrainer(TrainerBase):
             self.save_model(self.epoch, self.output_dir)
         best = float(self.best_result) if np.isfinite(self.best_result) else None
         self.save_resume_state(self.epoch, best)
+        self._state_time = time.monotonic()
 
     def after_train(self) -> None:
         print("Finish training")
@@ -534,18 +557,80 @@ class SimpleTrainer(TrainerBase):
     def model_inference(self, input: torch.Tensor) -> torch.Tensor:
         return self.model(input)
 
+    # ----- the training loop -------------------------------------------------------------------------------
+    def train_loaders(self) -> dict[str, DataLoader]:
+        """The loaders a step draws one batch from each, in ``forward_backward``'s argument order."""
+        raise NotImplementedError
+
+    def epoch_length(self, loaders: dict[str, DataLoader]) -> int:
+        """Steps per epoch (TrainerX: the batches of train_x)."""
+        return len(loaders["train_x"])
+
+    def run_epoch(self) -> None:
+        """One epoch of ``forward_backward`` steps, from the start or from the position of a step-level resume
+        state. Loss summaries are read every PRINT_FREQ steps (``sync_losses``), not after every step."""
+        self.set_model_mode("train")
+        loaders = self.train_loaders()
+        set_sampler_epoch(loaders.values(), self.epoch)
+        self.num_batches = self.epoch_length(loaders)
+        position, self.resume_step = self.resume_step, None
+        streams = {name: LoaderStream(loader) for name, loader in loaders.items()}
+        for name, stream in streams.items():
+            stream.start(position["streams"][name] if position else None)
+        losses, batch_time, data_time = MetricMeter(), AverageMeter(), AverageMeter()
+        end = time.time()
+        for batch_idx in range(position["batch"] if position else 0, self.num_batches):
+            self.batch_idx = batch_idx
+            batches = [stream.next() for stream in streams.values()]
+            data_time.update(time.time() - end)
+            loss_summary = self.forward_backward(*batches)
+            batch_time.update(time.time() - end)
+            losses.update(loss_summary, tag=(self.epoch, batch_idx))
+            self._log_iteration(batch_time, data_time, losses)
+            self.after_step(streams, losses)
+            end = time.time()
+        self.sync_losses(losses)
+        for stream in streams.values():
+            stream.close()
+
+    def sync_losses(self, losses: MetricMeter) -> None:
+        """Read the pending loss summaries (one device sync) and stop on a non-finite one (``check_finite``)."""
+        self.check_finite(losses.sync())
+
+    def after_step(self, streams: dict[str, LoaderStream], losses: MetricMeter) -> None:
+        """After each step: on a preemption request write a step-level resume state and raise ``Preempted``; every
+        ``TRAIN.STEP_RESUME_MINUTES`` minutes write one and go on (a hard kill then loses at most that much)."""
+        minutes = self.cfg.TRAIN.get("STEP_RESUME_MINUTES", 0.0)
+        preempt, due = any_rank(preemption.requested() is not None,
+                                minutes > 0 and time.monotonic() - self._state_time >= 60.0 * minutes)
+        if not (preempt or due):
+            return
+        self.sync_losses(losses)  # never save the weights of a non-finite step
+        step = {"batch": self.batch_idx + 1, "streams": {name: s.state() for name, s in streams.items()}}
+        best = float(self.best_result) if np.isfinite(self.best_result) else None
+        self.save_resume_state(self.epoch - 1, best, step=step)
+        self._state_time = time.monotonic()
+        where = f"epoch {self.epoch + 1}/{self.max_epoch}, batch {self.batch_idx + 1}/{self.num_batches}"
+        if preempt:
+            raise preemption.Preempted(f"preempted ({preemption.requested() or 'another process'}): the state at "
+                                       f"{where} is saved; rerun the same command to continue")
+        print(f"Saved the step-level resume state ({where})")
+
     def _log_iteration(self, batch_time: AverageMeter, data_time: AverageMeter, losses: MetricMeter) -> None:
-        """Print Dassl's epoch/batch line every PRINT_FREQ batches and write the running averages."""
+        """Every PRINT_FREQ batches: read the loss summaries, print Dassl's epoch/batch line and write the running
+        averages."""
         nb = self.num_batches
         freq = self.cfg.TRAIN.PRINT_FREQ
-        if (self.batch_idx + 1) % freq == 0 or nb < freq:
-            remaining = nb - self.batch_idx - 1 + (self.max_epoch - self.epoch - 1) * nb
-            eta = datetime.timedelta(seconds=int(batch_time.avg * remaining))
-            print(
-                f"epoch [{self.epoch + 1}/{self.max_epoch}] batch [{self.batch_idx + 1}/{nb}] "
-                f"time {batch_time.val:.3f} ({batch_time.avg:.3f}) data {data_time.val:.3f} ({data_time.avg:.3f}) "
-                f"{losses} lr {self.get_current_lr():.4e} eta {eta}"
-            )
+        if (self.batch_idx + 1) % freq != 0 and nb >= freq:
+            return
+        self.sync_losses(losses)
+        remaining = nb - self.batch_idx - 1 + (self.max_epoch - self.epoch - 1) * nb
+        eta = datetime.timedelta(seconds=int(batch_time.avg * remaining))
+        print(
+            f"epoch [{self.epoch + 1}/{self.max_epoch}] batch [{self.batch_idx + 1}/{nb}] "
+            f"time {batch_time.val:.3f} ({batch_time.avg:.3f}) data {data_time.val:.3f} ({data_time.avg:.3f}) "
+            f"{losses} lr {self.get_current_lr():.4e} eta {eta}"
+        )
         n_iter = self.epoch * nb + self.batch_idx
         for name, meter in losses.meters.items():
             self.write_scalar("train/" + name, meter.avg, n_iter)
@@ -555,20 +640,8 @@ class SimpleTrainer(TrainerBase):
 class TrainerX(SimpleTrainer):
     """Training on labelled data only: ``forward_backward(batch)`` per batch of ``train_loader_x``."""
 
-    def run_epoch(self) -> None:
-        self.set_model_mode("train")
-        set_sampler_epoch([self.train_loader_x], self.epoch)
-        losses, batch_time, data_time = MetricMeter(), AverageMeter(), AverageMeter()
-        self.num_batches = len(self.train_loader_x)
-        end = time.time()
-        for batch_idx, batch in enumerate(self.train_loader_x):
-            self.batch_idx = batch_idx
-            data_time.update(time.time() - end)
-            loss_summary = self.forward_backward(batch)
-            batch_time.update(time.time() - end)
-            losses.update(loss_summary)
-            self._log_iteration(batch_time, data_time, losses)
-            end = time.time()
+    def train_loaders(self) -> dict[str, DataLoader]:
+        return {"train_x": self.train_loader_x}
 
     def parse_batch_train(self, batch: dict):
         return batch["img"].to(self.device), batch["label"].to(self.device), batch["domain"].to(self.device)
@@ -581,38 +654,18 @@ class TrainerXU(SimpleTrainer):
     restarts when exhausted.
     """
 
-    def run_epoch(self) -> None:
+    def train_loaders(self) -> dict[str, DataLoader]:
         if self.train_loader_u is None:
             raise ValueError(f"{type(self).__name__} needs unlabelled data, but the dataset has an empty train_u")
-        self.set_model_mode("train")
-        set_sampler_epoch([self.train_loader_x, self.train_loader_u], self.epoch)
-        losses, batch_time, data_time = MetricMeter(), AverageMeter(), AverageMeter()
-        len_x, len_u = len(self.train_loader_x), len(self.train_loader_u)
+        return {"train_x": self.train_loader_x, "train_u": self.train_loader_u}
+
+    def epoch_length(self, loaders: dict[str, DataLoader]) -> int:
+        len_x, len_u = len(loaders["train_x"]), len(loaders["train_u"])
         count_iter = self.cfg.TRAIN.COUNT_ITER
         lengths = {"train_x": len_x, "train_u": len_u, "smaller_one": min(len_x, len_u)}
         if count_iter not in lengths:
             raise ValueError(f"Unknown TRAIN.COUNT_ITER {count_iter!r}; choose one of {', '.join(lengths)}")
-        self.num_batches = lengths[count_iter]
-        iter_x, iter_u = iter(self.train_loader_x), iter(self.train_loader_u)
-        end = time.time()
-        for batch_idx in range(self.num_batches):
-            self.batch_idx = batch_idx
-            try:
-                batch_x = next(iter_x)
-            except StopIteration:
-                iter_x = iter(self.train_loader_x)
-                batch_x = next(iter_x)
-            try:
-                batch_u = next(iter_u)
-            except StopIteration:
-                iter_u = iter(self.train_loader_u)
-                batch_u = next(iter_u)
-            data_time.update(time.time() - end)
-            loss_summary = self.forward_backward(batch_x, batch_u)
-            batch_time.update(time.time() - end)
-            losses.update(loss_summary)
-            self._log_iteration(batch_time, data_time, losses)
-            end = time.time()
+        return lengths[count_iter]
 
     def parse_batch_train(self, batch_x: dict, batch_u: dict):
         return (batch_x["img"].to(self.device), batch_x["label"].to(self.device), batch_u["img"].to(self.device))

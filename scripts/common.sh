@@ -30,6 +30,14 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 OUTPUT_ROOT=${OUTPUT_ROOT:-output}
 
+# train.py's exit status after a preemption signal (SIGTERM, SIGUSR1 or SIGHUP): it finished its step and saved a
+# resume state; rerunning the same command continues the run.
+EXIT_PREEMPTED=75
+# Such a signal is often sent to every process of the job (SLURM, a closed terminal). A no-op trap keeps this shell
+# alive: bash runs it once its foreground child (train.py, saving its state) has ended, and the script then exits
+# with the child's status (75) instead of dying first with 143.
+trap ':' TERM USR1 HUP
+
 BASE2NEW_DATASETS=(imagenet caltech101 oxford_pets stanford_cars oxford_flowers food101 fgvc_aircraft sun397 dtd
                    eurosat ucf101)
 XD_TARGETS=(caltech101 oxford_pets stanford_cars oxford_flowers food101 fgvc_aircraft sun397 dtd eurosat ucf101)

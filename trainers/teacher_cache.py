@@ -35,7 +35,9 @@ from tqdm import tqdm
 
 from engine.checkpoint import atomic_torch_save
 from engine.data_manager import build_data_loader
+from engine.data_stream import sample_context
 from engine.dataset_base import Datum
+from engine.preemption import ignore_in_worker
 from engine.transforms import INTERPOLATION_MODES
 from engine.utils import read_image, write_json
 
@@ -147,13 +149,15 @@ class CachedViewDataset(Dataset):
     def __len__(self) -> int:
         return len(self.data_source)
 
-    def __getitem__(self, index: int) -> dict:
+    def __getitem__(self, key) -> dict:
+        index, rng = sample_context(key)  # a training pass's seeded sample (engine/data_stream.py)
         item = self.data_source[index]
         image = read_image(item.impath)
         if self.view_tfm is None:
             view, img = 0, self.transform(image)
         else:
-            view = int(torch.randint(self.views.shape[1], (1,)))
+            with rng:
+                view = int(torch.randint(self.views.shape[1], (1,)))
             img = self.view_tfm(image, self.views[index, view].tolist())
         return {"img": img, "label": item.label, "domain": item.domain, "impath": item.impath, "index": index,
                 "view": view}
@@ -220,7 +224,7 @@ def _build(encode: Callable[[torch.Tensor], torch.Tensor], source: Sequence[Datu
            view_tfm: ViewTransform | None, fixed_tfm: Callable | None, device: torch.device, batch_size: int,
            num_workers: int, desc: str) -> tuple[torch.Tensor, torch.Tensor]:
     loader = DataLoader(_BuildDataset(source, k, view_tfm, fixed_tfm), batch_size=max(1, batch_size // k),
-                        num_workers=num_workers, pin_memory=device.type == "cuda")
+                        num_workers=num_workers, pin_memory=device.type == "cuda", worker_init_fn=ignore_in_worker)
     features, views = None, torch.zeros(len(source), k, 5, dtype=torch.long)
     for batch in tqdm(loader, desc=desc):
         out = encode(batch["img"].flatten(0, 1).to(device, non_blocking=True)).float().cpu()

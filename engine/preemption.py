@@ -1,0 +1,83 @@
+"""Preemption: SIGTERM, SIGUSR1 or SIGHUP end a training run at the next safe point, with its state saved.
+
+Clusters preempt with SIGTERM (SLURM, Kubernetes) or a chosen signal (``sbatch --signal=USR1``); a closed terminal
+sends SIGHUP. ``handle_signals()`` (train.py) turns each of them into a request instead of the default death:
+
+* inside :func:`deferred` (the training loop) the request only sets a flag; the trainer finishes the current step
+  (or the epoch's validation and checkpoint writing), writes a step-level resume state and raises
+  :class:`Preempted`;
+* anywhere else (building the run, the final evaluation) :class:`Preempted` is raised at once: the resume state
+  already on disk is the latest one.
+
+``Preempted`` derives from BaseException (as KeyboardInterrupt) so that no ``except Exception`` on the way turns it
+into another error; train.py reports it in one line and exits with status 75 (``EXIT_PREEMPTED``).
+DataLoader workers ignore these signals (:func:`ignore_in_worker`): a signal sent to the whole process group must not
+kill the workers of the step that is being finished.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1", "SIGHUP") if hasattr(signal, name))
+
+
+class Preempted(BaseException):
+    """The run stopped on a preemption signal; ``str()`` is the one line train.py prints."""
+
+
+class _State:
+    signal_name: str | None = None  # the signal received (None: no request)
+    deferring = 0  # depth of deferred() blocks
+
+
+def requested() -> str | None:
+    """The name of the preemption signal received so far (None when there was none)."""
+    return _State.signal_name
+
+
+def _on_signal(signum: int, frame) -> None:
+    _State.signal_name = signal.Signals(signum).name
+    if not _State.deferring:
+        raise Preempted(f"preempted ({_State.signal_name}) before training could save a step; the last saved state "
+                        "stays: rerun the same command to continue")
+
+
+@contextlib.contextmanager
+def handle_signals() -> Iterator[None]:
+    """Inside: the preemption signals are requests (see the module docstring); SIGINT raises KeyboardInterrupt even
+    when the process started with it ignored (a background job). Previous handlers are restored afterwards; outside
+    the main thread nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _on_signal) for sig in SIGNALS}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+    _State.signal_name, _State.deferring = None, 0
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _State.signal_name, _State.deferring = None, 0
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Inside: a preemption signal only sets the flag that :func:`requested` reads."""
+    _State.deferring += 1
+    try:
+        yield
+    finally:
+        _State.deferring -= 1
+    if _State.signal_name and not _State.deferring:  # arrived after the block's last check
+        raise Preempted(f"preempted ({_State.signal_name}); the last saved state stays: rerun the same command to "
+                        "continue")
+
+
+def ignore_in_worker(worker_id: int) -> None:
+    """DataLoader ``worker_init_fn``: the worker ignores the preemption signals (its main process handles them)."""
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
