@@ -94,6 +94,11 @@ class Transformer(nn.Module):
         return x
 
 
+def _capturing() -> bool:
+    """True while a CUDA graph is being captured on the current stream (no host reads of device values then)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def _expand_prompts(prompts: Prompts, batch: int, width: int, layers: int, dtype: torch.dtype,
                     tower: str) -> list[torch.Tensor]:
     """Check a prompt sequence and return it as [batch, n_ctx, width] tensors in ``dtype``."""
@@ -220,7 +225,7 @@ class CLIP(nn.Module):
         deep = _expand_prompts(prompts, x.shape[0], self.text_width, self.text_layers, x.dtype, "text")
         if deep:
             n_ctx = deep[0].shape[1]
-            if not torch.compiler.is_compiling() and bool((eot <= n_ctx).any()):  # no graph break when compiled
+            if not (torch.compiler.is_compiling() or _capturing()) and bool((eot <= n_ctx).any()):  # eager only
                 row = int((eot <= n_ctx).nonzero()[0, 0])
                 raise ValueError(f"text prompts replace token positions 1..{n_ctx} but row {row} ends (EOT) at "
                                  f"position {int(eot[row])}; tokenize texts that start with {n_ctx} placeholder "

@@ -13,6 +13,10 @@ from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, MultiStepLR, StepLR
 
 AVAI_OPTIMS = ("adam", "amsgrad", "sgd", "rmsprop", "radam", "adamw")
+FOREACH_OPTIMS = ("adam", "amsgrad", "sgd", "rmsprop", "adamw")
+"""Optimisers built with ``foreach=True`` (a few multi-tensor kernels per step instead of a few per parameter), whose
+updates equal the per-parameter loop's bit for bit (tests/test_engine_optim.py); RAdam's foreach update is not
+identical, and the fused kernels (one per step) are not either, so neither is used."""
 AVAI_SCHEDULERS = ("single_step", "multi_step", "cosine")
 AVAI_WARMUPS = ("constant", "linear")
 
@@ -48,19 +52,20 @@ def build_optimizer(model: nn.Module | Iterable, optim_cfg, param_groups: list[d
     params = _params_of(model, optim_cfg, param_groups)
     lr, wd = optim_cfg.LR, optim_cfg.WEIGHT_DECAY
     betas = (optim_cfg.ADAM_BETA1, optim_cfg.ADAM_BETA2)
+    impl = {"foreach": True} if name in FOREACH_OPTIMS else {}
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=wd, betas=betas)
+        return torch.optim.Adam(params, lr=lr, weight_decay=wd, betas=betas, **impl)
     if name == "amsgrad":
-        return torch.optim.Adam(params, lr=lr, weight_decay=wd, betas=betas, amsgrad=True)
+        return torch.optim.Adam(params, lr=lr, weight_decay=wd, betas=betas, amsgrad=True, **impl)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=optim_cfg.MOMENTUM, weight_decay=wd,
-                               dampening=optim_cfg.SGD_DAMPNING, nesterov=optim_cfg.SGD_NESTEROV)
+                               dampening=optim_cfg.SGD_DAMPNING, nesterov=optim_cfg.SGD_NESTEROV, **impl)
     if name == "rmsprop":
         return torch.optim.RMSprop(params, lr=lr, momentum=optim_cfg.MOMENTUM, weight_decay=wd,
-                                   alpha=optim_cfg.RMSPROP_ALPHA)
+                                   alpha=optim_cfg.RMSPROP_ALPHA, **impl)
     if name == "radam":
         return torch.optim.RAdam(params, lr=lr, weight_decay=wd, betas=betas)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=wd, betas=betas)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=wd, betas=betas, **impl)
 
 
 class _BaseWarmupScheduler(LRScheduler):

@@ -41,8 +41,8 @@ def requested() -> str | None:
 def _on_signal(signum: int, frame) -> None:
     _State.signal_name = signal.Signals(signum).name
     if not _State.deferring:
-        raise Preempted(f"preempted ({_State.signal_name}) before training could save a step; the last saved state "
-                        "stays: rerun the same command to continue")
+        raise Preempted(f"preempted ({_State.signal_name}) outside a training step; the last saved state stays: "
+                        "rerun the same command to continue")
 
 
 @contextlib.contextmanager

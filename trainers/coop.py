@@ -196,7 +196,7 @@ class CoOp(ClipWeightsCheck, TrainerX):
         logits = self.model_inference(images)
         loss = F.cross_entropy(logits, labels)
         self.model_backward_and_update(loss)
-        summary = {"loss": loss.item(), "acc": compute_accuracy(logits, labels)[0].item()}
+        summary = {"loss": loss.detach(), "acc": compute_accuracy(logits, labels)[0]}  # read at log time
         if self.batch_idx + 1 == self.num_batches:
             self.update_lr()
         return summary

@@ -40,7 +40,7 @@ class PromptKD(DistillMixin, TrainerX):
         self.model_backward_and_update(loss)
         if (self.batch_idx + 1) == self.num_batches:
             self.update_lr()
-        return {"loss": loss.item()}
+        return {"loss": loss.detach()}  # read at log time (no device sync per step)
 
     def model_inference(self, images: torch.Tensor) -> torch.Tensor:
         with self.autocast():

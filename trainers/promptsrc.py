@@ -252,8 +252,8 @@ class PromptSRC(ClipWeightsCheck, TrainerX):
         self.model_backward_and_update(loss)
         if self.batch_idx + 1 == self.num_batches:
             self.update_lr()
-        summary = {"loss": loss.item(), "acc": compute_accuracy(logits, labels)[0].item()}
-        summary.update({name: value.item() for name, value in terms.items()})
+        summary = {"loss": loss.detach(), "acc": compute_accuracy(logits, labels)[0]}  # read at log time
+        summary.update({name: value.detach() for name, value in terms.items()})
         return summary
 
     def model_inference(self, images: torch.Tensor) -> torch.Tensor:
