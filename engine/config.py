@@ -173,6 +173,7 @@ PROJECT_KEYS = {
     # minutes between step-level resume states (0: only at epoch ends and on preemption); bounds what a hard kill
     # (SIGKILL, a crash of the node) loses inside an epoch
     "TRAIN.STEP_RESUME_MINUTES": 10.0,
+    "TRAIN.CUDA_GRAPH": False,  # replay the whole training step as one CUDA graph (engine/cuda_graph.py)
 }
 """The engine's keys beyond Dassl's, as dotted names with their defaults."""
 

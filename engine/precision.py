@@ -25,15 +25,16 @@ def resolve_precision(prec: str, device: torch.device | str) -> str:
     return prec
 
 
-def autocast(prec: str, device: torch.device | str):
-    """``torch.autocast`` for amp (bf16 on CPU, fp16 on CUDA) and bf16 (bf16 everywhere); a no-op otherwise."""
+def autocast(prec: str, device: torch.device | str, cache: bool = True):
+    """``torch.autocast`` for amp (bf16 on CPU, fp16 on CUDA) and bf16 (bf16 everywhere); a no-op otherwise.
+    ``cache=False`` turns off the cache of cast weights (needed while a CUDA graph is captured)."""
     device_type = torch.device(device).type
     if prec == "bf16":
-        return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=device_type, dtype=torch.bfloat16, cache_enabled=cache)
     if prec != "amp":
         return contextlib.nullcontext()
     dtype = torch.float16 if device_type == "cuda" else torch.bfloat16
-    return torch.autocast(device_type=device_type, dtype=dtype)
+    return torch.autocast(device_type=device_type, dtype=dtype, cache_enabled=cache)
 
 
 def weight_dtype(prec: str) -> torch.dtype | None:

@@ -36,12 +36,14 @@ from .checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from .cuda_graph import StepGraph, check_cuda_graph
 from .data_manager import DataManager
 from .data_stream import LoaderStream
 from .distributed import (
     any_rank,
     barrier,
     gather_in_order,
+    is_distributed,
     is_main,
     prepare_backward,
     set_sampler_epoch,
@@ -378,6 +380,9 @@ class SimpleTrainer(TrainerBase):
         self.build_data_loader()
         self.build_model()
         self._ddp = wrap_trainable_models(self._models, self.device, cfg.TRAIN.SYNC_BN)
+        check_cuda_graph(cfg, self.device, self.prec, self, is_distributed())
+        self.step_graph = StepGraph(self.train_step, [o for o in self._optims.values() if o is not None]) \
+            if cfg.TRAIN.get("CUDA_GRAPH", False) else None
         self.evaluator = build_evaluator(cfg, lab2cname=self.lab2cname)
         self.best_result = -np.inf
         self._state_time = time.monotonic()  # when the last resume state was written (TRAIN.STEP_RESUME_MINUTES)
@@ -389,7 +394,15 @@ class SimpleTrainer(TrainerBase):
 
     def autocast(self):
         """Autocast context of this run's precision (a no-op for fp32 and fp16)."""
-        return autocast(self.prec, self.device)
+        capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        return autocast(self.prec, self.device, cache=not capturing)
+
+    def run_step(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The trainer's ``train_step(inputs)`` (device tensors in, loss summary tensors out), replayed as one CUDA
+        graph with TRAIN.CUDA_GRAPH (engine/cuda_graph.py)."""
+        if self.step_graph is None:
+            return self.train_step(inputs)
+        return self.step_graph(inputs)
 
     def check_cfg(self, cfg) -> None:
         """Hook to validate trainer-specific settings before any data is prepared (overrides call ``super()``)."""

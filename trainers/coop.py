@@ -193,13 +193,18 @@ class CoOp(ClipWeightsCheck, TrainerX):
 
     def forward_backward(self, batch: dict) -> dict:
         images, labels, _ = self.parse_batch_train(batch)
-        logits = self.model_inference(images)
-        loss = F.cross_entropy(logits, labels)
-        self.model_backward_and_update(loss)
-        summary = {"loss": loss.detach(), "acc": compute_accuracy(logits, labels)[0]}  # read at log time
+        summary = self.run_step({"images": images, "labels": labels})
         if self.batch_idx + 1 == self.num_batches:
             self.update_lr()
         return summary
+
+    def train_step(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Forward, backward and update of the context on device tensors (what TRAIN.CUDA_GRAPH captures); the
+        summary stays on the device until log time."""
+        logits = self.model_inference(inputs["images"])
+        loss = F.cross_entropy(logits, inputs["labels"])
+        self.model_backward_and_update(loss)
+        return {"loss": loss.detach(), "acc": compute_accuracy(logits.detach(), inputs["labels"])[0]}
 
     def evaluation_classifier(self) -> torch.Tensor:
         """The classifier an evaluation uses, computed once for it: ``text_classifier()`` (PETRCoOp: both branches')."""

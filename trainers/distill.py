@@ -97,13 +97,14 @@ class DistillMixin(ClipWeightsCheck):
         with self.autocast():
             return self.teacher_image_features(images)
 
-    def teacher_train_features(self, parts: list[tuple[str, dict, torch.Tensor]]) -> list[torch.Tensor]:
-        """Teacher features of each (split, batch, images) of a step: from the cache when one is in use, else one
-        online forward over all the images."""
-        if self.teacher_cache:
-            return [self.teacher_cache[split].lookup(batch).to(self.device, non_blocking=True)
-                    for split, batch, _ in parts]
-        images = [part[2] for part in parts]
+    def cached_teacher_features(self, batches: dict[str, dict]) -> list[torch.Tensor]:
+        """The stored teacher features of each ``{split: batch}`` of a step (``TEACHER_CACHE`` fixed / views), on the
+        device."""
+        return [self.teacher_cache[split].lookup(batch).to(self.device, non_blocking=True)
+                for split, batch in batches.items()]
+
+    def online_teacher_features(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The teacher's features of each image batch of a step, from one forward over all of them."""
         features = self.teacher_image_features(torch.cat(images) if len(images) > 1 else images[0])
         return list(features.split([i.shape[0] for i in images]))
 

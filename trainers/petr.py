@@ -67,9 +67,24 @@ class PETR(DistillMixin, RoutedEvaluationMixin, TrainerXU):
 
     def forward_backward(self, batch_x: dict, batch_u: dict) -> dict:
         images_x, labels_x, images_u = self.parse_batch_train(batch_x, batch_u)
+        inputs = {"images_x": images_x, "labels_x": labels_x, "images_u": images_u}
+        if self.teacher_cache:
+            inputs["teacher_x"], inputs["teacher_u"] = self.cached_teacher_features({"train_x": batch_x,
+                                                                                     "train_u": batch_u})
+        summary = self.run_step(inputs)
+        if (self.batch_idx + 1) == self.num_batches:
+            self.update_lr()
+        return summary
+
+    def train_step(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Forward, backward and update of both students on device tensors (what TRAIN.CUDA_GRAPH captures); the
+        loss terms come back as tensors, read at log time."""
+        images_x, labels_x, images_u = inputs["images_x"], inputs["labels_x"], inputs["images_u"]
         with self.autocast():
-            teacher_x, teacher_u = self.teacher_train_features([("train_x", batch_x, images_x),
-                                                                ("train_u", batch_u, images_u)])
+            if "teacher_x" in inputs:
+                teacher_x, teacher_u = inputs["teacher_x"], inputs["teacher_u"]
+            else:
+                teacher_x, teacher_u = self.online_teacher_features([images_x, images_u])
             features_x = self.seen_student(self.clip_model, images_x)
             features_u = self.unseen_student(self.clip_model, images_u)
         logits_x = self.student_logits(features_x, self.source_text_features)
@@ -83,10 +98,8 @@ class PETR(DistillMixin, RoutedEvaluationMixin, TrainerXU):
         ce = F.cross_entropy(ce_logits, ce_labels)
         loss = kd_seen + self.ns.CE_WEIGHT * ce + kd_unseen
         self.model_backward_and_update(loss)
-        if (self.batch_idx + 1) == self.num_batches:
-            self.update_lr()
-        return {"loss": loss.item(), "kd_seen": kd_seen.item(), "ce": ce.item(), "kd_unseen": kd_unseen.item(),
-                "acc_x": compute_accuracy(ce_logits, ce_labels)[0].item()}
+        return {"loss": loss.detach(), "kd_seen": kd_seen.detach(), "ce": ce.detach(), "kd_unseen": kd_unseen.detach(),
+                "acc_x": compute_accuracy(ce_logits.detach(), ce_labels)[0]}
 
     def branch_scorer(self):
         """``branch_logits``: the students hold no per-pass state."""

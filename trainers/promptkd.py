@@ -33,13 +33,25 @@ class PromptKD(DistillMixin, TrainerX):
 
     def forward_backward(self, batch: dict) -> dict:
         images, _, _ = self.parse_batch_train(batch)  # labels are not used: the distillation is label-free
-        with self.autocast():
-            teacher_features, = self.teacher_train_features([("train_x", batch, images)])
-            student_features = self.student(self.clip_model, images)
-        loss = self.kd_term(self.student_logits(student_features), self.teacher_logits(teacher_features))
-        self.model_backward_and_update(loss)
+        inputs = {"images": images}
+        if self.teacher_cache:
+            inputs["teacher"], = self.cached_teacher_features({"train_x": batch})
+        summary = self.run_step(inputs)
         if (self.batch_idx + 1) == self.num_batches:
             self.update_lr()
+        return summary
+
+    def train_step(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Forward, backward and update of the student on device tensors (what TRAIN.CUDA_GRAPH captures)."""
+        images = inputs["images"]
+        with self.autocast():
+            if "teacher" in inputs:
+                teacher = inputs["teacher"]
+            else:
+                teacher, = self.online_teacher_features([images])
+            student_features = self.student(self.clip_model, images)
+        loss = self.kd_term(self.student_logits(student_features), self.teacher_logits(teacher))
+        self.model_backward_and_update(loss)
         return {"loss": loss.detach()}  # read at log time (no device sync per step)
 
     def model_inference(self, images: torch.Tensor) -> torch.Tensor:
