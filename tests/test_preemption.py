@@ -2,7 +2,8 @@
 same command continues inside the epoch and ends with the weights and results of an uninterrupted run (torch.equal),
 for CoOp (TrainerX) and PETR (TrainerXU, whose shorter loader restarts mid-epoch), with 0 and 2 loader workers; a
 SIGKILL loses only the steps since the last time-based state (TRAIN.STEP_RESUME_MINUTES). The loaders' passes
-(engine/data_stream.py) are checked directly too: any position resumes to the same batches.
+(engine/data_stream.py) are checked directly too: any position resumes to the same batches. TRAIN.CUDA_GRAPH refuses
+the CPU in one line.
 
 Run with ``-s`` to see the preemption table.
 """
@@ -284,3 +285,15 @@ def test_a_unit_script_passes_the_preempted_status_on(data, tmp_path, tiny_clip_
     TABLE.append(["CoOp (bash base2new_train.sh)", 0, "SIGTERM (process group)", "epoch [2/2] batch [1/",
                   train.EXIT_PREEMPTED, resumed_at(open(os.path.join(runs[1], "log.txt")).read()),
                   "identical to the uninterrupted run"])
+
+
+def test_cuda_graph_refuses_the_cpu_in_one_line(tiny_root, tmp_path, capsys):
+    """TRAIN.CUDA_GRAPH True on the CPU: exit 2 with one error line naming the key, before anything is trained."""
+    out = str(tmp_path / "graph")
+    argv = tiny_argv(tiny_root, out, epochs=1, opts=["TRAIN.CUDA_GRAPH", "True"])
+    assert train.cli(argv) == train.EXIT_USER_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: TRAIN.CUDA_GRAPH True needs a CUDA GPU (USE_CUDA True on a machine with one); set it to "
+                   "False on the CPU"]
+    assert not os.path.exists(os.path.join(out, "resume.pth.tar")) and not os.path.exists(os.path.join(out,
+                                                                                                       "linear_probe"))

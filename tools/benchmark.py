@@ -21,17 +21,11 @@
 from __future__ import annotations
 
 import argparse
-import math
-import statistics
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 
 import torch
 import torch.nn.functional as F
 from tabulate import tabulate
-from torch.utils import flop_counter
 
 if not __package__:  # run as `python tools/benchmark.py`
     from _repo_root import add_to_path
@@ -39,116 +33,21 @@ if not __package__:  # run as `python tools/benchmark.py`
     add_to_path()
 
 import clip
-from clip.model import CLIP
 from engine.compile import COMPILE_MODES
 from engine.precision import PRECISIONS, autocast
+from tools.bench_models import SPECS, ModelSpec, count_flops, random_clip, time_calls  # noqa: F401 (public names)
+from tools.benchmark_train import train_parts
 from trainers.losses import kd_loss
 from trainers.promptsrc import VLPromptLearner
 from trainers.routing import MahalanobisRouter
 from trainers.student import VisualPromptStudent, batched_features
 from trainers.teacher import Teacher
 
-# clip.model.CLIP constructor arguments of OpenAI's checkpoints, and a toy pair for tests and smoke runs.
-VIT_B16 = dict(embed_dim=512, image_resolution=224, vision_layers=12, vision_width=768, vision_patch_size=16,
-               context_length=77, vocab_size=49408, transformer_width=512, transformer_heads=8, transformer_layers=12)
-VIT_L14 = dict(embed_dim=768, image_resolution=224, vision_layers=24, vision_width=1024, vision_patch_size=14,
-               context_length=77, vocab_size=49408, transformer_width=768, transformer_heads=12, transformer_layers=12)
-TINY_STUDENT = dict(embed_dim=32, image_resolution=32, vision_layers=3, vision_width=64, vision_patch_size=16,
-                    context_length=77, vocab_size=49408, transformer_width=64, transformer_heads=1,
-                    transformer_layers=2)
-TINY_TEACHER = dict(embed_dim=48, image_resolution=32, vision_layers=2, vision_width=128, vision_patch_size=16,
-                    context_length=77, vocab_size=49408, transformer_width=128, transformer_heads=2,
-                    transformer_layers=2)
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Student and teacher CLIP shapes with the prompt settings (PromptKD/PETR base-to-novel: 4 tokens, depth 9)."""
-
-    label: str
-    student: dict
-    teacher: dict
-    n_ctx: int = 4
-    depth: int = 9
-
-
-SPECS = {
-    "vit_b16": ModelSpec("ViT-B/16 student, ViT-L/14 teacher", VIT_B16, VIT_L14),
-    "tiny": ModelSpec("tiny student/teacher (tests, smoke runs)", TINY_STUDENT, TINY_TEACHER, depth=2),
-    # tiny widths on 224 px images (patch 32): a train.py epoch whose cost is mostly data loading
-    "tiny224": ModelSpec("tiny student/teacher on 224 px images", dict(TINY_STUDENT, image_resolution=224,
-                                                                      vision_patch_size=32),
-                         dict(TINY_TEACHER, image_resolution=224, vision_patch_size=32), depth=2),
-}
 TRAIN_MODES = {
     "once": "ours: teacher text features computed once",
     "per_batch": "text features recomputed every batch (our trimmed tokens)",
     "per_batch_77": "upstream PromptKD: recomputed every batch, 77 tokens",
 }
-
-
-def random_clip(sizes: dict, device: torch.device | str, seed: int = 0, dtype: torch.dtype | None = None) -> CLIP:
-    """A frozen CLIP of the given shape with random weights (N(0, 0.02), LayerNorms at identity, scale 100), built
-    and initialised directly on ``device`` (a ViT-L/14 is not made on the CPU first); ``dtype`` converts it."""
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = CLIP(**sizes)
-    with torch.no_grad():
-        for module in model.modules():
-            for name, p in module.named_parameters(recurse=False):
-                if isinstance(module, torch.nn.LayerNorm):
-                    p.fill_(1.0 if name == "weight" else 0.0)
-                elif name.endswith("bias"):
-                    p.zero_()
-                else:
-                    p.normal_(std=0.02)
-        model.logit_scale.fill_(math.log(100.0))
-    return model.requires_grad_(False).eval().to(dtype=dtype)
-
-
-def _cpu_sdpa_flops(query, key, value, *args, out_shape=None, **kwargs) -> int:
-    return flop_counter.sdpa_flop_count(query, key, value)
-
-
-def _cpu_sdpa_backward_flops(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
-    return flop_counter.sdpa_backward_flop_count(grad_out, query, key, value)
-
-
-# torch's counter knows the CUDA attention kernels only; CPU attention gets the same formulas here.
-_CPU_ATTENTION = {
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_sdpa_backward_flops,
-}
-
-
-def count_flops(fn: Callable, *args) -> int:
-    """FLOPs of ``fn(*args)`` (matmuls, convolutions, attention; 2 per multiply-add), forward and any backward."""
-    with flop_counter.FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION) as counter:
-        fn(*args)
-    return counter.get_total_flops()
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_calls(fns: dict[str, Callable[[], object]], iters: int, warmup: int,
-               device: torch.device) -> dict[str, float]:
-    """Median seconds per call of each function; calls alternate between functions so machine load hits all alike."""
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    _sync(device)
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(iters):
-        for name, fn in fns.items():
-            _sync(device)
-            start = time.perf_counter()
-            fn()
-            _sync(device)
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 class InferenceModels:
@@ -302,7 +201,8 @@ def format_train(rows: list) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("part", nargs="?", default="all", choices=["all", "inference", "train"], help="what to measure")
+    p.add_argument("part", nargs="?", default="all", choices=["all", "inference", "train", "steps"],
+                   help="what to measure (steps: only the real trainers' step table)")
     p.add_argument("--model", default="vit_b16", choices=sorted(SPECS), help="model shapes (tiny: seconds, tests)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda[:N]")
     p.add_argument("--prec", default="fp32", choices=["fp32", "amp"],
@@ -319,6 +219,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--precisions", nargs="+", choices=PRECISIONS, help="full-step precisions (default: all)")
     p.add_argument("--compile", nargs="+", default=["none", "compile"], choices=list(COMPILE_MODES),
                    help="TRAIN.COMPILE modes of the full steps")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="also time the steps with TRAIN.CUDA_GRAPH (teacher cache on; CUDA only)")
+    p.add_argument("--gpu-rows", action="store_true", help="the GPU table's rows only: fp32, bf16, bf16 + compile, "
+                   "+ teacher cache, + CUDA graph (instead of --precisions x --compile)")
     p.add_argument("--step-batch", type=int, default=8, help="full-step batch (PETR: as many unlabelled again)")
     p.add_argument("--epochs", type=int, default=2, help="train.py epochs per setting (0: skip that part)")
     p.add_argument("--epoch-model", default="tiny224", choices=sorted(SPECS), help="model shapes of the epochs")
@@ -355,14 +259,14 @@ def main(argv: list[str] | None = None) -> None:
               "FLOPs from torch.utils.flop_counter, 2 per multiply-add")
         print(format_inference(*inference_report(models, batches, args.iters, args.warmup)))
         del models
+    if args.part == "steps":
+        train_parts(args, spec, device)
     if args.part in ("all", "train"):
         print(f"\n== Training step (PromptKD student, KD loss, SGD): median of {args.train_iters} steps after "
               f"{args.warmup} warm-up, batch {args.train_batch}")
         models = TrainStepModels(spec, args.classes, device, args.prec, args.seed)
         print(format_train(train_report(models, args.train_batch, args.train_iters, args.warmup)))
         del models
-        from tools.benchmark_train import train_parts
-
         train_parts(args, spec, device)
 
 

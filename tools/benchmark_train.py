@@ -1,11 +1,12 @@
-"""Training throughput for ``benchmark.py train``: full steps, an end-to-end train.py epoch, an ImageNet projection.
+"""Training throughput for ``benchmark.py train``: the trainers' real steps, an end-to-end train.py epoch, an ImageNet
+projection.
 
-* steps: PETR's full step (two students, 8 labelled + 8 unlabelled images, α·KD + CE + α·KD, SGD), PromptKD's (one
-  student, 8 images) and the PromptSRC teacher's (deep V+L prompts, gradients through the text tower for all C
-  classes), for each precision of ``engine.precision.PRECISIONS``, each ``TRAIN.COMPILE`` mode asked for and the
-  teacher cache off / on (on: the teacher's features are looked up, as ``TEACHER_CACHE`` fixed/views do), with
-  the first step (compilation included), the median step, images/s and peak GPU memory. Models are random-weight
-  CLIPs of the real shapes, built on the target device.
+* steps: PETR's (two students, 8 labelled + 8 unlabelled images) and PromptKD's (one student, 8 images)
+  ``forward_backward`` exactly as train.py builds them: ``train.main(--no-train)`` with the shipped configs on a
+  generated EuroSAT-layout JPEG tree (C = 10 classes) and random-weight CLIPs of the real shapes written as weight
+  files, for each precision, ``TRAIN.COMPILE`` mode, teacher cache off / on (``TEACHER_CACHE fixed``) and, asked
+  for, ``TRAIN.CUDA_GRAPH``; with the first step (compilation or capture included), the median step, images/s and
+  peak GPU memory.
 * epoch: ``train.py`` (PETR, the paper's config) on a generated 224 px EuroSAT-layout JPEG tree, timed per epoch
   with its data-loading share (train.py's ``data`` meter against its ``time`` meter), with the data loader's
   persistent workers off (before) and on (the default).
@@ -21,28 +22,25 @@ import os
 import re
 import tempfile
 import time
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from PIL import Image
 from tabulate import tabulate
 
-from clip.classifier import class_prompt_tokens
-from engine.compile import compile_clip
-from engine.precision import PRECISIONS, autocast, make_grad_scaler, resolve_precision, weight_dtype
-from tools.benchmark import SPECS, ModelSpec, random_clip, time_calls
-from trainers.losses import kd_loss
-from trainers.promptsrc import VLPromptLearner, promptsrc_loss_terms
-from trainers.student import VisualPromptStudent
-from trainers.teacher import Teacher
+from engine.data_stream import LoaderStream
+from engine.errors import ConfigError
+from engine.precision import PRECISIONS, resolve_precision
+from tools.bench_models import SPECS, ModelSpec, random_clip, time_calls
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGENET_TRAIN = 1_281_167
 EUROSAT_CLASSES = ("AnnualCrop", "Forest", "HerbaceousVegetation", "Highway", "Industrial", "Pasture",
                    "PermanentCrop", "Residential", "River", "SeaLake")
-STEP_HEADERS = ["step", "prec", "compile", "teacher cache", "first step s", "ms/step", "images/s", "peak GiB"]
+STEP_HEADERS = ["step", "prec", "compile", "teacher cache", "CUDA graph", "first step s", "ms/step", "images/s",
+                "peak GiB"]
 
 
 def _peak_memory(device: torch.device, fn) -> str:
@@ -65,160 +63,135 @@ def _first_call(device: torch.device, fn) -> float:
     return time.perf_counter() - start
 
 
-class _Stepper:
-    """Optimiser update with the run's grad scaler, as ``TrainerBase.model_backward_and_update``."""
-
-    def __init__(self, params, prec: str, device: torch.device):
-        self.optim = torch.optim.SGD(params, lr=0.005, momentum=0.9)
-        self.scaler = make_grad_scaler(prec, device)
-
-    def update(self, loss: torch.Tensor) -> float:
-        self.optim.zero_grad()
-        self.scaler.scale(loss).backward()
-        self.scaler.step(self.optim)
-        self.scaler.update()
-        return loss.item()
+def write_clip_files(spec: ModelSpec, folder: str) -> dict[str, str]:
+    """Random-weight student and teacher CLIPs of ``spec``'s shapes as weight files (what MODEL.BACKBONE.NAME and
+    TEACHER_NAME read)."""
+    files = {}
+    for role, sizes, seed in (("student", spec.student, 0), ("teacher", spec.teacher, 1)):
+        files[role] = os.path.join(folder, f"{role}.pt")
+        torch.save(random_clip(sizes, "cpu", seed).state_dict(), files[role])
+    return files
 
 
-class DistillSteps:
-    """PETR's and PromptKD's training steps on a frozen student CLIP and a frozen prompted teacher."""
-
-    def __init__(self, spec: ModelSpec, classes: int, device: torch.device, prec: str, compile_mode: str,
-                 batch: int, seed: int = 0):
-        self.device, self.prec, self.batch = device, prec, batch
-        self.clip_model = random_clip(spec.student, device, seed, weight_dtype(prec))
-        teacher_clip = random_clip(spec.teacher, device, seed + 1, weight_dtype(prec))
-        torch.manual_seed(seed + 2)
-        prompts = VLPromptLearner.build(teacher_clip, spec.n_ctx, spec.n_ctx, spec.depth, spec.depth).to(device)
-        self.teacher = Teacher(teacher_clip, [f"category number {i}" for i in range(classes)], prompts=prompts)
-        for model in (self.clip_model, teacher_clip):
-            compile_clip(model, compile_mode)
-        out_dim = spec.teacher["embed_dim"]
-        self.students = [VisualPromptStudent(self.clip_model, spec.n_ctx, spec.depth, out_dim).to(device).train()
-                         for _ in range(2)]
-        self.stepper = _Stepper([p for s in self.students for p in s.parameters()], prec, device)
-        self.text = self.teacher.text_features.float()
-        self.scale = float(self.clip_model.logit_scale.exp())
-        size = spec.student["image_resolution"]
-        self.images_x = torch.randn(batch, 3, size, size, device=device)
-        self.images_u = torch.randn(batch, 3, size, size, device=device)
-        self.labels = torch.randint(classes, (batch,), device=device)
-        # the cache as a run holds it: every image's features in CPU memory, a batch looked up by index
-        self.cache = F.normalize(torch.randn(16 * batch, out_dim), dim=-1)
-        self.index_x, self.index_u = torch.arange(batch), torch.arange(batch, 2 * batch)
-
-    def teacher_features(self, cached: bool, unlabelled: bool = True) -> list[torch.Tensor]:
-        """Teacher features of the labelled (and unlabelled) batch: looked up, or one online forward."""
-        if cached:
-            indexes = (self.index_x, self.index_u) if unlabelled else (self.index_x,)
-            return [self.cache[i].to(self.device, non_blocking=True) for i in indexes]
-        images = torch.cat([self.images_x, self.images_u]) if unlabelled else self.images_x
-        with torch.no_grad():
-            return list(self.teacher.encode_image(images).float().split(self.batch))
-
-    def teacher_logits(self, features: torch.Tensor) -> torch.Tensor:
-        return self.teacher.logit_scale * features @ self.text.t()
-
-    def petr(self, cached: bool) -> float:
-        """θ_s on the labelled batch (KD + CE), θ_u on the unlabelled one (KD), one backward of the sum."""
-        with autocast(self.prec, self.device):
-            teacher_x, teacher_u = self.teacher_features(cached)
-            features_x = self.students[0](self.clip_model, self.images_x)
-            features_u = self.students[1](self.clip_model, self.images_u)
-        logits_x = self.scale * features_x.float() @ self.text.t()
-        logits_u = self.scale * features_u.float() @ self.text.t()
-        loss = (kd_loss(logits_x, self.teacher_logits(teacher_x), 1.0) + F.cross_entropy(logits_x, self.labels)
-                + kd_loss(logits_u, self.teacher_logits(teacher_u), 1.0))
-        return self.stepper.update(loss)
-
-    def promptkd(self, cached: bool) -> float:
-        """One student distilled on the labelled batch (labels unused)."""
-        with autocast(self.prec, self.device):
-            teacher_x, = self.teacher_features(cached, unlabelled=False)
-            features = self.students[0](self.clip_model, self.images_x)
-        logits = self.scale * features.float() @ self.text.t()
-        return self.stepper.update(kd_loss(logits, self.teacher_logits(teacher_x), 1.0))
-
-    @torch.no_grad()
-    def teacher_forward(self) -> torch.Tensor:
-        """The teacher's image forward on one batch: the unit of building a teacher cache."""
-        with autocast(self.prec, self.device):
-            return self.teacher.encode_image(self.images_x)
+def trainer_argv(trainer: str, spec: ModelSpec, files: dict, data: str, out: str, device: torch.device, prec: str,
+                 *opts: str) -> list[str]:
+    """train.py arguments of PETR or PromptKD with the shipped config (base2novel on the generated EuroSAT tree)."""
+    config = {"PETR": "PETR/vit_b16_ep40_batch8_4ctx", "PromptKD": "PromptKD/vit_b16_c2_ep20_batch8_4+4ctx"}[trainer]
+    ns, size = trainer.upper(), spec.student["image_resolution"]
+    return ["--root", data, "--seed", "1", "--trainer", trainer, "--no-train",
+            "--dataset-config-file", os.path.join(REPO, "configs/datasets/eurosat.yaml"),
+            "--config-file", os.path.join(REPO, f"configs/trainers/{config}.yaml"), "--output-dir", out,
+            "INPUT.SIZE", f"({size}, {size})", "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "base",
+            "MODEL.BACKBONE.NAME", files["student"], f"TRAINER.{ns}.TEACHER_NAME", files["teacher"],
+            f"TRAINER.{ns}.N_CTX_VISION", str(spec.n_ctx), f"TRAINER.{ns}.PROMPT_DEPTH_VISION", str(spec.depth),
+            f"TRAINER.{ns}.PREC", prec, "USE_CUDA", str(device.type == "cuda"), *opts]
 
 
-class PromptSRCStep:
-    """The PromptSRC teacher's step: prompted image and text features with gradients, frozen image features."""
+@dataclass(frozen=True)
+class StepSetting:
+    """One row of the step table: a trainer and the settings its step runs with."""
 
-    def __init__(self, spec: ModelSpec, classes: int, device: torch.device, prec: str, compile_mode: str,
-                 batch: int, seed: int = 0):
-        self.device, self.prec = device, prec
-        self.clip_model = random_clip(spec.teacher, device, seed + 1, weight_dtype(prec))
-        torch.manual_seed(seed + 2)
-        self.prompts = VLPromptLearner.build(self.clip_model, spec.n_ctx, spec.n_ctx, spec.depth, spec.depth)
-        self.prompts.to(device)
-        compile_clip(self.clip_model, compile_mode)
-        names = [f"category number {i}" for i in range(classes)]
-        self.tokens = class_prompt_tokens(names, spec.n_ctx, self.clip_model.context_length).to(device)
-        self.frozen_text = F.normalize(torch.randn(classes, spec.teacher["embed_dim"], device=device), dim=-1)
-        self.stepper = _Stepper(self.prompts.parameters(), prec, device)
-        size = spec.teacher["image_resolution"]
-        self.images = torch.randn(batch, 3, size, size, device=device)
-        self.labels = torch.randint(classes, (batch,), device=device)
-        self.scale = float(self.clip_model.logit_scale.exp())
+    trainer: str
+    prec: str
+    compile: str = "none"
+    cache: bool = False
+    cuda_graph: bool = False
 
-    def step(self) -> float:
-        with autocast(self.prec, self.device):
-            image = self.clip_model.encode_image(self.images, self.prompts.vision_prompts())
-            text = self.clip_model.encode_text(self.tokens, self.prompts.text_prompts())
-        image, text = F.normalize(image.float(), dim=-1), F.normalize(text.float(), dim=-1)
-        with torch.no_grad(), autocast(self.prec, self.device):
-            frozen_image = F.normalize(self.clip_model.encode_image(self.images).float(), dim=-1)
-        logits = self.scale * image @ text.t()
-        terms = promptsrc_loss_terms(logits, self.labels, text, self.frozen_text, image, frozen_image,
-                                     self.scale * frozen_image @ self.frozen_text.t(), 25.0, 10.0)
-        return self.stepper.update(sum(terms.values()))
+    def opts(self) -> list[str]:
+        return ["TRAIN.COMPILE", self.compile, "TRAIN.CUDA_GRAPH", str(self.cuda_graph),
+                f"TRAINER.{self.trainer.upper()}.TEACHER_CACHE", "fixed" if self.cache else "none"]
 
 
-def _time_rows(fns: dict, images: dict, prec: str, mode: str, device: torch.device, iters: int,
-               warmup: int) -> list[list]:
-    """First call (compilation included), median of ``iters`` after ``warmup``, images/s and peak memory."""
-    first = {key: _first_call(device, fn) for key, fn in fns.items()}
-    median = time_calls(fns, iters, warmup, device)
+def build_step(setting: StepSetting, spec: ModelSpec, files: dict, data: str, out: str, device: torch.device,
+               batch: int):
+    """The trainer of ``setting`` built by ``train.main`` (as train.py builds it, teacher cache included) and its
+    ``forward_backward`` on one fixed batch of its training loaders, as a function of no argument."""
+    import train
+
+    argv = trainer_argv(setting.trainer, spec, files, data, out, device, setting.prec,
+                        "DATALOADER.TRAIN_X.BATCH_SIZE", str(batch), "DATALOADER.NUM_WORKERS", "0", *setting.opts())
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        trainer = train.main(argv)
+        if setting.cache:
+            trainer.build_teacher_cache()
+    trainer.set_model_mode("train")
+    streams = [LoaderStream(loader) for loader in trainer.train_loaders().values()]
+    batches = [stream.next() for stream in streams]
+    trainer.epoch, trainer.batch_idx, trainer.num_batches = 0, 0, 1 << 30  # no end of epoch (no LR step)
+    return trainer, partial(trainer.forward_backward, *batches)
+
+
+GPU_ROWS = [setting for trainer in ("PETR", "PromptKD") for setting in (
+    StepSetting(trainer, "fp32"), StepSetting(trainer, "bf16"), StepSetting(trainer, "bf16", "compile"),
+    StepSetting(trainer, "bf16", "compile", cache=True), StepSetting(trainer, "bf16", "none", True, cuda_graph=True),
+    StepSetting(trainer, "bf16", "compile", True, cuda_graph=True))]
+"""The GPU table's rows: fp32, bf16, bf16 + compile, + teacher cache, + CUDA graph (eager and compiled CLIPs)."""
+
+
+def graph_check(spec: ModelSpec, device: torch.device, batch: int, steps: int = 6) -> str:
+    """One line: do PETR's CUDA-graph steps (bf16, teacher cache) give the eager steps' losses, bit for bit?"""
+    with tempfile.TemporaryDirectory() as tmp:
+        data = write_jpeg_tree(os.path.join(tmp, "data"), 2 * batch, spec.student["image_resolution"])
+        files = write_clip_files(spec, tmp)
+        losses = {}
+        for graph in (False, True):
+            setting = StepSetting("PETR", "bf16", "none", True, cuda_graph=graph)
+            _, step = build_step(setting, spec, files, data, os.path.join(tmp, f"out{graph}"), device, batch)
+            losses[graph] = torch.stack([step()["loss"].float() for _ in range(steps)]).cpu()
+    same = torch.equal(losses[False], losses[True])
+    diff = (losses[False] - losses[True]).abs().max().item()
+    return (f"CUDA graph vs eager, PETR bf16 + teacher cache, {steps} steps from the same start: losses "
+            f"{'identical' if same else f'differ (max {diff:.3g})'}")
+
+
+def step_settings(precisions: list[str], modes: list[str], graphs: bool) -> list[StepSetting]:
+    """PETR's and PromptKD's rows: each precision x compile mode, teacher cache off and on; with ``graphs`` also
+    the CUDA-graph step (cache on) of each precision with compile none/compile."""
     rows = []
-    for (step, cache), fn in fns.items():
-        key = (step, cache)
-        rows.append([step, prec, mode, cache, f"{first[key]:.2f}", f"{1e3 * median[key]:.1f}",
-                     f"{images[step] / median[key]:.1f}", _peak_memory(device, fn)])
+    for trainer in ("PETR", "PromptKD"):
+        for prec in precisions:
+            for mode in modes:
+                rows += [StepSetting(trainer, prec, mode, cache) for cache in (False, True)]
+                if graphs and mode != "cudagraphs":
+                    rows.append(StepSetting(trainer, prec, mode, True, cuda_graph=True))
     return rows
 
 
-def step_report(spec: ModelSpec, classes: int, device: torch.device, precisions: list[str], modes: list[str],
-                batch: int, iters: int, warmup: int, seed: int = 0) -> tuple[list, list]:
-    """Rows of the step table and notes on precisions that do not run on this device."""
+def step_report(spec: ModelSpec, device: torch.device, settings: list[StepSetting], batch: int, iters: int,
+                warmup: int, work_dir: str | None = None) -> tuple[list, list]:
+    """Rows of the step table (printed as they are measured) and notes on settings that do not run here."""
     rows, notes = [], []
-    images = {"PETR (2 students)": 2 * batch, "PromptKD": batch, "teacher forward": batch,
-              "PromptSRC teacher": batch}
-    for prec in precisions:
-        with contextlib.redirect_stdout(io.StringIO()):
-            resolved = resolve_precision(prec, device)
-        if resolved != prec:
-            notes.append(f"{prec}: not run on {device.type} (it falls back to {resolved} there)")
-            continue
-        for mode in modes:
-            distill = DistillSteps(spec, classes, device, prec, mode, batch, seed)
-            fns = {}
-            for cache in ("off", "on"):
-                fns[("PETR (2 students)", cache)] = partial(distill.petr, cache == "on")
-                fns[("PromptKD", cache)] = partial(distill.promptkd, cache == "on")
-            fns[("teacher forward", "-")] = distill.teacher_forward
-            rows += _time_rows(fns, images, prec, mode, device, iters, warmup)
-            del distill, fns
-            src = PromptSRCStep(spec, classes, device, prec, mode, batch, seed)
-            rows += _time_rows({("PromptSRC teacher", "-"): src.step}, images, prec, mode, device, iters, warmup)
-            del src
+    with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
+        data = write_jpeg_tree(os.path.join(tmp, "data"), 2 * batch, spec.student["image_resolution"])
+        files = write_clip_files(spec, tmp)
+        for i, setting in enumerate(settings):
+            with contextlib.redirect_stdout(io.StringIO()):
+                resolved = resolve_precision(setting.prec, device)
+            if resolved != setting.prec:
+                notes.append(f"{setting.prec}: not run on {device.type} (it falls back to {resolved} there)")
+                continue
+            try:
+                trainer, step = build_step(setting, spec, files, data, os.path.join(tmp, f"out{i}"), device, batch)
+            except ConfigError as e:
+                notes.append(f"{setting}: {e}")
+                continue
+            images = batch * len(trainer.train_loaders())
+            try:  # one failing setting (a capture the device refuses) must not cost the other rows
+                first = _first_call(device, step)
+                median = time_calls({"step": step}, iters, warmup, device)["step"]
+                peak = _peak_memory(device, step)
+            except Exception as e:  # noqa: BLE001 - reported as a note, the table goes on
+                notes.append(f"{setting}: failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                continue
+            row = [setting.trainer, setting.prec, setting.compile, "on" if setting.cache else "off",
+                   "on" if setting.cuda_graph else "off", f"{first:.2f}", f"{1e3 * median:.1f}",
+                   f"{images / median:.1f}", peak]
+            rows.append(row)
+            print("  " + "  ".join(str(v) for v in row), flush=True)
+            del trainer, step
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    return rows, notes
+    return rows, sorted(set(notes))
 
 
 def format_steps(rows: list) -> str:
@@ -250,22 +223,11 @@ def epoch_report(spec: ModelSpec, device: torch.device, prec: str, per_class: in
     rows = []
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
         write_jpeg_tree(os.path.join(tmp, "data"), per_class, spec.student["image_resolution"])
-        files = {}
-        for role, sizes, seed in (("student", spec.student, 0), ("teacher", spec.teacher, 1)):
-            files[role] = os.path.join(tmp, f"{role}.pt")
-            torch.save(random_clip(sizes, "cpu", seed).state_dict(), files[role])
+        files = write_clip_files(spec, tmp)
         for persistent in (False, True):
-            size = spec.student["image_resolution"]
-            argv = ["--root", os.path.join(tmp, "data"), "--seed", "1", "--trainer", "PETR", "--no-train",
-                    "--dataset-config-file", os.path.join(REPO, "configs/datasets/eurosat.yaml"),
-                    "--config-file", os.path.join(REPO, "configs/trainers/PETR/vit_b16_ep40_batch8_4ctx.yaml"),
-                    "--output-dir", os.path.join(tmp, f"out_{persistent}"),
-                    "INPUT.SIZE", f"({size}, {size})", "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "base",
-                    "MODEL.BACKBONE.NAME", files["student"], "TRAINER.PETR.TEACHER_NAME", files["teacher"],
-                    "TRAINER.PETR.N_CTX_VISION", str(spec.n_ctx), "TRAINER.PETR.PROMPT_DEPTH_VISION",
-                    str(spec.depth), "TRAINER.PETR.PREC", prec, "USE_CUDA", str(device.type == "cuda"),
-                    "OPTIM.MAX_EPOCH", str(epochs), "TRAIN.PRINT_FREQ", "1",
-                    "DATALOADER.PERSISTENT_WORKERS", str(persistent)]
+            argv = trainer_argv("PETR", spec, files, os.path.join(tmp, "data"), os.path.join(tmp, f"out_{persistent}"),
+                                device, prec, "OPTIM.MAX_EPOCH", str(epochs), "TRAIN.PRINT_FREQ", "1",
+                                "DATALOADER.PERSISTENT_WORKERS", str(persistent))
             if workers is not None:
                 argv += ["DATALOADER.NUM_WORKERS", str(workers)]
             with contextlib.redirect_stdout(io.StringIO()):
@@ -305,35 +267,40 @@ def format_epochs(rows: list) -> str:
 
 
 def projection(rows: list, batch: int) -> list[list]:
-    """Rows: one ImageNet base-to-novel epoch at each measured PETR/PromptKD setting, and the cache build."""
-    steps = {"PETR (2 students)": IMAGENET_TRAIN // 2 // batch, "PromptKD": IMAGENET_TRAIN // batch}
+    """Rows: one ImageNet base-to-novel epoch at each measured PETR / PromptKD setting."""
+    steps = {"PETR": IMAGENET_TRAIN // 2 // batch, "PromptKD": IMAGENET_TRAIN // batch}
     out = []
-    for step, prec, mode, cache, _, ms, ips, _ in rows:
-        if step in steps:
-            seconds = steps[step] * float(ms) / 1e3
-            out.append([step, prec, mode, cache, f"{steps[step]:,}", str(datetime.timedelta(seconds=round(seconds)))])
-        elif step == "teacher forward":
-            seconds = 4 * IMAGENET_TRAIN / float(ips)
-            out.append(["teacher cache build (views, K = 4)", prec, mode, "-", f"{4 * IMAGENET_TRAIN:,} images",
-                        str(datetime.timedelta(seconds=round(seconds)))])
+    for step, prec, mode, cache, graph, _, ms, _, _ in rows:
+        seconds = steps[step] * float(ms) / 1e3
+        out.append([step, prec, mode, cache, graph, f"{steps[step]:,}",
+                    str(datetime.timedelta(seconds=round(seconds)))])
     return out
 
 
 def format_projection(rows: list) -> str:
-    return tabulate(rows, headers=["ImageNet base-to-novel", "prec", "compile", "teacher cache", "steps", "epoch"])
+    return tabulate(rows, headers=["ImageNet base-to-novel", "prec", "compile", "teacher cache", "CUDA graph", "steps",
+                                   "epoch"])
 
 
 def train_parts(args, spec: ModelSpec, device: torch.device) -> None:
     """Print the step table, the train.py epoch table and the ImageNet projection."""
     precisions = args.precisions or list(PRECISIONS)
-    print(f"\n== Full training steps, batch {args.step_batch} (PETR: {args.step_batch} labelled + {args.step_batch} "
-          f"unlabelled), C = {args.classes}: first step (compilation included), then the median of "
-          f"{args.train_iters} after {args.warmup} warm-up; teacher cache on = features looked up by index")
-    rows, notes = step_report(spec, args.classes, device, precisions, args.compile, args.step_batch,
-                              args.train_iters, args.warmup, args.seed)
+    print(f"\n== Training steps of the real trainers (train.main, shipped configs), batch {args.step_batch} (PETR: "
+          f"{args.step_batch} labelled + {args.step_batch} unlabelled), C = 10 (EuroSAT): first step (compilation or "
+          f"capture included), then the median of {args.train_iters} after {args.warmup} warm-up; teacher cache on = "
+          "TEACHER_CACHE fixed (features looked up by index)", flush=True)
+    settings = GPU_ROWS if args.gpu_rows else step_settings(precisions, args.compile, args.cuda_graph)
+    rows, notes = step_report(spec, device, settings, args.step_batch, args.train_iters, args.warmup)
     print(format_steps(rows))
     for note in notes:
         print(f"Note: {note}")
+    if args.cuda_graph and device.type == "cuda":
+        try:
+            print(graph_check(spec, device, args.step_batch))
+        except Exception as e:  # noqa: BLE001 - the table above stays the result
+            print(f"CUDA graph check failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    if args.part == "steps":
+        return
     print(f"\n== ImageNet base-to-novel epoch projected on this device from the steps above ({spec.label}; "
           "data loading not included: see the train.py epoch table)")
     print(format_projection(projection(rows, args.step_batch)))
