@@ -53,12 +53,12 @@ def take(stream: LoaderStream, n: int) -> list[torch.Tensor]:
     return [stream.next()["img"] for _ in range(n)]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_stream_resumed_at_any_position_yields_the_same_batches(tiny_root, workers):
+@pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
+def test_a_stream_resumed_at_any_position_yields_the_same_batches(tiny_root, workers, persistent):
     """12 training images, batch 5: 2 batches per pass, so 5 batches cross two restarts. A stream continued from
     the state after k batches yields the remaining batches of the uninterrupted stream, pixel for pixel, with 0 or
-    2 workers alike; each pass moves the global RNG by exactly one draw."""
-    loader = DataManager(tiny_cfg(tiny_root, workers)).train_loader_x
+    2 workers (persistent or not) alike; each pass moves the global RNG by exactly one draw."""
+    loader = DataManager(tiny_cfg(tiny_root, workers, "DATALOADER.PERSISTENT_WORKERS", str(persistent))).train_loader_x
     torch.manual_seed(0)
     stream = LoaderStream(loader)
     reference, states = [], []

@@ -47,8 +47,8 @@ def extend_cfg(cfg: CN) -> CN:
         cfg.TEST.NO_TEST = False
     # torch.compile of the frozen CLIP forwards (engine/compile.py): none | compile | cudagraphs.
     cfg.TRAIN.COMPILE = "none"
-    # Keep data loader workers alive across epochs and loader restarts (no respawn stalls). Off by default: with
-    # workers > 0 it changes the augmentation random streams, so a run's numbers and exact resume would change.
+    # Keep data loader workers alive across epochs and loader restarts (no respawn stalls); the numbers do not change
+    # (each training pass is fixed by its seed: engine/data_stream.py).
     cfg.DATALOADER.PERSISTENT_WORKERS = False
 
     # CoOp: learnable context shared (or class-specific) in front of / around the class token.
