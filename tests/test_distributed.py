@@ -212,7 +212,7 @@ def test_train_samplers_are_distributed_and_reshuffled_every_epoch(one_process_g
                                    "DATALOADER.TRAIN_X.BATCH_SIZE", "4", "OPTIM.MAX_EPOCH", "2"))
     assert len(trainer._ddp) == 2  # both students; the frozen CLIP and teacher are not wrapped
     for loader in (trainer.train_loader_x, trainer.train_loader_u):
-        sampler = loader.sampler
+        sampler = loader.sampler.base  # inside the seeded passes of engine/data_stream.py
         assert isinstance(sampler, DistributedSampler) and sampler.shuffle and sampler.drop_last
         assert sampler.epoch == 1  # set by the last epoch
         last = list(sampler)
