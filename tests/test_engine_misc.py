@@ -137,3 +137,21 @@ def test_bridge_with_real_dassl():
     dassl_bridge.register_into_dassl()
     assert theirs.get("EngineLinearProbe") is EngineLinearProbe
     assert dassl_bridge.register_into_dassl() == []
+
+
+def test_meters_read_tensors_late_with_the_values_of_item():
+    """A step's summary kept as tensors (float32 and bf16, read in one transfer by sync()) gives the meters, the
+    printed line and the synced rows exactly what per-step .item() calls gave."""
+    gen = torch.Generator().manual_seed(0)
+    rows = [{"loss": torch.rand((), generator=gen) * 7, "acc": (torch.rand(1, generator=gen) * 100).bfloat16()}
+            for _ in range(9)]
+    late, early = MetricMeter(), MetricMeter()
+    for i, row in enumerate(rows):
+        late.update(row, tag=i)
+        early.update({k: v.item() for k, v in row.items()})
+    synced = late.sync()
+    assert [tag for tag, _ in synced] == list(range(9))
+    assert all(values == {k: v.item() for k, v in row.items()} for (_, values), row in zip(synced, rows))
+    assert str(late) == str(early)
+    assert all(late.meters[k].avg == early.meters[k].avg and late.meters[k].sum == early.meters[k].sum
+               for k in ("loss", "acc"))
