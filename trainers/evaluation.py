@@ -181,6 +181,8 @@ class RoutedEvaluationMixin:
         q = torch.cat([q_s, q_u], dim=1)
         router = self.new_router().fit(q)
         print(f"Router {router.name} fitted on {q.shape[0]:,} seen train images: threshold {router.threshold:.4g}")
+        if router.note:
+            print(f"Router note: {router.note}")
         if save_dir:
             self.save_router(router, save_dir, num_classes=q_s.shape[1])
             if is_main():
