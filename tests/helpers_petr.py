@@ -24,8 +24,10 @@ def write_eurosat(root, train_per_class: int = TRAIN_PER_CLASS):
         key = sorted({item[0].split("/")[0] for item in split["train"] if item[1] == label})[0]
         for i in range(train_per_class - 3):
             rel = f"{key}/extra_{i}.jpg"
-            write_image(os.path.join(tree.dataset_dir, "2750", rel), seed=1000 + 10 * label + i)
+            path = os.path.join(tree.dataset_dir, "2750", rel)
+            write_image(path, seed=1000 + 10 * label + i)
             split["train"].append([rel, label, name])
+            tree.truth[path] = (label, "train")
     with open(tree.split_file, "w") as f:
         json.dump(split, f)
     return tree

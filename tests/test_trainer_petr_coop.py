@@ -4,40 +4,25 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
-import torch.nn.functional as F
-import torchvision.transforms as T
-from PIL import Image
 
 import clip
 import train
 from engine import load_checkpoint
-from tests.helpers_clip import reference_encode_text
 from tests.helpers_datasets import write_tree
-from tests.helpers_run import HANG_GUARD_S
+from tests.helpers_routed import (
+    BASE,
+    NEW,
+    ScriptRunner,
+    check_against_reference,
+    coop_branch,
+    reference_routing,
+    run_argv,
+)
 from tests.helpers_upstream import write_dassl_checkpoint
 from trainers.petr_coop import coop_checkpoint_path
-from trainers.routing import MahalanobisRouter
-from trainers.templates import ENSEMBLE_TEMPLATES
-
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
-BASE, NEW = [0, 1, 2], [3, 4]  # EuroSAT tiny tree: 5 classes, base = first ceil(5/2)
-TINY = ["INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0", "DATALOADER.TRAIN_X.BATCH_SIZE", "4",
-        "DATALOADER.TEST.BATCH_SIZE", "8", "USE_CUDA", "False", "OPTIM.MAX_EPOCH", "2", "DATASET.NUM_SHOTS", "0",
-        "OPTIM.LR", "0.5", "TRAIN.PRINT_FREQ", "1"]
-
-
-def argv(root, out, trainer: str, backbone: str, subsample: str, *opts: str, flags: tuple = ()) -> list[str]:
-    """train.py arguments of a tiny EuroSAT run of ``trainer`` (CoOp or PETRCoOp, ctxv1 settings)."""
-    return ["--root", str(root), "--seed", "1", "--trainer", trainer, *flags,
-            "--dataset-config-file", "configs/datasets/eurosat.yaml",
-            "--config-file", f"configs/trainers/{trainer}/vit_b16_ctxv1.yaml", "--output-dir", str(out),
-            *TINY, "MODEL.BACKBONE.NAME", backbone, "DATASET.SUBSAMPLE_CLASSES", subsample, *opts]
 
 
 @pytest.fixture(scope="module")
@@ -46,96 +31,8 @@ def coop_run(tmp_path_factory, tiny_clip_file):
     root = tmp_path_factory.mktemp("petr_coop")
     tree = write_tree("EuroSAT", root / "data", mode="json")
     run = root / "coop"
-    train.main(argv(root / "data", run, "CoOp", tiny_clip_file, "base"))
+    train.main(run_argv(root / "data", run, "CoOp", tiny_clip_file, "base"))
     return tree, run
-
-
-def load_images(tree, tag: str, classes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images of one split tag and classes with CLIP's test preprocessing (torchvision), and their labels."""
-    preprocess = T.Compose([T.Resize(32, interpolation=T.InterpolationMode.BICUBIC), T.CenterCrop(32),
-                            T.ToTensor(), T.Normalize(CLIP_MEAN, CLIP_STD)])
-    items = sorted((path, label) for path, (label, t) in tree.truth.items() if t == tag and label in classes)
-    images = torch.stack([preprocess(Image.open(path).convert("RGB")) for path, _ in items])
-    return images, torch.tensor([label for _, label in items])
-
-
-@torch.no_grad()
-def reference_branches(model, classnames: list[str], ctx: torch.Tensor, images: torch.Tensor):
-    """(q_s, q_u) from open_clip: CoOp prompt 'ctx <name>.' written by hand, the EuroSAT template ensemble."""
-    tokens = clip.tokenize([f"{' '.join(['X'] * ctx.shape[0])} {name}." for name in classnames])
-    coop = F.normalize(reference_encode_text(model, tokens, [ctx]), dim=-1)
-    per_template = [F.normalize(model.encode_text(clip.tokenize([t.format(n) for n in classnames])), dim=-1)
-                    for t in ENSEMBLE_TEMPLATES["EuroSAT"]]
-    ensemble = F.normalize(torch.stack(per_template).mean(0), dim=-1)
-    image = F.normalize(model.encode_image(images), dim=-1)
-    scale = model.logit_scale.exp()
-    return scale * image @ coop.t(), scale * image @ ensemble.t()
-
-
-def reference_routing(tree, model, ctx: torch.Tensor, subset: list[int]) -> dict:
-    """Routed evaluation done directly: router fitted on the base train images, decisions, accuracies."""
-    names = tree.classnames
-    fit_s, fit_u = reference_branches(model, names, ctx, load_images(tree, "train", BASE)[0])
-    router = MahalanobisRouter(lam=1.4, percentile=99.0).fit(torch.cat([fit_s, fit_u], 1))
-    images, labels = load_images(tree, "test", subset)
-    q_s, q_u = reference_branches(model, names, ctx, images)
-    route = router.route_to_seen(torch.cat([q_s, q_u], 1))
-    is_seen = torch.isin(labels, torch.tensor(BASE))
-    cols = torch.tensor(subset)
-
-    def acc(logits: torch.Tensor) -> float:
-        return 100.0 * (cols[logits[:, cols].argmax(1)] == labels).double().mean().item()
-
-    return {"accuracy": acc(torch.where(route[:, None], q_s, q_u)), "acc_seen_branch": acc(q_s),
-            "acc_unseen_branch": acc(q_u), "acc_oracle": acc(torch.where(is_seen[:, None], q_s, q_u)),
-            "route_acc": 100.0 * (route == is_seen).double().mean().item(), "threshold": router.threshold,
-            "q_s": q_s, "q_u": q_u}
-
-
-def check_against_reference(out, expected: dict) -> dict:
-    result = json.loads((out / "results.json").read_text())
-    for key in ("accuracy", "acc_seen_branch", "acc_unseen_branch", "acc_oracle", "route_acc"):
-        assert result[key] == pytest.approx(expected[key], abs=1e-6), key
-    assert result["threshold"] == pytest.approx(expected["threshold"], rel=1e-4)
-    dump = torch.load(out / result["logits_dump"], weights_only=True)
-    torch.testing.assert_close(dump["q_s"], expected["q_s"], atol=2e-3, rtol=1e-4)
-    torch.testing.assert_close(dump["q_u"], expected["q_u"], atol=2e-3, rtol=1e-4)
-    return result
-
-
-class ScriptRunner:
-    """Runs a scripts/petr_coop/*.sh script with a recording ``PYTHON`` and replays its train.py commands in-process.
-
-    The recorder (a small shell script) writes the script's argv; replaying it through ``train.main`` runs the
-    exact command the script composed without paying a fresh interpreter per run. ``-c`` snippets (the scripts'
-    check that the interpreter has torch) run in this interpreter.
-    """
-
-    def __init__(self, tmp_path, tree, backbone: str):
-        self.record = tmp_path / "commands.txt"
-        recorder = tmp_path / "record_python.sh"
-        recorder.write_text(f'#!/bin/sh\n[ "$1" = -c ] && exec "{sys.executable}" "$@"\n'
-                            'printf \'%s\\n\' "$@" --END-- >> "$RECORD"\n')
-        recorder.chmod(0o755)
-        self.env = {**os.environ, "DATA": tree.root, "PYTHON": str(recorder), "RECORD": str(self.record),
-                    "OUTPUT_ROOT": str(tmp_path / "output"), "SHOTS": "0", "BACKBONE": backbone,
-                    "EXTRA_OPTS": " ".join(TINY).replace("(32, 32)", "(32,32)")}
-
-    def run(self, script: str, *args: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
-        """Run ``script``; returns its result and the train.py commands it issued (already replayed)."""
-        self.record.unlink(missing_ok=True)
-        done = subprocess.run(["bash", f"scripts/petr_coop/{script}", "eurosat", "1", *args], env=self.env,
-                              capture_output=True, text=True, timeout=HANG_GUARD_S)
-        commands, current = [], []
-        for line in self.record.read_text().splitlines() if self.record.exists() else []:
-            if line == "--END--":
-                commands, current = commands + [current], []
-            else:
-                current.append(line)
-        for command in commands:
-            assert command[0] == "train.py"
-            train.main(command[1:])
-        return done, commands
 
 
 def test_plugin_script_on_a_coop_run_routes_without_training(tmp_path, coop_run, tiny_clip_file,
@@ -143,10 +40,12 @@ def test_plugin_script_on_a_coop_run_routes_without_training(tmp_path, coop_run,
     tree, coop_dir = coop_run
     ctx = load_checkpoint(str(coop_dir / "prompt_learner" / "model.pth.tar-2"))["state_dict"]["ctx"]
     runner = ScriptRunner(tmp_path, tree, tiny_clip_file)
-    done, commands = runner.run("plugin.sh", str(coop_dir))  # the novel step stops: base was not run yet
+    # the novel step stops: base was not run yet
+    done, commands = runner.run("petr_coop/plugin.sh", "eurosat", "1", str(coop_dir))
     assert done.returncode == 1 and "no finished run" in done.stderr and len(commands) == 1
     assert "--eval-only" not in commands[0] and "TRAINER.PETRCOOP.COOP_MODEL_DIR" in commands[0]
-    done, commands = runner.run("plugin.sh", str(coop_dir))  # base is finished; the novel evaluation runs now
+    # base is finished; the novel evaluation runs now
+    done, commands = runner.run("petr_coop/plugin.sh", "eurosat", "1", str(coop_dir))
     assert done.returncode == 0 and "Run finished, skipping" in done.stdout and len(commands) == 1
     assert "--eval-only" in commands[0] and commands[0][commands[0].index("--load-epoch") + 1] == "last"
     base = tmp_path / "output/base2new/train_base/eurosat/shots_0/PETRCoOp/vit_b16_ctxv1_plugin/seed1"
@@ -156,16 +55,16 @@ def test_plugin_script_on_a_coop_run_routes_without_training(tmp_path, coop_run,
     log = (base / "log.txt").read_text()
     assert "epoch [" not in log and "Training-free plug-in" in log
     assert torch.equal(load_checkpoint(str(base / "prompt_learner" / "model.pth.tar-2"))["state_dict"]["ctx"], ctx)
-    result = check_against_reference(base, reference_routing(tree, tiny_openclip_model, ctx, BASE))
+    result = check_against_reference(base, reference_routing(tree, tiny_openclip_model, coop_branch(ctx), BASE))
     assert result["plugin"] is True and result["trainer"] == "PETRCoOp" and result["num_templates"] == 3
     assert result["router"] == "mahalanobis" and result["num_classes"] == 5 and result["num_eval_classes"] == 3
     assert json.loads((base / "router.json").read_text())["threshold"] == pytest.approx(result["threshold"])
 
     # Novel classes: context and router reloaded from the plug-in's folder, nothing refitted or trained.
-    new_result = check_against_reference(new, reference_routing(tree, tiny_openclip_model, ctx, NEW))
+    new_result = check_against_reference(new, reference_routing(tree, tiny_openclip_model, coop_branch(ctx), NEW))
     assert new_result["threshold"] == pytest.approx(result["threshold"])
     assert not os.path.exists(new / "router.pth.tar") and "epoch [" not in (new / "log.txt").read_text()
-    done, commands = runner.run("plugin.sh", str(coop_dir))
+    done, commands = runner.run("petr_coop/plugin.sh", "eurosat", "1", str(coop_dir))
     assert done.stdout.count("Run finished, skipping") == 2 and commands == []
 
 
@@ -173,7 +72,7 @@ def test_trained_in_the_same_run_then_novel_from_its_folder(tmp_path, coop_run, 
                                                             tiny_openclip_model):
     tree, _ = coop_run
     runner = ScriptRunner(tmp_path, tree, tiny_clip_file)
-    done, _ = runner.run("base2new_train.sh")
+    done, _ = runner.run("petr_coop/base2new_train.sh", "eurosat", "1")
     assert done.returncode == 0, done.stderr
     out = tmp_path / "output/base2new/train_base/eurosat/shots_0/PETRCoOp/vit_b16_ctxv1/seed1"
     assert "epoch [2/2]" in (out / "log.txt").read_text()
@@ -182,29 +81,30 @@ def test_trained_in_the_same_run_then_novel_from_its_folder(tmp_path, coop_run, 
     init = clip.load_model(tiny_clip_file).token_embedding(clip.tokenize("a photo of a"))[0, 1:5]
     assert not torch.allclose(ctx, init)  # θ_s was trained
     assert set(checkpoint["state_dict"]) == {"ctx"}  # CoOp's checkpoint layout
-    result = check_against_reference(out, reference_routing(tree, tiny_openclip_model, ctx, BASE))
+    result = check_against_reference(out, reference_routing(tree, tiny_openclip_model, coop_branch(ctx), BASE))
     assert result["plugin"] is False and os.path.isfile(out / "router.pth.tar")
 
-    done, commands = runner.run("base2new_test.sh")
+    done, commands = runner.run("petr_coop/base2new_test.sh", "eurosat", "1")
     assert done.returncode == 0 and "--eval-only" in commands[0]
     new = tmp_path / "output/base2new/test_new/eurosat/shots_0/PETRCoOp/vit_b16_ctxv1/seed1"
-    check_against_reference(new, reference_routing(tree, tiny_openclip_model, ctx, NEW))
+    check_against_reference(new, reference_routing(tree, tiny_openclip_model, coop_branch(ctx), NEW))
 
 
 def test_bad_input_gives_one_clear_error(tmp_path, coop_run, tiny_clip_file):
     tree, coop_dir = coop_run
     with pytest.raises(ValueError, match=r"TRAINER.COOP.CSC False"):
-        train.main(argv(tree.root, tmp_path / "csc", "PETRCoOp", tiny_clip_file, "base", "TRAINER.COOP.CSC", "True"))
+        train.main(run_argv(tree.root, tmp_path / "csc", "PETRCoOp", tiny_clip_file, "base",
+                            "TRAINER.COOP.CSC", "True"))
     with pytest.raises(FileNotFoundError, match=r"no prompt_learner/ folder.*train CoOp first"):
         coop_checkpoint_path(str(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"model.pth.tar-7.*saved there: \['model.pth.tar-2'\]"):
         coop_checkpoint_path(str(coop_dir), 7)
     assert coop_checkpoint_path(str(coop_dir)) == coop_checkpoint_path(str(coop_dir), 2)
     with pytest.raises(ValueError, match=r"use the N_CTX / CTX_INIT / CSC settings"):
-        train.main(argv(tree.root, tmp_path / "nctx", "PETRCoOp", tiny_clip_file, "base",
+        train.main(run_argv(tree.root, tmp_path / "nctx", "PETRCoOp", tiny_clip_file, "base",
                         "TRAINER.COOP.CTX_INIT", "a", "TRAINER.PETRCOOP.COOP_MODEL_DIR", str(coop_dir)))
     with pytest.raises(FileNotFoundError, match=r"No router in .*REFIT_ROUTER True"):
-        train.main(argv(tree.root, tmp_path / "norouter", "PETRCoOp", tiny_clip_file, "new",
+        train.main(run_argv(tree.root, tmp_path / "norouter", "PETRCoOp", tiny_clip_file, "new",
                         flags=("--eval-only", "--model-dir", str(coop_dir), "--load-epoch", "2")))
 
 
@@ -227,23 +127,23 @@ def test_plugin_eval_only_and_resume_on_an_upstream_coop_run(tmp_path, coop_run,
     upstream = tmp_path / "upstream_coop"
     ctx = upstream_coop_run(coop_dir, upstream, marker)
     runner = ScriptRunner(tmp_path, tree, tiny_clip_file)
-    runner.run("plugin.sh", str(upstream))
-    done, _ = runner.run("plugin.sh", str(upstream))
+    runner.run("petr_coop/plugin.sh", "eurosat", "1", str(upstream))
+    done, _ = runner.run("petr_coop/plugin.sh", "eurosat", "1", str(upstream))
     assert done.returncode == 0 and not os.path.exists(marker)
     base = tmp_path / "output/base2new/train_base/eurosat/shots_0/PETRCoOp/vit_b16_ctxv1_plugin/seed1"
     new = tmp_path / "output/base2new/test_new/eurosat/shots_0/PETRCoOp/vit_b16_ctxv1_plugin/seed1"
-    check_against_reference(base, reference_routing(tree, tiny_openclip_model, ctx, BASE))
-    check_against_reference(new, reference_routing(tree, tiny_openclip_model, ctx, NEW))
+    check_against_reference(base, reference_routing(tree, tiny_openclip_model, coop_branch(ctx), BASE))
+    check_against_reference(new, reference_routing(tree, tiny_openclip_model, coop_branch(ctx), NEW))
     assert "ignored scheduler (" in (base / "log.txt").read_text()
 
     out = tmp_path / "eval_new"  # CoOp --eval-only straight from the upstream run folder, on the novel classes
-    train.main(argv(tree.root, out, "CoOp", tiny_clip_file, "new",
+    train.main(run_argv(tree.root, out, "CoOp", tiny_clip_file, "new",
                     flags=("--eval-only", "--model-dir", str(upstream), "--load-epoch", "2")))
-    expected = reference_routing(tree, tiny_openclip_model, ctx, NEW)["acc_seen_branch"]
+    expected = reference_routing(tree, tiny_openclip_model, coop_branch(ctx), NEW)["acc_seen_branch"]
     assert json.loads((out / "results.json").read_text())["accuracy"] == pytest.approx(expected, abs=1e-6)
 
     resumed = tmp_path / "resumed"  # --resume continues the upstream run at epoch 3 of 3
-    train.main(argv(tree.root, resumed, "CoOp", tiny_clip_file, "base", "OPTIM.MAX_EPOCH", "3",
+    train.main(run_argv(tree.root, resumed, "CoOp", tiny_clip_file, "base", "OPTIM.MAX_EPOCH", "3",
                     flags=("--resume", str(upstream))))
     log = (resumed / "log.txt").read_text()
     assert "epoch [3/3]" in log and "epoch [1/3]" not in log and "advanced the scheduler by 2 epoch(s)" in log

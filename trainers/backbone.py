@@ -1,11 +1,18 @@
-"""The frozen CLIP every trainer starts from, loaded in the run's precision."""
+"""The frozen CLIP every trainer starts from, loaded in the run's precision, and its classification logits."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
 import torch
+import torch.nn.functional as F
 
 import clip
 from clip.model import CLIP
 from engine.precision import weight_dtype
+
+Autocast = Callable[[], AbstractContextManager]
+"""A run's autocast factory (``SimpleTrainer.autocast``): wraps the CLIP forwards of its precision."""
 
 
 def load_backbone(name: str, device: torch.device | str, prec: str, role: str = "CLIP") -> CLIP:
@@ -13,6 +20,12 @@ def load_backbone(name: str, device: torch.device | str, prec: str, role: str = 
     precision, the trainer's ``prec``)."""
     print(f"Loading {role} (backbone: {name}, precision {prec})")
     return clip.load_model(name, device, weight_dtype(prec))
+
+
+def cosine_logits(clip_model: CLIP, image_features: torch.Tensor, text_features: torch.Tensor) -> torch.Tensor:
+    """CLIP's classification logits in float32: ``logit_scale · normalize(image) @ textᵀ`` (text rows normalised)."""
+    image = F.normalize(image_features.float(), dim=-1)
+    return clip_model.logit_scale.exp().float() * image @ text_features.float().t()
 
 
 class ClipWeightsCheck:

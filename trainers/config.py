@@ -33,7 +33,7 @@ ROUTER_KEYS = {
     "ROUTER_MAX_IMAGES": 0,  # cap on router_x / train_u-dump images (0 = all)
     "DUMP_TRAIN_U": True,  # write train_u_logits.pt beside the router
 }
-"""The router keys of every routed trainer's namespace (PETR, PETRCOOP), declared once."""
+"""The router keys of every routed trainer's namespace (PETR, PETRCOOP, PETRX), declared once."""
 
 
 def extend_cfg(cfg: CN) -> CN:
@@ -120,6 +120,15 @@ def extend_cfg(cfg: CN) -> CN:
     cfg.TRAINER.PETRCOOP.COOP_LOAD_EPOCH = 0
     cfg.TRAINER.PETRCOOP.PREC = "fp16"
     cfg.TRAINER.PETRCOOP.update(ROUTER_KEYS)
+
+    # PETRX: PETR's routing on a finished run of any prompt learner (trainers/tuned.py TUNED_METHODS): θ_s = its
+    # prediction, θ_u = the hand-crafted ensemble, same router; nothing is trained.
+    cfg.TRAINER.PETRX = CN()
+    cfg.TRAINER.PETRX.TUNED_TRAINER = "CoOp"
+    cfg.TRAINER.PETRX.TUNED_MODEL_DIR = ""  # the tuned run's folder (its <model>/checkpoint names the file)
+    cfg.TRAINER.PETRX.TUNED_LOAD_EPOCH = 0  # 0 = the last saved checkpoint of that run
+    cfg.TRAINER.PETRX.PREC = "fp16"
+    cfg.TRAINER.PETRX.update(ROUTER_KEYS)
 
     # ---- Datasets (added by the datasets issue; see datasets/protocols.py) ----
     # Labelled source dataset of PETR's cross-dataset and dg protocols, read from the same DATASET.ROOT.

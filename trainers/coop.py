@@ -1,12 +1,13 @@
 """CoOp: learnable context words around the class name on a frozen CLIP, trained with cross-entropy.
 
-``CoOpPromptLearner`` and ``coop_text_features`` are shared with PETR+CoOp (its seen branch). The checkpoint holds
-``ctx`` only: the class-name token embeddings are non-persistent buffers rebuilt from the class names, so a generic
-context trained on base classes evaluates on novel classes (or another dataset) unchanged.
+``CoOpPromptLearner`` and ``coop_text_features`` are shared with PETR+CoOp (its seen branch); ``CoOpTuned`` is a
+finished CoOp run as PETR+X's seen branch (trainers/tuned.py). The checkpoint holds ``ctx`` only: the class-name
+token embeddings are non-persistent buffers rebuilt from the class names, so a generic context trained on base
+classes evaluates on novel classes (or another dataset) unchanged.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -23,11 +24,12 @@ from engine import (
     build_optimizer,
     compute_accuracy,
     count_num_param,
+    load_checkpoint,
     load_pretrained_weights,
 )
 from engine.errors import ConfigError, InvalidInputError
 
-from .backbone import ClipWeightsCheck, load_backbone
+from .backbone import Autocast, ClipWeightsCheck, cosine_logits, load_backbone
 
 CLASS_TOKEN_POSITIONS = ("end", "middle", "front")
 # Buffers that upstream CoOp checkpoints also contain; they are rebuilt from the class names instead.
@@ -155,11 +157,50 @@ def coop_text_features(clip_model: CLIP, learner: CoOpPromptLearner) -> torch.Te
     return F.normalize(features.float(), dim=-1)
 
 
+class CoOpTuned:
+    """A finished CoOp context as a tuned model (trainers/tuned.py ``TunedModel``): the same generic context around
+    any class names, scored against plain CLIP image features."""
+
+    def __init__(self, clip_model: CLIP, ctx: torch.Tensor, class_token_position: str, autocast: Autocast):
+        self.clip_model, self.ctx, self.autocast = clip_model, ctx, autocast
+        self.class_token_position = class_token_position
+
+    @classmethod
+    def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast) -> CoOpTuned:
+        """The context of a CoOp checkpoint (ours or upstream's); its length is read off the tensor, the class token
+        position is TRAINER.COOP.CLASS_TOKEN_POSITION."""
+        state = load_checkpoint(path).get("state_dict", {})
+        ctx = state.get("ctx")
+        if not torch.is_tensor(ctx) or ctx.dim() not in (2, 3):
+            raise InvalidInputError(f"{path} holds no CoOp context 'ctx' (its keys: {sorted(state)[:6]}); give the "
+                                    "folder of a CoOp run")
+        if ctx.dim() == 3:
+            raise InvalidInputError(f"{path} holds a {_describe_ctx(ctx.shape)}, which only fits the classes it was "
+                                    "trained on; train CoOp with TRAINER.COOP.CSC False to score the other classes")
+        return cls(clip_model, ctx, cfg.TRAINER.COOP.CLASS_TOKEN_POSITION, autocast)
+
+    def scorer(self, classnames: Sequence[str]) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The context's text features of ``classnames`` (computed here, once) against each image's CLIP features."""
+        device = self.clip_model.token_embedding.weight.device
+        learner = CoOpPromptLearner(self.clip_model, classnames, self.ctx.shape[0], "", False,
+                                    self.class_token_position).to(device)
+        learner.load_state_dict({"ctx": self.ctx})
+        with torch.no_grad(), self.autocast():
+            text = coop_text_features(self.clip_model, learner)
+
+        def score(images: torch.Tensor) -> torch.Tensor:
+            with self.autocast():
+                image = self.clip_model.encode_image(images)
+            return cosine_logits(self.clip_model, image, text)
+
+        return score
+
+
 @TRAINER_REGISTRY.register()
 class CoOp(ClipWeightsCheck, TrainerX):
     """CoOp (Zhou et al., IJCV 2022): only ``prompt_learner.ctx`` is trained, with cross-entropy on the labels.
 
-    ``eval_classifier`` holds ``evaluation_classifier()`` while an evaluation runs (the context is fixed then).
+    ``eval_classifier`` holds ``text_classifier()`` while an evaluation runs (the context is fixed then).
     """
 
     NS = "COOP"
@@ -188,8 +229,7 @@ class CoOp(ClipWeightsCheck, TrainerX):
         text = self.eval_classifier if self.eval_classifier is not None else self.text_classifier()
         with self.autocast():
             image = self.clip_model.encode_image(images)
-        image = F.normalize(image.float(), dim=-1)
-        return self.clip_model.logit_scale.exp().float() * image @ text.float().t()
+        return cosine_logits(self.clip_model, image, text)
 
     def forward_backward(self, batch: dict) -> dict:
         images, labels, _ = self.parse_batch_train(batch)
@@ -206,14 +246,10 @@ class CoOp(ClipWeightsCheck, TrainerX):
         self.model_backward_and_update(loss)
         return {"loss": loss.detach(), "acc": compute_accuracy(logits.detach(), inputs["labels"])[0]}
 
-    def evaluation_classifier(self) -> torch.Tensor:
-        """The classifier an evaluation uses, computed once for it: ``text_classifier()`` (PETRCoOp: both branches')."""
-        return self.text_classifier()
-
     def before_test(self) -> None:
         """Compute the classifier once for the whole evaluation."""
         super().before_test()
-        self.eval_classifier = self.evaluation_classifier()
+        self.eval_classifier = self.text_classifier()
 
     def after_test(self) -> None:
         self.eval_classifier = None

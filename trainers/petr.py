@@ -10,27 +10,27 @@ Protocols (docs/ARCHITECTURE.md, "Data roles"): base2novel — ``train_x`` = bas
 classes, CE over all classes (``CE_SCOPE all``) or the base columns (``base``). cross/dg — ``train_x`` = labelled
 source (ImageNet) images whose KD and CE use the source classes' teacher text features; ``train_u`` = target
 images, KD over the target classes.
-Evaluation, router fitting and persistence: ``trainers/evaluation.RoutedEvaluationMixin``.
+The router is the trainer's ``routing`` component (trainers/routed.py): fitted when the run deploys, stored in the
+run folder, applied at every evaluation.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from engine import TRAINER_REGISTRY, TrainerXU, check_availability, compute_accuracy
+from engine import TRAINER_REGISTRY, TrainerXU, compute_accuracy
 from engine.dataset_base import UNLABELED
 from engine.errors import ConfigError
 
 from .distill import DistillMixin
-from .evaluation import RoutedEvaluationMixin
-from .routing import ROUTERS
+from .routed import BranchScorer, RoutedTrainerMixin
 from .student import batched_features
 
 CE_SCOPES = ("all", "base")
 
 
 @TRAINER_REGISTRY.register()
-class PETR(DistillMixin, RoutedEvaluationMixin, TrainerXU):
+class PETR(RoutedTrainerMixin, DistillMixin, TrainerXU):
     """PETR trainer (models ``seen_student`` and ``unseen_student``; router in the run directory)."""
 
     DATA_ROLE = "seen_unseen"
@@ -41,7 +41,6 @@ class PETR(DistillMixin, RoutedEvaluationMixin, TrainerXU):
         ns = cfg.TRAINER.PETR
         if ns.CE_SCOPE not in CE_SCOPES:
             raise ConfigError(f"TRAINER.PETR.CE_SCOPE is {ns.CE_SCOPE!r}; choose one of {', '.join(CE_SCOPES)}")
-        check_availability(ns.ROUTER, ROUTERS, kind="router (TRAINER.PETR.ROUTER)")
 
     def build_model(self) -> None:
         ds = self.dm.dataset
@@ -60,7 +59,7 @@ class PETR(DistillMixin, RoutedEvaluationMixin, TrainerXU):
             self.ce_columns = None
         else:
             self.source_text_features = self.text_features
-            base = self.seen_labels()
+            base = splits.base_labels
             self.ce_columns = torch.as_tensor(base, device=self.device) if self.ns.CE_SCOPE == "base" else None
         self.seen_student = self.make_student("seen_student")
         self.unseen_student = self.make_student("unseen_student")
@@ -101,7 +100,7 @@ class PETR(DistillMixin, RoutedEvaluationMixin, TrainerXU):
         return {"loss": loss.detach(), "kd_seen": kd_seen.detach(), "ce": ce.detach(), "kd_unseen": kd_unseen.detach(),
                 "acc_x": compute_accuracy(ce_logits.detach(), ce_labels)[0]}
 
-    def branch_scorer(self):
+    def branch_scorer(self) -> BranchScorer:
         """``branch_logits``: the students hold no per-pass state."""
         return self.branch_logits
 

@@ -159,6 +159,7 @@ class Router:
     routes = True  # False for the non-routing average combiner
     needs_truth = False  # True for the oracle
     uses_lam = False  # only distance-like scores are scaled by lam
+    note = ""  # after fit: anything about the fit worth logging, in words ("" when there is nothing to say)
 
     def __init__(self, lam: float = DEFAULT_LAMBDA, percentile: float = DEFAULT_PERCENTILE) -> None:
         if not lam > 0:
@@ -250,7 +251,14 @@ class Router:
 
 
 class MahalanobisRouter(Router):
-    """PETR's router: unsquared Mahalanobis distance of ``q̃`` to the seen-train Gaussian, ``T = lam · P99``."""
+    """PETR's router: unsquared Mahalanobis distance of ``q̃`` to the seen-train Gaussian, ``T = lam · P99``.
+
+    A singular covariance is expected, not an error: each branch's logits are a feature vector times a fixed text
+    classifier, so ``q̃`` spans at most the two feature widths (fewer than ``2C`` dimensions on many-class tasks),
+    and ``N <= D`` fit images span even less. The precision is then the pseudo-inverse (eigenvalues below ``rcond``
+    times the largest count as zero): the distance is measured within the span of the fit logits. ``note`` says so
+    in words for the caller to log; nothing is raised or warned.
+    """
 
     name = "mahalanobis"
     uses_lam = True
@@ -270,17 +278,12 @@ class MahalanobisRouter(Router):
         centred = x - mean
         cov = centred.T @ centred / n
         eig = torch.linalg.eigvalsh(cov)
-        top = eig.abs().max().item()
-        ratio = eig.min().item() / top if top > 0 else 0.0
-        reason = None
-        if n <= d:
-            reason = f"only N={n} fit samples for D={d} dimensions (N <= D makes the covariance singular)"
-        elif ratio <= self.rcond:
-            reason = f"the covariance is singular or ill-conditioned (smallest/largest eigenvalue {ratio:.2e})"
-        self.pseudo_inverse = reason is not None
-        if reason:
-            warnings.warn(f"MahalanobisRouter: {reason}; using the pseudo-inverse (torch.linalg.pinv, "
-                          f"relative rcond {self.rcond:g}, hermitian)", RuntimeWarning, stacklevel=3)
+        rank = int((eig > self.rcond * eig.abs().max()).sum())
+        self.pseudo_inverse = rank < d
+        self.note = "" if not self.pseudo_inverse else (
+            f"the covariance of the {n:,} fit logits has rank {rank} of {d} dimensions"
+            f"{' (N <= D)' if n <= d else ''}: distances are measured within the span of the fit logits "
+            f"(pseudo-inverse, eigenvalues below {self.rcond:g} x the largest count as zero)")
         self.mean = mean.cpu()
         self.precision = torch.linalg.pinv(cov, rtol=self.rcond, hermitian=True).cpu()
         return self.distance(x)

@@ -4,13 +4,14 @@ Teacher files are PromptSRC checkpoints of this project (``<run>/VLPromptLearner
 layout, tensors and plain values only), files written by ``tools/import_promptkd_teacher.py`` in the same layout, or
 upstream PromptKD's released files (read with the restricted unpickler, keys mapped by ``upstream_teacher``).
 Only the prompts are read from them: the frozen CLIP comes from ``TEACHER_NAME`` (``clip.load_model``).
+``PromptSRCTuned`` reads the same files as PETR+X's seen branch (trainers/tuned.py), on the run's own CLIP.
 """
 from __future__ import annotations
 
 import glob
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +23,7 @@ from clip.classifier import prompted_text_features, zeroshot_text_features
 from clip.model import CLIP, require_vit
 from engine.checkpoint import POINTER_FILE, checkpoint_epoch, load_checkpoint, pointed_checkpoint
 
+from .backbone import Autocast
 from .promptsrc import MODEL_NAME, VLPromptLearner
 from .templates import single_template
 from .upstream_teacher import is_upstream_layout, upstream_teacher_prompts
@@ -132,22 +134,23 @@ def read_teacher_prompts(path: str) -> VLPromptLearner:
 
 
 def check_teacher_fits(prompts: VLPromptLearner, clip_model: CLIP, name: str, path: str,
-                       setting: str = "TEACHER_NAME") -> None:
-    """Raise a clear error when the prompts were learned on a CLIP of another size than ``name`` (``setting``)."""
+                       setting: str = "TEACHER_NAME", what: str = "teacher") -> None:
+    """Raise a clear error when the prompts were learned on a CLIP of another size than ``name`` (``setting``);
+    ``what`` names the checkpoint's role in the messages."""
     sizes, trained_on = prompts.describe(), prompts.meta.get("backbone", "")
     hint = f" (it was trained on {trained_on})" if trained_on else ""
     for tower, width, layers, depth in (
             ("vision", clip_model.vision_width, clip_model.vision_layers, sizes["depth_vision"]),
             ("text", clip_model.text_width, clip_model.text_layers, sizes["depth_text"])):
         if sizes[f"{tower}_width"] != width:
-            raise ValueError(f"teacher checkpoint {path} was trained on a CLIP with {tower} width "
+            raise ValueError(f"{what} checkpoint {path} was trained on a CLIP with {tower} width "
                              f"{sizes[f'{tower}_width']}, but {setting}={name} has {width}; set {setting} to the "
-                             f"teacher's backbone{hint}")
+                             f"{what}'s backbone{hint}")
         if depth > layers:
-            raise ValueError(f"teacher checkpoint {path} has {depth} {tower} prompt layers, but {setting}={name} "
-                             f"has only {layers} {tower} blocks; set {setting} to the teacher's backbone{hint}")
+            raise ValueError(f"{what} checkpoint {path} has {depth} {tower} prompt layers, but {setting}={name} "
+                             f"has only {layers} {tower} blocks; set {setting} to the {what}'s backbone{hint}")
     if trained_on and trained_on != name:
-        print(f"Note: teacher {path} was trained with backbone {trained_on!r}; {setting} is {name!r} "
+        print(f"Note: {what} {path} was trained with backbone {trained_on!r}; {setting} is {name!r} "
               "(same widths, so it loads; make sure they are the same CLIP)")
 
 
@@ -201,3 +204,30 @@ def build_teacher(name: str, ckpt: str, classnames: Sequence[str], device: torch
                          f"{sizes['depth_vision']} x {sizes['n_ctx_vision']}", len(classnames), teacher.embed_dim]],
                        headers=["teacher", "CLIP", "text prompts", "vision prompts", "classes", "embed dim"]))
     return teacher.to(device)
+
+
+class PromptSRCTuned:
+    """A finished PromptSRC run (ours or upstream's) as a tuned model (trainers/tuned.py ``TunedModel``): its deep
+    text prompts around any class names, its vision prompts on every image, on the run's frozen CLIP."""
+
+    def __init__(self, clip_model: CLIP, prompts: VLPromptLearner, autocast: Autocast):
+        self.clip_model, self.prompts, self.autocast = clip_model, prompts, autocast
+
+    @classmethod
+    def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast) -> PromptSRCTuned:
+        """The prompts of ``path`` (read as a teacher file is), checked against MODEL.BACKBONE.NAME."""
+        prompts = read_teacher_prompts(path)
+        check_teacher_fits(prompts, clip_model, cfg.MODEL.BACKBONE.NAME, path, "MODEL.BACKBONE.NAME", "tuned model")
+        return cls(clip_model, prompts.to(clip_model.token_embedding.weight.device), autocast)
+
+    def scorer(self, classnames: Sequence[str]) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The prompted text features of ``classnames`` (computed here, once) against each prompted image feature."""
+        with self.autocast():
+            model = Teacher(self.clip_model, classnames, prompts=self.prompts)
+
+        def score(images: torch.Tensor) -> torch.Tensor:
+            with self.autocast():
+                image = model.encode_image(images)
+            return model.logit_scale * image @ model.text_features.t()
+
+        return score

@@ -6,12 +6,12 @@ averaged over templates and renormalised (CoOp's ZeroshotCLIP2 semantics).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from clip.classifier import zeroshot_text_features
+from clip.model import CLIP
 from engine import TRAINER_REGISTRY, TrainerX
 
-from .backbone import ClipWeightsCheck, load_backbone
+from .backbone import ClipWeightsCheck, cosine_logits, load_backbone
 from .templates import ensemble_templates, select_templates, single_template
 
 TEMPLATE_MODES = ("single", "ensemble", "select")
@@ -26,6 +26,16 @@ def templates_for(dataset_name: str, mode: str) -> list[str]:
     if mode == "select":
         return select_templates(dataset_name)
     raise ValueError(f"TRAINER.ZSCLIP.TEMPLATES is {mode!r}; choose one of {', '.join(TEMPLATE_MODES)}")
+
+
+def ensemble_classifier(clip_model: CLIP, dataset_name: str, classnames: list[str],
+                        device: torch.device | str) -> tuple[list[str], torch.Tensor]:
+    """The unseen branch θ_u of PETR+CoOp and PETR+X: the dataset's hand-crafted template ensemble on the frozen CLIP,
+    as (templates, text features [C, D]); run it under the trainer's autocast."""
+    templates = ensemble_templates(dataset_name)
+    print(f"Unseen branch θ_u: {len(templates)} hand-crafted template(s) of {dataset_name} on the frozen CLIP, "
+          f"{len(classnames)} classes")
+    return templates, zeroshot_text_features(clip_model, classnames, templates, device)
 
 
 @TRAINER_REGISTRY.register()
@@ -49,8 +59,7 @@ class ZeroshotCLIP(ClipWeightsCheck, TrainerX):
     def model_inference(self, images: torch.Tensor) -> torch.Tensor:
         with self.autocast():
             image_features = self.clip_model.encode_image(images)
-        image_features = F.normalize(image_features.float(), dim=-1)
-        return self.clip_model.logit_scale.exp().float() * image_features @ self.text_features.t()
+        return cosine_logits(self.clip_model, image_features, self.text_features)
 
     def load_model(self, directory: str, epoch: int | None = None) -> None:
         """Nothing to load: zero-shot CLIP has no learned weights."""

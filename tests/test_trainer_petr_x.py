@@ -1,0 +1,342 @@
+"""PETR+X: routing on finished CoOp and PromptSRC runs (ours and upstream's layout) through scripts/petr_x, checked
+against routed evaluations recomputed from open_clip forwards written in the test; the tools and parse_test_res.py
+on its run folders; the routed-trainer requirements and the lifecycle a plug-in shares with a trained run."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import clip
+import parse_test_res
+import train
+from engine import TrainerX, load_checkpoint
+from engine.errors import ConfigError, InvalidInputError
+from tests.helpers_clip import reference_encode_image, reference_encode_text
+from tests.helpers_datasets import write_tree
+from tests.helpers_petr import write_eurosat
+from tests.helpers_routed import (
+    BASE,
+    NEW,
+    TINY,
+    ScriptRunner,
+    check_against_reference,
+    coop_branch,
+    ensemble_reference,
+    load_images,
+    reference_routing,
+    run_argv,
+)
+from tests.helpers_upstream import write_dassl_checkpoint
+from tools import lambda_sweep, plot_routing_scores, router_ablation
+from trainers.petr_coop import PETRCoOp
+from trainers.petr_x import PETRX
+from trainers.routed import RoutedTrainerMixin
+
+B2N = "output/base2new/{role}/eurosat/shots_0/PETRX/vit_b16_{x}/seed1"
+
+
+def promptsrc_branch(text: list[torch.Tensor], vision: list[torch.Tensor]):
+    """θ_s of PromptSRC prompts from open_clip: deep text prompts on 'X X X X <name>.', deep vision prompts."""
+
+    @torch.no_grad()
+    def logits(model, classnames: list[str], images: torch.Tensor) -> torch.Tensor:
+        tokens = clip.tokenize([f"{' '.join(['X'] * text[0].shape[0])} {name}." for name in classnames])
+        text_features = F.normalize(reference_encode_text(model, tokens, text), dim=-1)
+        image = F.normalize(reference_encode_image(model, images, vision), dim=-1)
+        return model.logit_scale.exp() * image @ text_features.t()
+
+    return logits
+
+
+def promptsrc_prompts(run) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Text and vision prompt layers of our PromptSRC run's last checkpoint."""
+    state = load_checkpoint(str(run / "VLPromptLearner" / "model.pth.tar-2"))["state_dict"]
+    layers = [[state[f"{kind}_prompts.prompts.{i}"] for i in range(3)] for kind in ("text", "vision")]
+    return layers[0], layers[1]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_clip_file):
+    """A tiny EuroSAT tree, finished 2-epoch CoOp and PromptSRC runs on its base classes, and PETR+X's base-to-novel
+    script run on both (its train.py commands replayed in-process)."""
+    root = tmp_path_factory.mktemp("petr_x")
+    tree = write_eurosat(root / "data")  # 6 train images per class: a full-rank router fit
+    coop, promptsrc = root / "coop", root / "promptsrc"
+    train.main(run_argv(tree.root, coop, "CoOp", tiny_clip_file, "base"))
+    train.main(run_argv(tree.root, promptsrc, "PromptSRC", tiny_clip_file, "base",
+                        "TRAINER.PROMPTSRC.PROMPT_DEPTH_TEXT", "3", "TRAINER.PROMPTSRC.PROMPT_DEPTH_VISION", "3",
+                        config="vit_b16_c2_ep20_batch4_4+4ctx"))
+    runner = ScriptRunner(root, tree, tiny_clip_file)
+    scripts = {x: runner.run("petr_x/base2new.sh", x, "eurosat", "1", str(run))
+               for x, run in (("coop", coop), ("promptsrc", promptsrc))}
+    return SimpleNamespace(root=root, tree=tree, coop=coop, promptsrc=promptsrc, scripts=scripts)
+
+
+def petr_x_dirs(root, x: str):
+    return root / B2N.format(role="train_base", x=x), root / B2N.format(role="test_new", x=x)
+
+
+def check_petr_x_run(base, new, tree, model, seen_branch, trainer: str, checkpoint: str) -> dict:
+    """Both evaluations equal the reference; the run trained nothing and names what it routed on."""
+    result = check_against_reference(base, reference_routing(tree, model, seen_branch, BASE))
+    new_result = check_against_reference(new, reference_routing(tree, model, seen_branch, NEW))
+    with open(checkpoint, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    for r in (result, new_result):
+        assert r["trainer"] == "PETRX" and r["plugin"] is True and r["tuned_trainer"] == trainer
+        assert r["tuned_checkpoint"] == checkpoint and r["tuned_checkpoint_sha256"] == digest
+        assert r["router"] == "mahalanobis" and r["num_classes"] == 5 and r["num_templates"] == 3
+    assert new_result["threshold"] == pytest.approx(result["threshold"])  # the base run's router, not refitted
+    assert json.loads((base / "router.json").read_text())["tuned_checkpoint_sha256"] == digest
+    assert not os.path.exists(new / "router.pth.tar")
+    for folder in (base, new):
+        assert "epoch [" not in (folder / "log.txt").read_text()
+        assert not [d for d in os.listdir(folder) if os.path.isdir(folder / d)]  # no model folders: nothing copied
+    return result
+
+
+def test_petr_x_on_our_coop_run(runs, tiny_openclip_model):
+    done, commands = runs.scripts["coop"]
+    assert done.returncode == 0, done.stderr
+    assert len(commands) == 2 and "--eval-only" in commands[1] and "TRAINER.PETRX.TUNED_MODEL_DIR" in commands[1]
+    base, new = petr_x_dirs(runs.root, "coop")
+    ctx = load_checkpoint(str(runs.coop / "prompt_learner" / "model.pth.tar-2"))["state_dict"]["ctx"]
+    check_petr_x_run(base, new, runs.tree, tiny_openclip_model, coop_branch(ctx), "CoOp",
+                     str(runs.coop / "prompt_learner" / "model.pth.tar-2"))
+    assert "Training-free plug-in" in (base / "log.txt").read_text()
+
+
+def test_petr_x_on_our_promptsrc_run(runs, tiny_openclip_model):
+    done, _ = runs.scripts["promptsrc"]
+    assert done.returncode == 0, done.stderr
+    base, new = petr_x_dirs(runs.root, "promptsrc")
+    check_petr_x_run(base, new, runs.tree, tiny_openclip_model, promptsrc_branch(*promptsrc_prompts(runs.promptsrc)),
+                     "PromptSRC", str(runs.promptsrc / "VLPromptLearner" / "model.pth.tar-2"))
+    done, commands = ScriptRunner(runs.root, runs.tree, "unused").run("petr_x/base2new.sh", "promptsrc", "eurosat", "1",
+                                                                       str(runs.promptsrc))
+    assert done.stdout.count("Run finished, skipping") == 2 and commands == []
+
+
+def upstream_promptsrc_state(text: list[torch.Tensor], vision: list[torch.Tensor], width: int) -> dict:
+    """Our prompts in upstream PromptSRC's CustomCLIP key layout (fp16), with frozen weights and class-token buffers."""
+    state = {"prompt_learner.ctx": text[0].half(), "image_encoder.VPT": vision[0].half(),
+             "prompt_learner.token_prefix": torch.zeros(3, 1, width).half(),
+             "prompt_learner.token_suffix": torch.zeros(3, 72, width).half(),
+             "image_encoder.conv1.weight": torch.zeros(4, 3, 2, 2).half(), "logit_scale": torch.tensor(4.6)}
+    for i in range(1, len(text)):
+        state[f"text_encoder.transformer.resblocks.{i}.VPT_shallow"] = text[i].half()
+        state[f"image_encoder.transformer.resblocks.{i}.VPT_shallow"] = vision[i].half()
+    return state
+
+
+def test_petr_x_on_upstream_run_folders(runs, tmp_path, tiny_clip_file, tiny_openclip_model):
+    marker = str(tmp_path / "pickled_code_ran")
+    text, vision = promptsrc_prompts(runs.promptsrc)
+    upstream_src = tmp_path / "upstream" / "PromptSRC"
+    write_dassl_checkpoint(str(upstream_src / "VLPromptLearner"),
+                           upstream_promptsrc_state(text, vision, text[0].shape[1]), 20, None, marker)
+    coop = load_checkpoint(str(runs.coop / "prompt_learner" / "model.pth.tar-2"))
+    ctx = coop["state_dict"]["ctx"].half()
+    upstream_coop = tmp_path / "upstream" / "CoOp"
+    write_dassl_checkpoint(str(upstream_coop / "prompt_learner"),
+                           {"ctx": ctx, "token_prefix": torch.zeros(3, 1, ctx.shape[1]).half(),
+                            "token_suffix": torch.zeros(3, 72, ctx.shape[1]).half()}, 2, coop["optimizer"], marker)
+    runner = ScriptRunner(tmp_path, runs.tree, tiny_clip_file)
+    for x, folder, model_name, branch in (
+            ("promptsrc", upstream_src, "VLPromptLearner",
+             promptsrc_branch([t.half().float() for t in text], [v.half().float() for v in vision])),
+            ("coop", upstream_coop, "prompt_learner", coop_branch(ctx.float()))):
+        done, _ = runner.run("petr_x/base2new.sh", x, "eurosat", "1", str(folder))
+        assert done.returncode == 0, done.stderr
+        base, new = petr_x_dirs(tmp_path, x)
+        checkpoint = str(folder / model_name / ("model.pth.tar-20" if x == "promptsrc" else "model.pth.tar-2"))
+        check_petr_x_run(base, new, runs.tree, tiny_openclip_model, branch, "PromptSRC" if x == "promptsrc" else "CoOp",
+                         checkpoint)
+        assert "ignored scheduler (" in (base / "log.txt").read_text()
+    assert not os.path.exists(marker)
+    assert "Upstream teacher" in (petr_x_dirs(tmp_path, "promptsrc")[0] / "log.txt").read_text()
+
+
+def test_petr_x_bad_input_gives_one_clear_error(runs, tmp_path, tiny_clip_file):
+    tree = runs.tree
+
+    def petr_x(out, *opts, flags=()):
+        return train.main(run_argv(tree.root, tmp_path / out, "PETRX", tiny_clip_file, "base", *opts, flags=flags,
+                                   config="vit_b16_coop"))
+
+    with pytest.raises(ConfigError, match=r"TRAINER.PETRX.TUNED_MODEL_DIR is empty"):
+        petr_x("empty")
+    with pytest.raises(ValueError, match=r"TUNED_TRAINER.*PromptSRC"):
+        petr_x("unknown", "TRAINER.PETRX.TUNED_TRAINER", "PromptSCR", "TRAINER.PETRX.TUNED_MODEL_DIR", str(runs.coop))
+    with pytest.raises(FileNotFoundError, match=r"has no VLPromptLearner/ folder \(not a PromptSRC run directory\)"):
+        petr_x("wrong", "TRAINER.PETRX.TUNED_TRAINER", "PromptSRC", "TRAINER.PETRX.TUNED_MODEL_DIR", str(runs.coop))
+    csc = tmp_path / "csc"
+    write_dassl_checkpoint(str(csc / "prompt_learner"), {"ctx": torch.zeros(5, 4, 64)}, 1, None, str(tmp_path / "m"))
+    with pytest.raises(InvalidInputError, match=r"class-specific context.*CSC False"):
+        petr_x("csc_run", "TRAINER.PETRX.TUNED_MODEL_DIR", str(csc))
+    # a router fit set other than the tuned run's training images (another seed) is said in a note
+    petr_x("seed2", "TRAINER.PETRX.TUNED_MODEL_DIR", str(runs.coop), "SEED", "2", flags=("--no-train",))
+    assert "seed 1 there, 2 here): the router is fitted on other images" in (tmp_path / "seed2/log.txt").read_text()
+    # the novel evaluation must use the router fitted for the same θ_s: another CoOp checkpoint is refused
+    other = tmp_path / "other_coop"
+    write_dassl_checkpoint(str(other / "prompt_learner"), {"ctx": torch.zeros(4, 64)}, 1, None, str(tmp_path / "m"))
+    base, _ = petr_x_dirs(runs.root, "coop")
+    with pytest.raises(InvalidInputError, match=r"fitted for other inputs \(tuned_checkpoint_sha256.*REFIT_ROUTER"):
+        petr_x("mismatch", "TRAINER.PETRX.TUNED_MODEL_DIR", str(other), "DATASET.SUBSAMPLE_CLASSES", "new",
+               flags=("--eval-only", "--model-dir", str(base)))
+
+
+def test_tools_and_parse_test_res_read_petr_x_folders(runs, tmp_path, capsys):
+    output = str(runs.root / "output" / "base2new")
+    accuracy = {}
+    for x in ("coop", "promptsrc"):
+        base, new = petr_x_dirs(runs.root, x)
+        accuracy[x] = [json.loads((folder / "results.json").read_text())["accuracy"] for folder in (base, new)]
+
+    out_json = str(tmp_path / "ablation.json")
+    assert router_ablation.main([output, "--routers", "mahalanobis", "--json", out_json]) == 0
+    with open(out_json) as f:
+        ablation = json.load(f)
+    for x, (base_acc, novel_acc) in accuracy.items():  # the trainer's routed answer, refitted from its dumps
+        row = ablation[f"PETRX/vit_b16_{x}"]["eurosat"]["mahalanobis"]
+        assert (row["base"], row["novel"]) == (pytest.approx(base_acc), pytest.approx(novel_acc))
+
+    sweep_json = str(tmp_path / "sweep.json")
+    assert lambda_sweep.main([output, "--lambdas", "1.4", "--json", sweep_json]) == 0
+    with open(sweep_json) as f:
+        sweep = json.load(f)
+    for x in accuracy:
+        base, _ = petr_x_dirs(runs.root, x)
+        fit = torch.load(base / "router_fit_logits.pt", weights_only=True)["q"].double().numpy()
+        train_u = torch.load(base / "train_u_logits.pt", weights_only=True)["q"].double().numpy()
+        mu = fit.mean(axis=0)
+        precision = np.linalg.pinv((fit - mu).T @ (fit - mu) / len(fit), rcond=1e-10, hermitian=True)
+        d_fit, d_u = (np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", z - mu, precision, z - mu), 0))
+                      for z in (fit, train_u))
+        threshold = 1.4 * np.percentile(d_fit, 99)
+        expected = [100 * (d_fit <= threshold).mean(), 100 * (d_u > threshold).mean()]
+        np.testing.assert_allclose(sweep[f"PETRX/vit_b16_{x}"]["eurosat"]["1.4"], expected)
+
+    figures = str(tmp_path / "figs")
+    assert plot_routing_scores.main([output, "--out", figures]) == 0
+    assert sorted(f for f in os.listdir(figures) if f.startswith("eurosat")) == [
+        f"eurosat_PETRX-vit_b16_{x}_seed1_mahalanobis.png" for x in ("coop", "promptsrc")]
+
+    capsys.readouterr()
+    assert parse_test_res.main(["b2n", output, "--format", "csv"]) == 0
+    rows = {row["method"]: row for row in csv.DictReader(io.StringIO(capsys.readouterr().out))
+            if row.get("dataset") == "eurosat"}
+    for x, (base_acc, novel_acc) in accuracy.items():
+        row = rows[f"PETRX/vit_b16_{x}"]
+        assert float(row["Base"]) == pytest.approx(base_acc, abs=0.01)
+        assert float(row["Novel"]) == pytest.approx(novel_acc, abs=0.01)
+        assert float(row["HM"]) == pytest.approx(2 * base_acc * novel_acc / (base_acc + novel_acc), abs=0.01)
+
+
+def test_petr_x_cross_dataset(runs, tmp_path, tiny_clip_file, tiny_openclip_model):
+    imagenet = write_tree("ImageNet", runs.tree.root)
+    source_run = tmp_path / "coop_imagenet"
+    train.main(["--root", runs.tree.root, "--seed", "1", "--trainer", "CoOp", "--dataset-config-file",
+                "configs/datasets/imagenet.yaml", "--config-file", "configs/trainers/CoOp/vit_b16_ep50_ctxv1.yaml",
+                "--output-dir", str(source_run), *TINY, "MODEL.BACKBONE.NAME", tiny_clip_file])
+    done, _ = ScriptRunner(tmp_path, runs.tree, tiny_clip_file).run("petr_x/xd.sh", "coop", "eurosat", "1",
+                                                                     str(source_run))
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "output/xd/train/eurosat/shots_0/PETRX/vit_b16_coop/seed1"
+    result = json.loads((out / "results.json").read_text())
+    ctx = load_checkpoint(str(source_run / "prompt_learner" / "model.pth.tar-2"))["state_dict"]["ctx"]
+    images, labels = load_images(runs.tree, "test", list(range(5)))
+    names = runs.tree.classnames
+    q_s = coop_branch(ctx)(tiny_openclip_model, names, images)
+    q_u = ensemble_reference(tiny_openclip_model, names, images)
+    for key, logits in (("acc_seen_branch", q_s), ("acc_unseen_branch", q_u)):
+        assert result[key] == pytest.approx(100 * (logits.argmax(1) == labels).double().mean().item()), key
+    fit = torch.load(out / "router_fit_logits.pt", weights_only=True)["q"]
+    n_source = sum(1 for _, tag in imagenet.truth.values() if tag == "train")
+    assert fit.shape == (n_source, 10)  # the source's training images, scored over the 5 target classes
+    assert result["protocol"] == "cross" and result["n_seen"] == 0 and result["num_eval_classes"] == 5
+
+
+def test_a_routed_trainer_must_provide_branch_scorer_and_router_keys(runs, tmp_path, tiny_clip_file):
+    class NoScorer(RoutedTrainerMixin, TrainerX):
+        NS = "PETRX"
+
+    class NoRouterKeys(RoutedTrainerMixin, TrainerX):
+        NS = "COOP"
+
+        def branch_scorer(self):
+            return lambda images: (images, images)
+
+    cfg = train.setup_cfg(train.build_parser().parse_args(run_argv(runs.tree.root, tmp_path, "PETRX",
+                                                                   tiny_clip_file, "base", config="vit_b16_coop")))
+    with pytest.raises(TypeError, match=r"NoScorer cannot be routed: it lacks branch_scorer\(\)"):
+        NoScorer(cfg)
+    with pytest.raises(ConfigError, match=r"TRAINER.COOP lacks the router keys \['ROUTER', 'LAMBDA'"):
+        NoRouterKeys(cfg)
+    assert not os.listdir(tmp_path)  # refused before any data or output was touched
+
+
+def recorded(cls):
+    """``cls`` logging its lifecycle hooks and router fits in ``events``."""
+
+    class Recorded(cls):
+        def __init__(self, cfg):
+            self.events = []
+            super().__init__(cfg)
+            fit = self.routing.fit
+
+            def recorded_fit(save_dir):
+                self.events.append("router fit")
+                return fit(save_dir)
+
+            self.routing.fit = recorded_fit
+
+        def before_train(self):
+            self.events.append("before_train")
+            super().before_train()
+
+        def run_epoch(self):
+            self.events.append("epoch")
+            super().run_epoch()
+
+        def after_train(self):
+            self.events.append("after_train")
+            super().after_train()
+
+        def deploy(self):
+            self.events.append("deploy")
+            super().deploy()
+            self.events.append("deployed")
+
+        def test(self, split=None):
+            self.events.append("test")
+            return super().test(split)
+
+    return Recorded
+
+
+def test_plugins_go_through_the_lifecycle_of_a_trained_run(runs, tmp_path, tiny_clip_file):
+    train.register_project()
+
+    def events(cls, trainer: str, out: str, *opts: str, config: str = "vit_b16_ctxv1") -> list[str]:
+        args = train.build_parser().parse_args(run_argv(runs.tree.root, tmp_path / out, trainer, tiny_clip_file,
+                                                        "base", *opts, config=config))
+        trainer = recorded(cls)(train.setup_cfg(args))
+        trainer.train()
+        return trainer.events
+
+    trained = events(PETRCoOp, "PETRCoOp", "trained")
+    plugin = events(PETRCoOp, "PETRCoOp", "plugin", "TRAINER.PETRCOOP.COOP_MODEL_DIR", str(runs.coop))
+    petr_x = events(PETRX, "PETRX", "petr_x", "TRAINER.PETRX.TUNED_MODEL_DIR", str(runs.coop), config="vit_b16_coop")
+    lifecycle = ["before_train", "after_train", "deploy", "router fit", "deployed", "test"]
+    assert trained == ["before_train", "epoch", "epoch", *lifecycle[1:]]
+    assert plugin == lifecycle and petr_x == lifecycle

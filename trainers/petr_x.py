@@ -1,0 +1,87 @@
+"""PETR+X: PETR's training-free routing on a finished run of any prompt learner X (``TRAINER.PETRX.TUNED_TRAINER``).
+
+θ_s is X's prediction with its learned prompts over every class of the task (``trainers/tuned.py``), θ_u the
+dataset's hand-crafted template ensemble on the frozen CLIP, and the router sees ``q̃ = [q_s, q_u]``. Nothing is
+trained: the run reads X's checkpoint from ``TUNED_MODEL_DIR`` (ours or upstream's, Dassl layout, through the
+engine's restricted loader), fits the router on ``router_x`` when it deploys, and evaluates. ``router_x`` holds X's
+training images when NUM_SHOTS and SEED are those of X's run (the base classes' few-shot images in base2novel, the
+source's in cross/dg), as PETR+CoOp's. An eval-only run (``--model-dir`` = that run's folder) reads its router,
+checked to have been fitted on the same X checkpoint (sha256 in ``router.json``); θ_s is read from
+``TUNED_MODEL_DIR`` again.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from engine import TRAINER_REGISTRY, TrainerX, check_availability
+from engine.errors import ConfigError
+from engine.utils import read_json
+
+from .backbone import ClipWeightsCheck, cosine_logits, load_backbone
+from .routed import BranchScorer, RoutedTrainerMixin
+from .tuned import TUNED_METHODS, file_sha256, run_checkpoint
+from .zeroshot import ensemble_classifier
+
+
+@TRAINER_REGISTRY.register()
+class PETRX(RoutedTrainerMixin, ClipWeightsCheck, TrainerX):
+    """PETR+X trainer: no models of its own; θ_s from a finished X run, the router in the run directory."""
+
+    DATA_ROLE = "seen_unseen"
+    NS = "PETRX"
+
+    def check_cfg(self, cfg) -> None:
+        super().check_cfg(cfg)
+        ns = cfg.TRAINER.PETRX
+        check_availability(ns.TUNED_TRAINER, TUNED_METHODS, kind="tuned trainer (TRAINER.PETRX.TUNED_TRAINER)")
+        if not ns.TUNED_MODEL_DIR:
+            raise ConfigError(f"TRAINER.PETRX.TUNED_MODEL_DIR is empty: give the folder of a finished "
+                              f"{ns.TUNED_TRAINER} run (PETR+X trains nothing; see scripts/petr_x/)")
+
+    def build_model(self) -> None:
+        cfg, ns = self.cfg, self.ns
+        classnames = self.dm.dataset.classnames
+        self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
+        method = TUNED_METHODS[ns.TUNED_TRAINER]
+        self.plugin_source = run_checkpoint(ns.TUNED_MODEL_DIR, method.model_name, ns.TUNED_LOAD_EPOCH,
+                                            ns.TUNED_TRAINER, "TRAINER.PETRX.TUNED_MODEL_DIR",
+                                            "TRAINER.PETRX.TUNED_LOAD_EPOCH")
+        print(f"Seen branch θ_s: {ns.TUNED_TRAINER} of {self.plugin_source} over all {len(classnames)} classes")
+        self.note_fit_set(ns.TUNED_MODEL_DIR)
+        tuned = method.load(self.clip_model, cfg, self.plugin_source, self.autocast)
+        self.tuned_scorer = tuned.scorer(classnames)
+        with self.autocast():
+            self.templates, self.ensemble_text = ensemble_classifier(self.clip_model, cfg.DATASET.NAME, classnames,
+                                                                     self.device)
+        self.routing.provenance = {"tuned_trainer": ns.TUNED_TRAINER,
+                                   "tuned_checkpoint_sha256": file_sha256(self.plugin_source)}
+
+    def note_fit_set(self, tuned_dir: str) -> None:
+        """Say so when the tuned run's results.json shows other training images than this run's router_x."""
+        path = os.path.join(tuned_dir, "results.json")
+        if not os.path.isfile(path):
+            return
+        tuned, cfg = read_json(path), self.cfg
+        ours = {"seed": cfg.SEED, "num_shots": cfg.DATASET.NUM_SHOTS}
+        differ = [f"{key} {tuned[key]} there, {value} here" for key, value in ours.items()
+                  if key in tuned and tuned[key] != value]
+        if differ:
+            print(f"Note: {path} differs from this run ({'; '.join(differ)}): the router is fitted on other images "
+                  "than the tuned model's training images; use the tuned run's SEED and NUM_SHOTS for PETR+X")
+
+    def branch_scorer(self) -> BranchScorer:
+        """``branch_logits``: θ_s and θ_u are fixed for the whole run."""
+        return self.branch_logits
+
+    @torch.no_grad()
+    def branch_logits(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(q_s, q_u) [B, C] each: X's logits, and the template ensemble's on the plain CLIP image features."""
+        with self.autocast():
+            image = self.clip_model.encode_image(images)
+        return self.tuned_scorer(images), cosine_logits(self.clip_model, image, self.ensemble_text)
+
+    def extra_results(self) -> dict:
+        return {**super().extra_results(), "plugin": True, "tuned_checkpoint": self.plugin_source,
+                **self.routing.provenance, "num_templates": len(self.templates)}
