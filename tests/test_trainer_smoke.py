@@ -18,8 +18,9 @@ PROJECT_TRAINERS = sorted(name for name in TRAINER_REGISTRY.registered_names()
                           if TRAINER_REGISTRY.get(name).__module__.startswith("trainers."))
 
 
-def test_the_project_registers_its_six_trainers():
-    assert PROJECT_TRAINERS == ["CoOp", "PETR", "PETRCoOp", "PromptKD", "PromptSRC", "ZeroshotCLIP"]
+def test_the_project_registers_its_nine_trainers():
+    assert PROJECT_TRAINERS == ["CoCoOp", "CoOp", "IVLP", "MaPLe", "PETR", "PETRCoOp", "PromptKD", "PromptSRC",
+                                "ZeroshotCLIP"]
 
 
 def smoke_argv(name: str, root, out, clip_file: str, teacher_file: str, *flags: str) -> list[str]:

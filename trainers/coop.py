@@ -15,6 +15,7 @@ from torch import nn
 import clip
 from clip.classifier import trim_padding
 from clip.model import CLIP
+from clip.prompts import init_text_embedding
 from clip.tokenizer import encode
 from engine import (
     TRAINER_REGISTRY,
@@ -32,6 +33,14 @@ from .backbone import ClipWeightsCheck, load_backbone
 CLASS_TOKEN_POSITIONS = ("end", "middle", "front")
 # Buffers that upstream CoOp checkpoints also contain; they are rebuilt from the class names instead.
 _UPSTREAM_BUFFERS = ("token_prefix", "token_suffix")
+
+
+def context_init(clip_model: CLIP, ctx_init: str, setting: str) -> torch.Tensor:
+    """CoOp's initial context from words: the token embeddings of every BPE token of ``ctx_init`` ([n_ctx, w])."""
+    try:
+        return init_text_embedding(clip_model, ctx_init)
+    except ValueError as e:
+        raise ConfigError(f"{setting}: {e}") from None
 
 
 def _describe_ctx(shape: Sequence[int]) -> str:
@@ -58,12 +67,8 @@ class CoOpPromptLearner(nn.Module):
         names = [name.replace("_", " ") for name in classnames]
         ctx_init = ctx_init.replace("_", " ").strip()
         if ctx_init:
-            init_tokens = clip.tokenize(ctx_init, context_length=clip_model.context_length).to(weight.device)
-            n_ctx = int(init_tokens.argmax(dim=-1)) - 1
-            if n_ctx < 1:
-                raise ConfigError(f"TRAINER.COOP.CTX_INIT {ctx_init!r} has no tokens; use words such as 'a photo of a'")
-            with torch.no_grad():
-                ctx = clip_model.token_embedding(init_tokens)[0, 1:1 + n_ctx].clone()
+            ctx = context_init(clip_model, ctx_init, "TRAINER.COOP.CTX_INIT")
+            n_ctx = ctx.shape[0]
             if csc:
                 print("Note: TRAINER.COOP.CSC is ignored with CTX_INIT (as in CoOp): one generic context "
                       f"initialised from {ctx_init!r}")
