@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# MaPLe domain generalisation: evaluate the SOURCE model of xd_train.sh (same SEED, CFG) on a DG target of
+# SOURCE (imagenet: imagenetv2, imagenet_sketch, imagenet_a, imagenet_r; demonet: demonetv2, demonet_sketch,
+# demonet_a, demonet_r).
+# Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/maple/dg_test.sh imagenet_a 1
+# Output: $OUTPUT_ROOT/dg/test/<target>/shots_16/MaPLe/<cfg>/seed<S> (skipped when finished).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/common.sh
+source scripts/prompt_learners.sh
+
+TRAINER=MaPLe
+CFG=${CFG:-vit_b16_c2_ep5_batch4_2ctx_cross_datasets}
+require_dg_target "$0" "${1:-}"
+ROLE_DIR=dg xd_test "$@"
