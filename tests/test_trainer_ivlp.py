@@ -3,29 +3,24 @@ hand), its loss against NumPy (cross-entropy alone: no PromptSRC term), its para
 construction, and upstream checkpoints (the whole CLIP wrapper's state) evaluated."""
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
-import torch.nn.functional as F
 
-import clip
 import train
 from tests.helpers_baselines import (
-    BASE,
-    NEW,
-    accuracy,
-    argv,
+    MARKER,
+    built_trainer,
+    check_cross_entropy_step,
+    check_scores,
+    check_upstream_accuracy,
+    deep_prompt_reference,
+    eval_only,
     frozen_clip_entries,
-    numpy_cross_entropy,
     shipped_options,
-    train_batch,
     trainable,
+    upstream_run,
     vit_b16_shell,
 )
-from tests.helpers_clip import reference_encode_image, reference_encode_text, rel_err
-from tests.helpers_datasets import load_images, write_tree
-from tests.helpers_upstream import write_dassl_checkpoint
 from trainers.ivlp import IVLPPromptLearner
 
 CONFIG = "vit_b16_c2_ep20_batch8_4+4ctx"
@@ -48,59 +43,35 @@ def test_trainable_parameters_of_the_vit_b16_configs_equal_upstreams(config):
     assert trainable(learner) == 46_080
 
 
-@torch.no_grad()
-def reference_logits(model, learner: IVLPPromptLearner, classnames: list[str], images: torch.Tensor):
-    """τ·cos(image, text) with the text prompts at positions 1..n after SOS (blocks 0..J_t−1) and the vision prompts
-    appended after the patch tokens (blocks 0..J_v−1), each tower its own prompts."""
+def reference(model, learner: IVLPPromptLearner):
+    """τ·cos(image, text), each tower with its own prompts: the text ones at positions 1..n after SOS of "a photo of
+    a <class>." (blocks 0..J_t−1), the vision ones appended after the patch tokens (blocks 0..J_v−1)."""
     text_prompts = [p.detach() for p in learner.text_prompts()]
     vision_prompts = [p.detach() for p in learner.vision_prompts()]
-    tokens = clip.tokenize([f"a photo of a {name}." for name in classnames])
-    text = F.normalize(reference_encode_text(model, tokens, text_prompts), dim=-1)
-    image = F.normalize(reference_encode_image(model, images, vision_prompts), dim=-1)
-    return model.logit_scale.exp() * image @ text.t()
+    return deep_prompt_reference(model, text_prompts, vision_prompts)
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, tiny_clip_file):
-    """A tiny EuroSAT tree and an IVLP trainer (depth 9/9 on the tiny CLIP's 9/9 blocks) built on its base classes."""
-    root = tmp_path_factory.mktemp("ivlp")
-    tree = write_tree("EuroSAT", root / "data", mode="json")
-    trainer = train.main(argv(root / "data", root / "run", "IVLP", CONFIG, tiny_clip_file, "base",
-                              flags=("--no-train",)))
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in trainer.prompt_learner.parameters():
-            p.normal_(std=0.3)
-    return tree, trainer
+    """IVLP at depth 9/9, every block of the tiny CLIP's 9/9 prompted."""
+    return built_trainer(tmp_path_factory.mktemp("ivlp"), "IVLP", CONFIG, tiny_clip_file)
 
 
 def test_logits_equal_the_papers_equations_over_any_class_list(built, tiny_openclip_model):
     tree, trainer = built
-    images, _ = load_images(tree, "test", BASE + NEW)
-    learner = trainer.prompt_learner
-    with torch.no_grad():
-        every_class = trainer.class_scorer(tree.classnames)(images)
-        dataset_classes = trainer.model_inference(images)
-    assert rel_err(every_class, reference_logits(tiny_openclip_model, learner, tree.classnames, images)) < 1e-5
-    assert rel_err(dataset_classes, reference_logits(tiny_openclip_model, learner, tree.classnames[:3], images)) < 1e-5
+    check_scores(tree, trainer, reference(tiny_openclip_model, trainer.prompt_learner))
 
 
 def test_loss_is_cross_entropy_alone_and_only_the_prompts_train(built, tiny_openclip_model):
     tree, trainer = built
-    images, labels = load_images(tree, "train", BASE)
-    expected = numpy_cross_entropy(reference_logits(tiny_openclip_model, trainer.prompt_learner, tree.classnames[:3],
-                                                    images), labels)
-    before = [p.detach().clone() for p in trainer.prompt_learner.parameters()]
-    trainer.batch_idx, trainer.num_batches = 0, 2
-    summary = trainer.forward_backward(train_batch(images, labels))
-    assert summary["loss"] == pytest.approx(expected, rel=1e-5) and set(summary) == {"loss", "acc"}
-    assert all(not torch.equal(b, p) for b, p in zip(before, trainer.prompt_learner.parameters()))
-    assert not any(p.requires_grad for p in trainer.clip_model.parameters())
+    before = check_cross_entropy_step(tree, trainer, reference(tiny_openclip_model, trainer.prompt_learner))
+    after = trainer.prompt_learner.state_dict()
+    assert all(not torch.equal(before[k], after[k]) for k in before)
     assert trainer.prompt_learner.gpa is None  # no prompt aggregation either
 
 
 def upstream_state(learner: IVLPPromptLearner, model) -> tuple[dict, dict]:
-    """Random fp16 prompts in upstream IVLP's key layout (its CLIP wrapper's state: prompts, class-token buffers,
+    """Random fp16 prompts in upstream IVLP's key layout (its CLIP wrapper's state: prompts, a class-token buffer,
     frozen weights) and the same prompts in ours."""
     torch.manual_seed(1)
     text = [(torch.randn_like(p) * 0.2).half() for p in learner.text_prompts()]
@@ -118,23 +89,19 @@ def upstream_state(learner: IVLPPromptLearner, model) -> tuple[dict, dict]:
 def test_upstream_checkpoint_evaluates_with_eval_only(built, tmp_path, tiny_clip_file, tiny_openclip_model, capsys):
     tree, trainer = built
     state, ours = upstream_state(trainer.prompt_learner, tiny_openclip_model)
-    marker = tmp_path / "pickled_code_ran"
-    write_dassl_checkpoint(str(tmp_path / "upstream" / "VLPromptLearner"), state, 20, None, str(marker))
+    run = upstream_run(tmp_path, "upstream", "VLPromptLearner", state, 20)
     out = tmp_path / "eval_new"
-    evaluated = train.main(argv(tree.root, out, "IVLP", CONFIG, tiny_clip_file, "new",
-                                flags=("--eval-only", "--model-dir", str(tmp_path / "upstream"), "--load-epoch", "20")))
-    assert not marker.exists()
+    evaluated = train.main(eval_only(tree, out, "IVLP", CONFIG, tiny_clip_file, run, 20))
     loaded = evaluated.prompt_learner.state_dict()
     for key, value in ours.items():
         assert torch.equal(loaded[key], value), key
     assert loaded["_extra_state"]["classnames"] == tree.classnames[3:]  # the run's own metadata is kept
-    images, labels = load_images(tree, "test", NEW)
-    logits = reference_logits(tiny_openclip_model, evaluated.prompt_learner, tree.classnames[3:], images)
-    assert json.loads((out / "results.json").read_text())["accuracy"] == pytest.approx(accuracy(logits, labels, NEW))
+    check_upstream_accuracy(tree, out, reference(tiny_openclip_model, evaluated.prompt_learner))
     assert "IVLP prompt learner: upstream checkpoint, left out" in capsys.readouterr().out
 
-    code = train.cli(argv(tree.root, tmp_path / "eval_wide", "IVLP", CONFIG, tiny_clip_file, "new",
-                          "TRAINER.IVLP.N_CTX_VISION", "2",
-                          flags=("--eval-only", "--model-dir", str(tmp_path / "upstream"), "--load-epoch", "20")))
+    narrow = eval_only(tree, tmp_path / "eval_narrow", "IVLP", CONFIG, tiny_clip_file, run, 20,
+                       "TRAINER.IVLP.N_CTX_VISION", "2")
+    assert train.cli(narrow) == 2
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "'vision_prompts.prompts.0' has shape (4, 64)" in err
+    assert err.count("\n") == 1 and "'vision_prompts.prompts.0' has shape (4, 64)" in err
+    assert not (tmp_path / MARKER).exists()

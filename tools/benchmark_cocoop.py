@@ -29,7 +29,8 @@ if not __package__:  # run as `python tools/benchmark_cocoop.py`
     add_to_path()
 
 import clip
-from tools.benchmark import TINY_STUDENT, VIT_B16, count_flops, random_clip, time_calls
+from tools.benchmark import TINY_STUDENT, VIT_B16, benchmark_device, count_flops, random_clip, time_calls
+from tools.benchmark_train import _peak_memory
 from trainers.cocoop import CoCoOpPromptLearner, conditional_logits
 from trainers.coop import CoOpPromptLearner, coop_text_features
 
@@ -94,17 +95,6 @@ def train_step(logits_fn: Callable[[torch.Tensor], torch.Tensor], images: torch.
     F.cross_entropy(logits_fn(images), labels).backward()
 
 
-def peak_memory_mb(device: torch.device, fn: Callable[[], object]) -> str:
-    """Peak CUDA memory of ``fn()`` in MiB ("-" on the CPU)."""
-    if device.type != "cuda":
-        return "-"
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    fn()
-    torch.cuda.synchronize(device)
-    return f"{torch.cuda.max_memory_allocated(device) / 2**20:,.0f}"
-
-
 def cost_table(models: CostModels, batch: int, iters: int, warmup: int, variants: list[str]) -> list[list]:
     """Per variant: ms per image (evaluation, training step), GFLOPs per image (both), peak memory of a training step,
     and the evaluation / training time as a multiple of CoOp's."""
@@ -119,7 +109,8 @@ def cost_table(models: CostModels, batch: int, iters: int, warmup: int, variants
     train_s = time_calls({k: (lambda f=f: train_step(f, images, labels)) for k, f in training.items()}, iters, warmup,
                          models.device)
     train_flops = {k: count_flops(train_step, f, images, labels) for k, f in training.items()}
-    memory = {k: peak_memory_mb(models.device, lambda f=f: train_step(f, images, labels)) for k, f in training.items()}
+    memory = {k: _peak_memory(models.device, lambda f=f: train_step(f, images, labels)) if models.device.type == "cuda"
+              else "-" for k, f in training.items()}
     rows = []
     for key in variants:
         rows.append([VARIANTS[key], 1e3 * eval_s[key] / batch, 1e3 * train_s[key] / batch,
@@ -130,7 +121,7 @@ def cost_table(models: CostModels, batch: int, iters: int, warmup: int, variants
 
 def format_costs(rows: list[list]) -> str:
     return tabulate(rows, headers=["variant", "eval ms/img", "train ms/img", "eval GFLOPs/img", "train GFLOPs/img",
-                                   "train peak MiB", "eval x CoOp", "train x CoOp"], floatfmt=".2f")
+                                   "train peak GiB", "eval x CoOp", "train x CoOp"], floatfmt=".2f")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -156,13 +147,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Measure and print the per-image cost table."""
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("error: --device cuda but CUDA is not available; use --device cpu")
+    device, where = benchmark_device(args.device, args.threads)
     label, shapes = SHAPES[args.model]
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"{label}; {where}; fp32; torch {torch.__version__}; random weights; C = {args.classes}, batch "
           f"{args.batch}; context {CTX_INIT!r} (4 tokens); median of {args.iters} runs after {args.warmup} warm-up")
     models = CostModels(shapes, args.classes, device, args.seed)

@@ -22,13 +22,13 @@ from engine import (
     TrainerX,
     build_lr_scheduler,
     build_optimizer,
-    compute_accuracy,
     count_num_param,
     load_pretrained_weights,
 )
 from engine.errors import ConfigError, InvalidInputError
 
 from .backbone import ClipWeightsCheck, load_backbone
+from .scoring import CrossEntropyStep
 
 CLASS_TOKEN_POSITIONS = ("end", "middle", "front")
 # Buffers that upstream CoOp checkpoints also contain; they are rebuilt from the class names instead.
@@ -161,7 +161,7 @@ def coop_text_features(clip_model: CLIP, learner: CoOpPromptLearner) -> torch.Te
 
 
 @TRAINER_REGISTRY.register()
-class CoOp(ClipWeightsCheck, TrainerX):
+class CoOp(CrossEntropyStep, ClipWeightsCheck, TrainerX):
     """CoOp (Zhou et al., IJCV 2022): only ``prompt_learner.ctx`` is trained, with cross-entropy on the labels.
 
     ``eval_classifier`` holds ``evaluation_classifier()`` while an evaluation runs (the context is fixed then).
@@ -195,16 +195,6 @@ class CoOp(ClipWeightsCheck, TrainerX):
             image = self.clip_model.encode_image(images)
         image = F.normalize(image.float(), dim=-1)
         return self.clip_model.logit_scale.exp().float() * image @ text.float().t()
-
-    def forward_backward(self, batch: dict) -> dict:
-        images, labels, _ = self.parse_batch_train(batch)
-        logits = self.model_inference(images)
-        loss = F.cross_entropy(logits, labels)
-        self.model_backward_and_update(loss)
-        summary = {"loss": loss.item(), "acc": compute_accuracy(logits, labels)[0].item()}
-        if self.batch_idx + 1 == self.num_batches:
-            self.update_lr()
-        return summary
 
     def evaluation_classifier(self) -> torch.Tensor:
         """The classifier an evaluation uses, computed once for it: ``text_classifier()`` (PETRCoOp: both branches')."""

@@ -1,4 +1,4 @@
-"""Scoring images over any class-name list with a trainer's learned prompts, and evaluation through it.
+"""Scoring images over any class-name list with a trainer's learned prompts, evaluation and training through it.
 
 A prompt learner's parameters do not depend on the classes (only the class-name tokens do), so a trained run can
 score classes it never saw: the novel classes of base-to-novel, another dataset's classes, or every class of the task
@@ -17,12 +17,29 @@ ClassScorer = Callable[[torch.Tensor], torch.Tensor]
 """Images [B, 3, H, W] → logits [B, C] over a fixed class-name list (scaled cosine similarities, float32)."""
 
 
-class ClassScoring:
+class CrossEntropyStep:
+    """Mixin of the trainers that learn from labels alone: the training step is cross-entropy on ``model_inference``'s
+    logits over the dataset's classes."""
+
+    def forward_backward(self, batch: dict) -> dict:
+        """One step of cross-entropy on the logits over the dataset's classes (the scheduler steps after the last
+        batch of an epoch)."""
+        images, labels, _ = self.parse_batch_train(batch)
+        logits = self.model_inference(images)
+        loss = F.cross_entropy(logits, labels)
+        self.model_backward_and_update(loss)
+        summary = {"loss": loss.item(), "acc": compute_accuracy(logits, labels)[0].item()}
+        if self.batch_idx + 1 == self.num_batches:
+            self.update_lr()
+        return summary
+
+
+class ClassScoring(CrossEntropyStep):
     """Mixin of the prompt-learner trainers: ``class_scorer(classnames)`` is their one scoring path.
 
-    ``model_inference`` scores the dataset's classes; the training step is cross-entropy on those logits; an
-    evaluation builds the scorer once in ``before_test`` (the prompts are fixed then, so the class-side work is done
-    once) and drops it in ``after_test``.
+    ``model_inference`` scores the dataset's classes (and so feeds the cross-entropy step); an evaluation builds the
+    scorer once in ``before_test`` (the prompts are fixed then, so the class-side work is done once) and drops it in
+    ``after_test``.
     """
 
     eval_scorer: ClassScorer | None = None
@@ -55,15 +72,3 @@ class ClassScoring:
     def after_test(self) -> None:
         self.eval_scorer = None
         super().after_test()
-
-    def forward_backward(self, batch: dict) -> dict:
-        """One step of cross-entropy on the logits over the dataset's classes (the scheduler steps after the last
-        batch of an epoch)."""
-        images, labels, _ = self.parse_batch_train(batch)
-        logits = self.model_inference(images)
-        loss = F.cross_entropy(logits, labels)
-        self.model_backward_and_update(loss)
-        summary = {"loss": loss.item(), "acc": compute_accuracy(logits, labels)[0].item()}
-        if self.batch_idx + 1 == self.num_batches:
-            self.update_lr()
-        return summary

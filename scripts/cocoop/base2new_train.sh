@@ -4,11 +4,4 @@
 # Output: $OUTPUT_ROOT/base2new/train_base/<dataset>/shots_16/CoCoOp/<cfg>/seed<S> (finished runs are skipped,
 # interrupted ones resume). CFG defaults to vit_b16_c4_ep10_batch1_ctxv1; other knobs: SHOTS, BACKBONE, EXTRA_OPTS
 # (scripts/common.sh).
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-source scripts/common.sh
-source scripts/prompt_learners.sh
-
-TRAINER=CoCoOp
-CFG=${CFG:-vit_b16_c4_ep10_batch1_ctxv1}
-base2new_train "$@"
+exec bash "$(dirname "$0")/../prompt_learners.sh" "$0" CoCoOp vit_b16_c4_ep10_batch1_ctxv1 base2new_train "$@"

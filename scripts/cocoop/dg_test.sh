@@ -4,12 +4,4 @@
 # demonet_a, demonet_r).
 # Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/cocoop/dg_test.sh imagenet_a 1
 # Output: $OUTPUT_ROOT/dg/test/<target>/shots_16/CoCoOp/<cfg>/seed<S> (skipped when finished).
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-source scripts/common.sh
-source scripts/prompt_learners.sh
-
-TRAINER=CoCoOp
-CFG=${CFG:-vit_b16_c4_ep10_batch1_ctxv1}
-require_dg_target "$0" "${1:-}"
-ROLE_DIR=dg xd_test "$@"
+exec bash "$(dirname "$0")/../prompt_learners.sh" "$0" CoCoOp vit_b16_c4_ep10_batch1_ctxv1 dg_test "$@"

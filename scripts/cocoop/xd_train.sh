@@ -4,11 +4,4 @@
 # Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/cocoop/xd_train.sh 1
 # Output: $OUTPUT_ROOT/xd/train/<source>/shots_16/CoCoOp/<cfg>/seed<S>. CFG defaults to vit_b16_c4_ep10_batch1_ctxv1
 # (CoCoOp's config for both protocols); SHOTS, BACKBONE, EXTRA_OPTS as in scripts/common.sh.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-source scripts/common.sh
-source scripts/prompt_learners.sh
-
-TRAINER=CoCoOp
-CFG=${CFG:-vit_b16_c4_ep10_batch1_ctxv1}
-xd_train "$@"
+exec bash "$(dirname "$0")/../prompt_learners.sh" "$0" CoCoOp vit_b16_c4_ep10_batch1_ctxv1 xd_train "$@"

@@ -5,11 +5,4 @@
 # Output: $OUTPUT_ROOT/base2new/train_base/<dataset>/shots_16/IVLP/<cfg>/seed<S> (finished runs are skipped,
 # interrupted ones resume). CFG defaults to vit_b16_c2_ep20_batch4_4+4ctx; other knobs: SHOTS, BACKBONE, EXTRA_OPTS
 # (scripts/common.sh).
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-source scripts/common.sh
-source scripts/prompt_learners.sh
-
-TRAINER=IVLP
-CFG=${CFG:-vit_b16_c2_ep20_batch4_4+4ctx}
-base2new_train "$@"
+exec bash "$(dirname "$0")/../prompt_learners.sh" "$0" IVLP vit_b16_c2_ep20_batch4_4+4ctx base2new_train "$@"

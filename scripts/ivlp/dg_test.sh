@@ -4,12 +4,4 @@
 # demonet_a, demonet_r).
 # Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/ivlp/dg_test.sh imagenet_a 1
 # Output: $OUTPUT_ROOT/dg/test/<target>/shots_16/IVLP/<cfg>/seed<S> (skipped when finished).
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-source scripts/common.sh
-source scripts/prompt_learners.sh
-
-TRAINER=IVLP
-CFG=${CFG:-vit_b16_c2_ep20_batch4_4+4ctx}
-require_dg_target "$0" "${1:-}"
-ROLE_DIR=dg xd_test "$@"
+exec bash "$(dirname "$0")/../prompt_learners.sh" "$0" IVLP vit_b16_c2_ep20_batch4_4+4ctx dg_test "$@"

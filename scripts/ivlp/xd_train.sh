@@ -5,11 +5,4 @@
 # Output: $OUTPUT_ROOT/xd/train/<source>/shots_16/IVLP/<cfg>/seed<S>. CFG defaults to vit_b16_c2_ep20_batch4_4+4ctx,
 # the base-to-novel config (none of the three upstream repositories ships an IVLP transfer config); SHOTS, BACKBONE,
 # EXTRA_OPTS as in scripts/common.sh.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-source scripts/common.sh
-source scripts/prompt_learners.sh
-
-TRAINER=IVLP
-CFG=${CFG:-vit_b16_c2_ep20_batch4_4+4ctx}
-xd_train "$@"
+exec bash "$(dirname "$0")/../prompt_learners.sh" "$0" IVLP vit_b16_c2_ep20_batch4_4+4ctx xd_train "$@"

@@ -5,11 +5,4 @@
 # Output: $OUTPUT_ROOT/xd/train/<source>/shots_16/MaPLe/<cfg>/seed<S>. CFG defaults to
 # vit_b16_c2_ep5_batch4_2ctx_cross_datasets (MaPLe's cross-dataset config: prompt depth 3, 2 epochs); SHOTS,
 # BACKBONE, EXTRA_OPTS as in scripts/common.sh.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-source scripts/common.sh
-source scripts/prompt_learners.sh
-
-TRAINER=MaPLe
-CFG=${CFG:-vit_b16_c2_ep5_batch4_2ctx_cross_datasets}
-xd_train "$@"
+exec bash "$(dirname "$0")/../prompt_learners.sh" "$0" MaPLe vit_b16_c2_ep5_batch4_2ctx_cross_datasets xd_train "$@"
