@@ -80,7 +80,7 @@ xd_train() {
 # xd_test DATASET SEED: evaluate the SOURCE model of xd_train (same SEED, SHOTS, CFG) on every class of DATASET's
 # test set, without training; the output goes under $ROLE_DIR/test (xd, or dg for the DG targets).
 xd_test() {
-    SCRIPT="[SOURCE=imagenet] $SCRIPT" check_call 2 "bash $SCRIPT <dataset> <seed>" "$@"
+    check_call 2 "[SOURCE=imagenet] bash $SCRIPT <dataset> <seed>" "$@"
     DATASET=$1
     SEED=$2
     dataset_name "$DATASET" >/dev/null
