@@ -66,14 +66,17 @@ def zeroshot_text_features(clip_model: CLIP, classnames: Sequence[str], template
     return template_ensemble(encode_texts, classnames, templates, batch_size)
 
 
-def class_prompt_tokens(classnames: Sequence[str], n_ctx: int, context_length: int = 77) -> torch.Tensor:
-    """Tokens of "X X X X <class name>." per class: the n_ctx placeholders are overwritten by the text prompts.
+def class_prompt_tokens(classnames: Sequence[str], n_ctx: int, context_length: int = 77,
+                        prefix: str = "") -> torch.Tensor:
+    """Tokens of "<prefix> <class name>." per class, the prefix being n_ctx placeholders "X X X X" unless given (the
+    words a prompt was initialised from, e.g. "a photo of a"): its first n_ctx tokens are overwritten by the text
+    prompts, the rest stay words of the prompt.
 
     Padding after the last EOT is trimmed (``trim_padding``): the text features are unchanged and the text tower
     runs on ~10-20 instead of 77 positions.
     """
-    placeholder = " ".join(["X"] * n_ctx)
-    tokens = tokenize([f"{placeholder} {name.replace('_', ' ')}." for name in classnames], context_length)
+    prefix = prefix.replace("_", " ").strip() or " ".join(["X"] * n_ctx)
+    tokens = tokenize([f"{prefix} {name.replace('_', ' ')}." for name in classnames], context_length)
     return trim_padding(tokens)
 
 

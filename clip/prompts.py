@@ -10,6 +10,22 @@ from .clip import tokenize
 from .model import CLIP
 
 
+def init_text_embedding(clip_model: CLIP, init_text: str, n_ctx: int | None = None) -> torch.Tensor:
+    """Token embeddings [n, width] of ``init_text``'s BPE tokens (``_`` read as a space): all of them, or the first
+    ``n_ctx`` (the rest of the words then stay fixed words of the prompt, as in MaPLe and IVLP)."""
+    tokens = tokenize(init_text.replace("_", " "), context_length=clip_model.context_length)
+    available = int(tokens.argmax(dim=-1)) - 1
+    if available < 1:
+        raise ValueError(f"prompt init text {init_text!r} has no tokens; give words such as 'a photo of a'")
+    n_ctx = available if n_ctx is None else n_ctx
+    if not 1 <= n_ctx <= available:
+        raise ValueError(f"prompt init text {init_text!r} has {available} tokens, fewer than the {n_ctx} context "
+                         "tokens to initialise; use a longer init text, fewer context tokens or no init text")
+    weight = clip_model.token_embedding.weight
+    with torch.no_grad():
+        return clip_model.token_embedding(tokens.to(weight.device))[0, 1:1 + n_ctx].clone()
+
+
 class DeepPrompts(nn.Module):
     """``depth`` learnable [n_ctx, width] prompt tensors (layer 0 first); ``forward()`` gives the prompts list."""
 
@@ -28,15 +44,10 @@ class DeepPrompts(nn.Module):
 
         n_ctx is the number of BPE tokens of ``init_text``; deeper layers start from N(0, init_std).
         """
-        tokens = tokenize(init_text.replace("_", " "))
-        n_ctx = int(tokens.argmax(dim=-1)) - 1
-        if n_ctx < 1:
-            raise ValueError(f"prompt init text {init_text!r} has no tokens; give words such as 'a photo of a'")
-        prompts = cls(n_ctx, clip_model.text_width, depth, init_std)
-        weight = clip_model.token_embedding.weight
+        embedding = init_text_embedding(clip_model, init_text)
+        prompts = cls(embedding.shape[0], clip_model.text_width, depth, init_std)
         with torch.no_grad():
-            embedding = clip_model.token_embedding(tokens.to(weight.device))
-            prompts.prompts[0].copy_(embedding[0, 1 : 1 + n_ctx])
+            prompts.prompts[0].copy_(embedding)
         return prompts
 
     def forward(self) -> list[torch.Tensor]:

@@ -12,12 +12,16 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
+import torchvision.transforms as T
 from PIL import Image
 from scipy.io import savemat
 
 from engine.config import get_cfg_default
 from trainers.config import extend_cfg
 
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 JSON_COUNTS = (3, 2, 2)
 """Images per class in train / val / test of a published-style split."""
 TRAINVAL, TEST_PER_CLASS = 5, 2
@@ -384,6 +388,15 @@ def write_tree(name: str, root: str, mode: str = "native", n: int | None = None)
     tree = Tree(name, str(root), folder, [], {})
     writer(tree, mode, n or DEFAULT_N[name])
     return tree
+
+
+def load_images(tree: Tree, tag: str, classes: list[int], size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images of one split tag and classes with CLIP's test preprocessing (torchvision), and their labels."""
+    preprocess = T.Compose([T.Resize(size, interpolation=T.InterpolationMode.BICUBIC), T.CenterCrop(size),
+                            T.ToTensor(), T.Normalize(CLIP_MEAN, CLIP_STD)])
+    items = sorted((path, label) for path, (label, t) in tree.truth.items() if t == tag and label in classes)
+    images = torch.stack([preprocess(Image.open(path).convert("RGB")) for path, _ in items])
+    return images, torch.tensor([label for _, label in items])
 
 
 def make_cfg(root: str, name: str, trainer: str = "", **opts):

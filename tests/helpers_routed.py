@@ -11,18 +11,15 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-import torchvision.transforms as T
-from PIL import Image
 
 import clip
 import train
 from tests.helpers_clip import reference_encode_text
+from tests.helpers_datasets import load_images
 from tests.helpers_run import HANG_GUARD_S
 from trainers.routing import MahalanobisRouter
 from trainers.templates import ENSEMBLE_TEMPLATES
 
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 BASE, NEW = [0, 1, 2], [3, 4]  # EuroSAT tiny tree: 5 classes, base = first ceil(5/2)
 TINY = ["INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0", "DATALOADER.TRAIN_X.BATCH_SIZE", "4",
         "DATALOADER.TEST.BATCH_SIZE", "8", "USE_CUDA", "False", "OPTIM.MAX_EPOCH", "2", "DATASET.NUM_SHOTS", "0",
@@ -36,15 +33,6 @@ def run_argv(root, out, trainer: str, backbone: str, subsample: str, *opts: str,
             "--dataset-config-file", "configs/datasets/eurosat.yaml",
             "--config-file", f"configs/trainers/{trainer}/{config}.yaml", "--output-dir", str(out),
             *TINY, "MODEL.BACKBONE.NAME", backbone, "DATASET.SUBSAMPLE_CLASSES", subsample, *opts]
-
-
-def load_images(tree, tag: str, classes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images of one split tag and classes with CLIP's test preprocessing (torchvision), and their labels."""
-    preprocess = T.Compose([T.Resize(32, interpolation=T.InterpolationMode.BICUBIC), T.CenterCrop(32),
-                            T.ToTensor(), T.Normalize(CLIP_MEAN, CLIP_STD)])
-    items = sorted((path, label) for path, (label, t) in tree.truth.items() if t == tag and label in classes)
-    images = torch.stack([preprocess(Image.open(path).convert("RGB")) for path, _ in items])
-    return images, torch.tensor([label for _, label in items])
 
 
 @torch.no_grad()

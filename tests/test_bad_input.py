@@ -234,7 +234,8 @@ def test_python_train_py_exits_2_with_one_line_and_help_is_light(tmp_path):
     assert light.stdout.strip() == "[]"
     help_text = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True,
                                timeout=HANG_GUARD_S).stdout
-    assert "trainers: CoOp, PETR, PETRCoOp, PETRX, PromptKD, PromptSRC, ZeroshotCLIP" in help_text
+    assert ("trainers: CoCoOp, CoOp, IVLP, MaPLe, PETR, PETRCoOp, PETRX, PromptKD, PromptSRC, ZeroshotCLIP"
+            in help_text)
     assert "EuroSAT" in help_text and "DemoShapesHard" in help_text
 
 

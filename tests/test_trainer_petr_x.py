@@ -21,7 +21,7 @@ import train
 from engine import TrainerX, load_checkpoint
 from engine.errors import ConfigError, InvalidInputError
 from tests.helpers_clip import reference_encode_image, reference_encode_text
-from tests.helpers_datasets import write_tree
+from tests.helpers_datasets import load_images, write_tree
 from tests.helpers_petr import write_eurosat
 from tests.helpers_routed import (
     BASE,
@@ -31,7 +31,6 @@ from tests.helpers_routed import (
     check_against_reference,
     coop_branch,
     ensemble_reference,
-    load_images,
     reference_routing,
     run_argv,
 )

@@ -22,8 +22,9 @@ TRAINS_NOTHING = {"PETRX"}
 """Trainers that route a finished run (tested on such runs in tests/test_trainer_petr_x.py)."""
 
 
-def test_the_project_registers_its_seven_trainers():
-    assert PROJECT_TRAINERS == ["CoOp", "PETR", "PETRCoOp", "PETRX", "PromptKD", "PromptSRC", "ZeroshotCLIP"]
+def test_the_project_registers_its_ten_trainers():
+    assert PROJECT_TRAINERS == ["CoCoOp", "CoOp", "IVLP", "MaPLe", "PETR", "PETRCoOp", "PETRX", "PromptKD",
+                                "PromptSRC", "ZeroshotCLIP"]
 
 
 def smoke_argv(name: str, root, out, clip_file: str, teacher_file: str, *flags: str) -> list[str]:

@@ -199,6 +199,17 @@ def format_train(rows: list) -> str:
                                    "x ours"])
 
 
+def benchmark_device(name: str, threads: int | None) -> tuple[torch.device, str]:
+    """The device ``name`` (CPU threads set first when given) and its description; one line and exit without CUDA."""
+    if threads:
+        torch.set_num_threads(threads)
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda but CUDA is not available; use --device cpu")
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    return device, where
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("part", nargs="?", default="all", choices=["all", "inference", "train", "steps"],
@@ -242,13 +253,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Run the requested parts and print their tables."""
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("error: --device cuda but CUDA is not available; use --device cpu")
+    device, where = benchmark_device(args.device, args.threads)
     spec = SPECS[args.model]
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"{spec.label}; {where}; {args.prec}; torch {torch.__version__}; random weights; "
           f"prompts {spec.n_ctx} tokens x depth {spec.depth}; C = {args.classes}")
     if args.part in ("all", "inference"):

@@ -2,6 +2,6 @@
 registry when Dassl is importable)."""
 from engine.dassl_bridge import register_into_dassl
 
-from . import config, coop, petr, petr_coop, petr_x, promptkd, promptsrc, zeroshot  # noqa: F401
+from . import cocoop, config, coop, ivlp, maple, petr, petr_coop, petr_x, promptkd, promptsrc, zeroshot  # noqa: F401
 
 register_into_dassl(strict=False)

@@ -12,7 +12,7 @@ from engine.registry import TRAINER_REGISTRY
 from .routing import DEFAULT_LAMBDA, DEFAULT_PERCENTILE
 
 # Config namespaces of upstream trainers this project does not implement, and the trainer each belongs to.
-FOREIGN_TRAINERS = {"MAPLE": "MaPLe", "IVLP": "IVLP", "COCOOP": "CoCoOp"}
+FOREIGN_TRAINERS = {"VPT": "VPT"}
 
 # Keys upstream's yamls set that have no effect here, with the reason (logged once by the trainer).
 INERT_KEYS = {
@@ -58,6 +58,28 @@ def extend_cfg(cfg: CN) -> CN:
     cfg.TRAINER.COOP.CTX_INIT = ""
     cfg.TRAINER.COOP.PREC = "fp16"
     cfg.TRAINER.COOP.CLASS_TOKEN_POSITION = "end"
+
+    # CoCoOp: CoOp's context shifted per image by a meta-net (embed_dim -> embed_dim/16 -> text width).
+    cfg.TRAINER.COCOOP = CN()
+    cfg.TRAINER.COCOOP.N_CTX = 16
+    cfg.TRAINER.COCOOP.CTX_INIT = ""
+    cfg.TRAINER.COCOOP.PREC = "fp16"
+
+    # MaPLe: deep text prompts coupled to the vision prompts by linear projections, in layers 0..PROMPT_DEPTH-1.
+    cfg.TRAINER.MAPLE = CN()
+    cfg.TRAINER.MAPLE.N_CTX = 2
+    cfg.TRAINER.MAPLE.CTX_INIT = "a photo of a"
+    cfg.TRAINER.MAPLE.PREC = "fp16"
+    cfg.TRAINER.MAPLE.PROMPT_DEPTH = 9
+
+    # IVLP: independent deep vision and language prompts (PromptSRC's prompting without its regularisation).
+    cfg.TRAINER.IVLP = CN()
+    cfg.TRAINER.IVLP.N_CTX_VISION = 4
+    cfg.TRAINER.IVLP.N_CTX_TEXT = 4
+    cfg.TRAINER.IVLP.CTX_INIT = "a photo of a"
+    cfg.TRAINER.IVLP.PREC = "fp16"
+    cfg.TRAINER.IVLP.PROMPT_DEPTH_VISION = 9
+    cfg.TRAINER.IVLP.PROMPT_DEPTH_TEXT = 9
 
     # ZeroshotCLIP: hand-crafted prompts, one template (single) or the per-dataset ensemble (ensemble).
     cfg.TRAINER.ZSCLIP = CN()

@@ -16,13 +16,13 @@ from torch import nn
 import clip
 from clip.classifier import trim_padding
 from clip.model import CLIP
+from clip.prompts import init_text_embedding
 from clip.tokenizer import encode
 from engine import (
     TRAINER_REGISTRY,
     TrainerX,
     build_lr_scheduler,
     build_optimizer,
-    compute_accuracy,
     count_num_param,
     load_checkpoint,
     load_pretrained_weights,
@@ -30,10 +30,19 @@ from engine import (
 from engine.errors import ConfigError, InvalidInputError
 
 from .backbone import Autocast, ClipWeightsCheck, cosine_logits, load_backbone
+from .scoring import CrossEntropyStep
 
 CLASS_TOKEN_POSITIONS = ("end", "middle", "front")
 # Buffers that upstream CoOp checkpoints also contain; they are rebuilt from the class names instead.
 _UPSTREAM_BUFFERS = ("token_prefix", "token_suffix")
+
+
+def context_init(clip_model: CLIP, ctx_init: str, setting: str) -> torch.Tensor:
+    """CoOp's initial context from words: the token embeddings of every BPE token of ``ctx_init`` ([n_ctx, w])."""
+    try:
+        return init_text_embedding(clip_model, ctx_init)
+    except ValueError as e:
+        raise ConfigError(f"{setting}: {e}") from None
 
 
 def _describe_ctx(shape: Sequence[int]) -> str:
@@ -60,12 +69,8 @@ class CoOpPromptLearner(nn.Module):
         names = [name.replace("_", " ") for name in classnames]
         ctx_init = ctx_init.replace("_", " ").strip()
         if ctx_init:
-            init_tokens = clip.tokenize(ctx_init, context_length=clip_model.context_length).to(weight.device)
-            n_ctx = int(init_tokens.argmax(dim=-1)) - 1
-            if n_ctx < 1:
-                raise ConfigError(f"TRAINER.COOP.CTX_INIT {ctx_init!r} has no tokens; use words such as 'a photo of a'")
-            with torch.no_grad():
-                ctx = clip_model.token_embedding(init_tokens)[0, 1:1 + n_ctx].clone()
+            ctx = context_init(clip_model, ctx_init, "TRAINER.COOP.CTX_INIT")
+            n_ctx = ctx.shape[0]
             if csc:
                 print("Note: TRAINER.COOP.CSC is ignored with CTX_INIT (as in CoOp): one generic context "
                       f"initialised from {ctx_init!r}")
@@ -197,7 +202,7 @@ class CoOpTuned:
 
 
 @TRAINER_REGISTRY.register()
-class CoOp(ClipWeightsCheck, TrainerX):
+class CoOp(CrossEntropyStep, ClipWeightsCheck, TrainerX):
     """CoOp (Zhou et al., IJCV 2022): only ``prompt_learner.ctx`` is trained, with cross-entropy on the labels.
 
     ``eval_classifier`` holds ``text_classifier()`` while an evaluation runs (the context is fixed then).
@@ -231,20 +236,6 @@ class CoOp(ClipWeightsCheck, TrainerX):
             image = self.clip_model.encode_image(images)
         return cosine_logits(self.clip_model, image, text)
 
-    def forward_backward(self, batch: dict) -> dict:
-        images, labels, _ = self.parse_batch_train(batch)
-        summary = self.run_step({"images": images, "labels": labels})
-        if self.batch_idx + 1 == self.num_batches:
-            self.update_lr()
-        return summary
-
-    def train_step(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Forward, backward and update of the context on device tensors (what TRAIN.CUDA_GRAPH captures); the
-        summary stays on the device until log time."""
-        logits = self.model_inference(inputs["images"])
-        loss = F.cross_entropy(logits, inputs["labels"])
-        self.model_backward_and_update(loss)
-        return {"loss": loss.detach(), "acc": compute_accuracy(logits.detach(), inputs["labels"])[0]}
 
     def before_test(self) -> None:
         """Compute the classifier once for the whole evaluation."""

@@ -8,6 +8,9 @@ Gaussian weights (the frozen CLIP is never touched, unlike upstream, whose fp16 
 Frozen text targets: PromptKD's 60 ImageNet templates (``PROMPTSRC_TEMPLATES``), each template's features
 normalised, averaged and renormalised (``clip.classifier.zeroshot_text_features``); upstream averages the
 un-normalised features.
+
+The prompting itself (``VLPromptLearner`` and ``VLPromptTrainer``: deep prompts trained with cross-entropy) is IVLP's
+(``trainers/ivlp.py``); PromptSRC adds the regularisation and GPA on top.
 """
 from __future__ import annotations
 
@@ -26,8 +29,10 @@ from engine import TRAINER_REGISTRY, TrainerX, build_lr_scheduler, build_optimiz
 from engine.checkpoint import atomic_torch_save
 from engine.compile import compile_clip
 from engine.distributed import is_main
+from engine.errors import ConfigError
 
 from .backbone import ClipWeightsCheck, load_backbone
+from .scoring import ClassScorer, ClassScoring
 from .templates import IMAGENET_TEMPLATES
 
 MODEL_NAME = "VLPromptLearner"
@@ -103,13 +108,14 @@ class VLPromptLearner(nn.Module):
 
     @classmethod
     def build(cls, clip_model: CLIP, n_ctx_text: int, n_ctx_vision: int, depth_text: int, depth_vision: int,
-              ctx_init: str = "", meta: dict | None = None) -> VLPromptLearner:
-        """Fresh prompts for ``clip_model``; text layer 0 starts from ``ctx_init``'s word embeddings when given."""
+              ctx_init: str = "", meta: dict | None = None, setting: str = "TRAINER.PROMPTSRC") -> VLPromptLearner:
+        """Fresh prompts for ``clip_model``; text layer 0 starts from ``ctx_init``'s word embeddings when given
+        (``setting`` names the options in errors)."""
         if ctx_init:
             text = DeepPrompts.from_text_init(clip_model, ctx_init, depth_text)
             if text.n_ctx != n_ctx_text:
-                raise ValueError(f"TRAINER.PROMPTSRC.CTX_INIT {ctx_init!r} has {text.n_ctx} tokens but N_CTX_TEXT is "
-                                 f"{n_ctx_text}; set N_CTX_TEXT {text.n_ctx} or CTX_INIT ''")
+                raise ConfigError(f"{setting}.CTX_INIT {ctx_init!r} has {text.n_ctx} tokens but N_CTX_TEXT is "
+                                  f"{n_ctx_text}; set N_CTX_TEXT {text.n_ctx} or CTX_INIT ''")
         else:
             text = DeepPrompts(n_ctx_text, clip_model.text_width, depth_text)
         vision = DeepPrompts(n_ctx_vision, clip_model.vision_width, depth_vision)
@@ -174,31 +180,24 @@ def all_classnames(dataset) -> list[str]:
     return [full[label] for label in sorted(full)]
 
 
-@TRAINER_REGISTRY.register()
-class PromptSRC(ClipWeightsCheck, TrainerX):
-    """The PromptSRC teacher trainer (16-shot base classes in base2novel); saves ``teacher_text_features.pt``.
+class VLPromptTrainer(ClassScoring, ClipWeightsCheck, TrainerX):
+    """Deep vision+language prompts (model ``VLPromptLearner``) on a frozen ViT CLIP, trained with cross-entropy:
+    IVLP's trainer, which PromptSRC extends. Options come from ``TRAINER.<NS>`` (N_CTX_TEXT / N_CTX_VISION, CTX_INIT,
+    PROMPT_DEPTH_TEXT / PROMPT_DEPTH_VISION); ``LEARNER`` is the prompt-learner class."""
 
-    ``eval_text`` holds the prompted text features while an evaluation runs (the prompts are fixed then).
-    """
-
-    NS = "PROMPTSRC"
     DATA_ROLE = "standard"
-    eval_text: torch.Tensor | None = None
+    LEARNER = VLPromptLearner
 
     def build_model(self) -> None:
-        cfg, opts = self.cfg, self.cfg.TRAINER.PROMPTSRC
+        cfg, opts = self.cfg, self.ns
         self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
         require_vit(self.clip_model, cfg.MODEL.BACKBONE.NAME, "MODEL.BACKBONE.NAME", type(self).__name__)
         compile_clip(self.clip_model, cfg.TRAIN.COMPILE)
         classnames = self.dm.dataset.classnames
         meta = {"backbone": cfg.MODEL.BACKBONE.NAME, "dataset": cfg.DATASET.NAME, "classnames": list(classnames)}
-        self.prompt_learner = VLPromptLearner.build(
+        self.prompt_learner = self.LEARNER.build(
             self.clip_model, opts.N_CTX_TEXT, opts.N_CTX_VISION, opts.PROMPT_DEPTH_TEXT, opts.PROMPT_DEPTH_VISION,
-            opts.CTX_INIT, meta)
-        self.prompt_learner.enable_gpa(cfg.OPTIM.MAX_EPOCH, opts.GPA_MEAN, opts.GPA_STD)
-        self.prompt_learner.to(self.device)
-        self.tokens = class_prompt_tokens(classnames, opts.N_CTX_TEXT, self.clip_model.context_length).to(self.device)
-        self.frozen_text_features: torch.Tensor | None = None  # the training targets, made in before_train
+            opts.CTX_INIT, meta, f"TRAINER.{self.NS}").to(self.device)
         optim = build_optimizer(self.prompt_learner, cfg.OPTIM)
         sched = build_lr_scheduler(optim, cfg.OPTIM)
         self.register_model(MODEL_NAME, self.prompt_learner, optim, sched)
@@ -206,10 +205,9 @@ class PromptSRC(ClipWeightsCheck, TrainerX):
                 for kind, p in (("text", self.prompt_learner.text_prompts),
                                 ("vision", self.prompt_learner.vision_prompts))]
         print(tabulate(rows, headers=["prompts", "n_ctx", "width", "depth", "trainable params"]))
-        weights = self.prompt_learner.gpa.weights
-        top = sorted(range(len(weights)), key=lambda e: -weights[e])[:5]
-        print(f"GPA (mean {opts.GPA_MEAN}, std {opts.GPA_STD}) heaviest epochs: "
-              + ", ".join(f"{e + 1}: {weights[e]:.3f}" for e in sorted(top)))
+
+    def prompt_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
+        return class_prompt_tokens(classnames, self.prompt_learner.text_prompts.n_ctx, self.clip_model.context_length)
 
     def image_features(self, images: torch.Tensor) -> torch.Tensor:
         """L2-normalised float32 prompted image features [B, D] (with grad)."""
@@ -217,11 +215,35 @@ class PromptSRC(ClipWeightsCheck, TrainerX):
             image = self.clip_model.encode_image(images, self.prompt_learner.vision_prompts())
         return F.normalize(image.float(), dim=-1)
 
-    def text_features(self) -> torch.Tensor:
-        """L2-normalised float32 prompted text features [C, D] of the dataset's classes (with grad)."""
+    def text_features(self, classnames: Sequence[str] | None = None) -> torch.Tensor:
+        """L2-normalised float32 prompted text features [C, D] of ``classnames`` (default: the dataset's; with
+        grad)."""
+        tokens = self.class_tokens(self.dm.dataset.classnames if classnames is None else classnames)
         with self.autocast():
-            text = self.clip_model.encode_text(self.tokens, self.prompt_learner.text_prompts())
+            text = self.clip_model.encode_text(tokens, self.prompt_learner.text_prompts())
         return F.normalize(text.float(), dim=-1)
+
+    def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
+        text = self.text_features(classnames)
+        scale = self.clip_model.logit_scale.exp().float()
+        return lambda images: scale * self.image_features(images) @ text.t()
+
+
+@TRAINER_REGISTRY.register()
+class PromptSRC(VLPromptTrainer):
+    """The PromptSRC teacher trainer (16-shot base classes in base2novel); saves ``teacher_text_features.pt``."""
+
+    NS = "PROMPTSRC"
+
+    def build_model(self) -> None:
+        super().build_model()
+        opts = self.ns
+        self.prompt_learner.enable_gpa(self.cfg.OPTIM.MAX_EPOCH, opts.GPA_MEAN, opts.GPA_STD)
+        self.frozen_text_features: torch.Tensor | None = None  # the training targets, made in before_train
+        weights = self.prompt_learner.gpa.weights
+        top = sorted(range(len(weights)), key=lambda e: -weights[e])[:5]
+        print(f"GPA (mean {opts.GPA_MEAN}, std {opts.GPA_STD}) heaviest epochs: "
+              + ", ".join(f"{e + 1}: {weights[e]:.3f}" for e in sorted(top)))
 
     def before_train(self) -> None:
         """Compute the frozen text targets once (the 60-template ensemble; not needed for --eval-only)."""
@@ -256,10 +278,6 @@ class PromptSRC(ClipWeightsCheck, TrainerX):
         summary.update({name: value.detach() for name, value in terms.items()})
         return summary
 
-    def model_inference(self, images: torch.Tensor) -> torch.Tensor:
-        text = self.eval_text if self.eval_text is not None else self.text_features()
-        return self.clip_model.logit_scale.exp().float() * self.image_features(images) @ text.t()
-
     def after_epoch(self) -> None:
         """Add this epoch's prompts to the GPA sum; after the last epoch load the aggregate (then save as usual)."""
         params = list(self.prompt_learner.parameters())
@@ -274,14 +292,8 @@ class PromptSRC(ClipWeightsCheck, TrainerX):
         if self.cfg.TEST.NO_TEST and is_main():
             self.save_teacher_text_features()
 
-    def before_test(self) -> None:
-        """Compute the prompted text features once for the whole evaluation."""
-        super().before_test()
-        self.eval_text = self.text_features()
-
     def after_test(self) -> None:
-        """Drop the evaluation's text features; after a final evaluation, save the teacher text features."""
-        self.eval_text = None
+        """After a final evaluation, save the teacher text features."""
         if not self.validating and is_main():
             self.save_teacher_text_features()
         super().after_test()

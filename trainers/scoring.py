@@ -1,0 +1,79 @@
+"""Scoring images over any class-name list with a trainer's learned prompts, evaluation and training through it.
+
+A prompt learner's parameters do not depend on the classes (only the class-name tokens do), so a trained run can
+score classes it never saw: the novel classes of base-to-novel, another dataset's classes, or every class of the task
+at once (PETR's routing on top of a prompt learner).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from engine import compute_accuracy
+
+ClassScorer = Callable[[torch.Tensor], torch.Tensor]
+"""Images [B, 3, H, W] → logits [B, C] over a fixed class-name list (scaled cosine similarities, float32)."""
+
+
+class CrossEntropyStep:
+    """Mixin of the trainers that learn from labels alone: the training step is cross-entropy on ``model_inference``'s
+    logits over the dataset's classes."""
+
+    def forward_backward(self, batch: dict) -> dict:
+        """One step of cross-entropy on the logits over the dataset's classes (the scheduler steps after the last
+        batch of an epoch)."""
+        images, labels, _ = self.parse_batch_train(batch)
+        summary = self.run_step({"images": images, "labels": labels})
+        if self.batch_idx + 1 == self.num_batches:
+            self.update_lr()
+        return summary
+
+    def train_step(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Forward, backward and update on device tensors (what TRAIN.CUDA_GRAPH captures); the summary stays on the
+        device until log time."""
+        logits = self.model_inference(inputs["images"])
+        loss = F.cross_entropy(logits, inputs["labels"])
+        self.model_backward_and_update(loss)
+        return {"loss": loss.detach(), "acc": compute_accuracy(logits.detach(), inputs["labels"])[0]}
+
+
+class ClassScoring(CrossEntropyStep):
+    """Mixin of the prompt-learner trainers: ``class_scorer(classnames)`` is their one scoring path.
+
+    ``model_inference`` scores the dataset's classes (and so feeds the cross-entropy step); an evaluation builds the
+    scorer once in ``before_test`` (the prompts are fixed then, so the class-side work is done once) and drops it in
+    ``after_test``.
+    """
+
+    eval_scorer: ClassScorer | None = None
+    _tokens: tuple[tuple[str, ...], torch.Tensor] | None = None
+
+    def prompt_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
+        """Token ids [C, L] of the class prompts of ``classnames`` (their context positions take the prompts)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement prompt_tokens(classnames)")
+
+    def class_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
+        """``prompt_tokens(classnames)`` on the run's device, kept for the last class list (asked every step)."""
+        key = tuple(classnames)
+        if self._tokens is None or self._tokens[0] != key:
+            self._tokens = (key, self.prompt_tokens(classnames).to(self.device))
+        return self._tokens[1]
+
+    def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
+        """The function giving logits of images over ``classnames`` with the current prompts (class side computed
+        now, with gradients when they are enabled)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement class_scorer(classnames)")
+
+    def model_inference(self, images: torch.Tensor) -> torch.Tensor:
+        scorer = self.eval_scorer if self.eval_scorer is not None else self.class_scorer(self.dm.dataset.classnames)
+        return scorer(images)
+
+    def before_test(self) -> None:
+        super().before_test()
+        self.eval_scorer = self.class_scorer(self.dm.dataset.classnames)
+
+    def after_test(self) -> None:
+        self.eval_scorer = None
+        super().after_test()
