@@ -18,7 +18,7 @@ from clip.model import CLIP
 from tests.helpers_clip import reference_encode_image, reference_encode_text, rel_err
 from tests.helpers_datasets import Tree, load_images, write_tree
 from tests.helpers_upstream import write_dassl_checkpoint
-from tools.benchmark import VIT_B16
+from tools.bench_models import VIT_B16
 
 BASE, NEW = [0, 1, 2], [3, 4]  # the tiny EuroSAT tree: 5 classes, base = the first ceil(5/2)
 TINY = ["INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0", "DATALOADER.TRAIN_X.BATCH_SIZE", "4",

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tools import benchmark_cocoop
-from tools.benchmark import TINY_STUDENT, count_flops
+from tools.bench_models import TINY_STUDENT, count_flops
 from tools.benchmark_cocoop import CostModels
 from trainers.coop import coop_text_features
 

@@ -114,3 +114,12 @@ def time_calls(fns: dict[str, Callable[[], object]], iters: int, warmup: int,
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def benchmark_device(name: str, threads: int | None) -> tuple[torch.device, str]:
+    """The device ``name`` (CPU threads set first when given) and its description; one line and exit without CUDA."""
+    if threads:
+        torch.set_num_threads(threads)
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda but CUDA is not available; use --device cpu")
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    return device, where

@@ -35,7 +35,14 @@ if not __package__:  # run as `python tools/benchmark.py`
 import clip
 from engine.compile import COMPILE_MODES
 from engine.precision import PRECISIONS, autocast
-from tools.bench_models import SPECS, ModelSpec, count_flops, random_clip, time_calls  # noqa: F401 (public names)
+from tools.bench_models import (  # noqa: F401 (public names)
+    SPECS,
+    ModelSpec,
+    benchmark_device,
+    count_flops,
+    random_clip,
+    time_calls,
+)
 from tools.benchmark_train import train_parts
 from trainers.losses import kd_loss
 from trainers.promptsrc import VLPromptLearner
@@ -197,17 +204,6 @@ def train_report(models: TrainStepModels, batch: int, iters: int, warmup: int) -
 def format_train(rows: list) -> str:
     return tabulate(rows, headers=["PromptKD student step", "batch", "classes", "GFLOPs/step", "s/step", "images/s",
                                    "x ours"])
-
-
-def benchmark_device(name: str, threads: int | None) -> tuple[torch.device, str]:
-    """The device ``name`` (CPU threads set first when given) and its description; one line and exit without CUDA."""
-    if threads:
-        torch.set_num_threads(threads)
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("error: --device cuda but CUDA is not available; use --device cpu")
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    return device, where
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

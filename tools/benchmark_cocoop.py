@@ -29,7 +29,7 @@ if not __package__:  # run as `python tools/benchmark_cocoop.py`
     add_to_path()
 
 import clip
-from tools.benchmark import TINY_STUDENT, VIT_B16, benchmark_device, count_flops, random_clip, time_calls
+from tools.bench_models import TINY_STUDENT, VIT_B16, benchmark_device, count_flops, random_clip, time_calls
 from tools.benchmark_train import _peak_memory
 from trainers.cocoop import CoCoOpPromptLearner, conditional_logits
 from trainers.coop import CoOpPromptLearner, coop_text_features
