@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -18,7 +16,7 @@ import train
 from engine import load_checkpoint
 from tests.helpers_clip import reference_encode_text
 from tests.helpers_datasets import write_tree
-from tests.helpers_run import HANG_GUARD_S
+from tests.helpers_run import ScriptRunner
 from tests.helpers_upstream import write_dassl_checkpoint
 from trainers.petr_coop import coop_checkpoint_path
 from trainers.routing import MahalanobisRouter
@@ -103,52 +101,24 @@ def check_against_reference(out, expected: dict) -> dict:
     return result
 
 
-class ScriptRunner:
-    """Runs a scripts/petr_coop/*.sh script with a recording ``PYTHON`` and replays its train.py commands in-process.
-
-    The recorder (a small shell script) writes the script's argv; replaying it through ``train.main`` runs the
-    exact command the script composed without paying a fresh interpreter per run. ``-c`` snippets (the scripts'
-    check that the interpreter has torch) run in this interpreter.
-    """
-
-    def __init__(self, tmp_path, tree, backbone: str):
-        self.record = tmp_path / "commands.txt"
-        recorder = tmp_path / "record_python.sh"
-        recorder.write_text(f'#!/bin/sh\n[ "$1" = -c ] && exec "{sys.executable}" "$@"\n'
-                            'printf \'%s\\n\' "$@" --END-- >> "$RECORD"\n')
-        recorder.chmod(0o755)
-        self.env = {**os.environ, "DATA": tree.root, "PYTHON": str(recorder), "RECORD": str(self.record),
-                    "OUTPUT_ROOT": str(tmp_path / "output"), "SHOTS": "0", "BACKBONE": backbone,
-                    "EXTRA_OPTS": " ".join(TINY).replace("(32, 32)", "(32,32)")}
-
-    def run(self, script: str, *args: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
-        """Run ``script``; returns its result and the train.py commands it issued (already replayed)."""
-        self.record.unlink(missing_ok=True)
-        done = subprocess.run(["bash", f"scripts/petr_coop/{script}", "eurosat", "1", *args], env=self.env,
-                              capture_output=True, text=True, timeout=HANG_GUARD_S)
-        commands, current = [], []
-        for line in self.record.read_text().splitlines() if self.record.exists() else []:
-            if line == "--END--":
-                commands, current = commands + [current], []
-            else:
-                current.append(line)
-        for command in commands:
-            assert command[0] == "train.py"
-            train.main(command[1:])
-        return done, commands
+def petr_coop_runner(tmp_path, tree, backbone: str) -> ScriptRunner:
+    """Runs ``scripts/petr_coop/<script> eurosat 1 [ARG]`` on the tiny tree (SHOTS 0), replaying train.py in-process."""
+    env = {"DATA": tree.root, "OUTPUT_ROOT": str(tmp_path / "output"), "SHOTS": "0", "BACKBONE": backbone,
+           "EXTRA_OPTS": " ".join(TINY).replace("(32, 32)", "(32,32)")}
+    return ScriptRunner(tmp_path, env, "scripts/petr_coop/{} eurosat 1")
 
 
 def test_plugin_script_on_a_coop_run_routes_without_training(tmp_path, coop_run, tiny_clip_file,
                                                              tiny_openclip_model):
     tree, coop_dir = coop_run
     ctx = load_checkpoint(str(coop_dir / "prompt_learner" / "model.pth.tar-2"))["state_dict"]["ctx"]
-    runner = ScriptRunner(tmp_path, tree, tiny_clip_file)
+    runner = petr_coop_runner(tmp_path, tree, tiny_clip_file)
     done, commands = runner.run("plugin.sh", str(coop_dir))  # the novel step stops: base was not run yet
     assert done.returncode == 1 and "no finished run" in done.stderr and len(commands) == 1
     assert "--eval-only" not in commands[0] and "TRAINER.PETRCOOP.COOP_MODEL_DIR" in commands[0]
     done, commands = runner.run("plugin.sh", str(coop_dir))  # base is finished; the novel evaluation runs now
-    assert done.returncode == 0 and "Run finished, skipping" in done.stdout and len(commands) == 1
-    assert "--eval-only" in commands[0] and commands[0][commands[0].index("--load-epoch") + 1] == "last"
+    assert done.returncode == 0 and len(commands) == 2 and runner.skipped == [True, False]
+    assert "--eval-only" in commands[1] and commands[1][commands[1].index("--load-epoch") + 1] == "last"
     base = tmp_path / "output/base2new/train_base/eurosat/shots_0/PETRCoOp/vit_b16_ctxv1_plugin/seed1"
     new = tmp_path / "output/base2new/test_new/eurosat/shots_0/PETRCoOp/vit_b16_ctxv1_plugin/seed1"
 
@@ -166,13 +136,13 @@ def test_plugin_script_on_a_coop_run_routes_without_training(tmp_path, coop_run,
     assert new_result["threshold"] == pytest.approx(result["threshold"])
     assert not os.path.exists(new / "router.pth.tar") and "epoch [" not in (new / "log.txt").read_text()
     done, commands = runner.run("plugin.sh", str(coop_dir))
-    assert done.stdout.count("Run finished, skipping") == 2 and commands == []
+    assert done.returncode == 0 and runner.skipped == [True, True]
 
 
 def test_trained_in_the_same_run_then_novel_from_its_folder(tmp_path, coop_run, tiny_clip_file,
                                                             tiny_openclip_model):
     tree, _ = coop_run
-    runner = ScriptRunner(tmp_path, tree, tiny_clip_file)
+    runner = petr_coop_runner(tmp_path, tree, tiny_clip_file)
     done, _ = runner.run("base2new_train.sh")
     assert done.returncode == 0, done.stderr
     out = tmp_path / "output/base2new/train_base/eurosat/shots_0/PETRCoOp/vit_b16_ctxv1/seed1"
@@ -226,7 +196,7 @@ def test_plugin_eval_only_and_resume_on_an_upstream_coop_run(tmp_path, coop_run,
     marker = str(tmp_path / "pickled_code_ran")
     upstream = tmp_path / "upstream_coop"
     ctx = upstream_coop_run(coop_dir, upstream, marker)
-    runner = ScriptRunner(tmp_path, tree, tiny_clip_file)
+    runner = petr_coop_runner(tmp_path, tree, tiny_clip_file)
     runner.run("plugin.sh", str(upstream))
     done, _ = runner.run("plugin.sh", str(upstream))
     assert done.returncode == 0 and not os.path.exists(marker)
