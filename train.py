@@ -201,8 +201,8 @@ def _claim(args: argparse.Namespace, cfg, command: str):
 
 
 def claim_output_dir(args: argparse.Namespace, cfg, command: str):
-    """Rank 0 claims OUTPUT_DIR for this run (``engine.run_identity.claim_run``: lock, identity, data); returns the claim
-    (None on other ranks) and the line to print when the same run already finished (then nothing else happens).
+    """Rank 0 claims OUTPUT_DIR for this run (``engine.run_identity.claim_run``: lock, identity, data); returns the
+    claim (None on other ranks) and the line to print when the same run already finished (then nothing else happens).
 
     Under torchrun every process joins the group here and follows rank 0: all skip, or all stop (rank 0 reports
     the error; the others exit with the same status).
@@ -256,9 +256,8 @@ def main(argv: list[str] | None = None):
     try:
         claim, skip = claim_output_dir(args, cfg, command)
         if skip:
-            print(skip)
-            for note in claim.notes if claim is not None else ():
-                print(note)
+            if claim is not None:  # rank 0 says it
+                print("\n".join([skip, *claim.notes]))
             return None
         return _run(args, cfg, claim)
     finally:

@@ -185,6 +185,36 @@ def test_two_process_evaluation_equals_one_process(one_process_run, tiny_clip_fi
     assert second["threshold"] == pytest.approx(first["threshold"], rel=1e-5)
 
 
+def test_every_process_follows_rank_0_on_a_finished_or_busy_folder(one_process_run, tiny_clip_file,
+                                                                     tiny_teacher_clip_file):
+    """Only rank 0 claims the output folder; the others do what it decided: all skip the same finished run, or all
+    stop when a live run holds the folder (rank 0 alone prints the line)."""
+    tmp = one_process_run
+    finished = subprocess.run(torchrun_cmd(ddp_argv(tmp / "data", tmp / "one", tiny_clip_file,
+                                                    tiny_teacher_clip_file)),
+                              cwd=REPO, env=cpu_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert finished.stdout.splitlines() == [f"Run finished, skipping: {tmp / 'one'}"]
+    busy = tmp / "busy"
+    busy.mkdir()
+    hold = ("import fcntl, json, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, json.dumps({'pid': os.getpid()}).encode()); "
+            "print('locked', flush=True); time.sleep(3600)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(busy / "run.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        done = subprocess.run(torchrun_cmd(ddp_argv(tmp / "data", busy, tiny_clip_file, tiny_teacher_clip_file)),
+                              cwd=REPO, env=cpu_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+    finally:
+        holder.kill()
+        holder.wait(timeout=HANG_GUARD_S)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode != 0 and errors == [
+        f"error: {busy} is in use by another run (pid {holder.pid} on ?, started ?: ); wait for it to end or stop it, "
+        "or give this run another --output-dir"], done.stderr[-3000:]
+    assert os.listdir(busy) == ["run.lock"]
+
+
 def test_merge_in_order_restores_dataset_order_and_drops_padding():
     # DistributedSampler's unshuffled shards of 5 samples over 2 processes: [0, 2, 4] and [1, 3, 0] (0 repeated)
     shards = [list(DistributedSampler(range(5), num_replicas=2, rank=r, shuffle=False)) for r in (0, 1)]
