@@ -1,10 +1,12 @@
 """Running train.py and the scripts as subprocesses in tests."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 
 # Subprocess timeouts only guard against hangs: far above any expected run, even on a slow, busy 2-core machine.
 HANG_GUARD_S = 1800
@@ -70,3 +72,26 @@ class ScriptRunner:
             assert command[0] == "train.py"
             self.skipped.append(train.main(command[1:]) is None)
         return done, commands
+
+
+_HOLD = """import fcntl, json, os, sys, time
+fd = os.open(os.path.join(sys.argv[1], "run.lock"), os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, json.dumps({"pid": os.getpid(), "host": "h", "started": "s", "command": "train.py x"}).encode())
+print("locked", flush=True)
+time.sleep(3600)
+"""
+
+
+@contextlib.contextmanager
+def lock_held_elsewhere(folder) -> Iterator[int]:
+    """Another live process holding the run folder's lock as a run does (``flock`` on run.lock, its record: host h,
+    started s, command ``train.py x``); yields its pid, kills it on exit."""
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait(timeout=HANG_GUARD_S)
+        holder.stdout.close()

@@ -24,6 +24,7 @@ from torch.utils.data import DistributedSampler
 import train
 from engine.distributed import merge_in_order
 from tests.helpers_petr import petr_argv, write_eurosat
+from tests.helpers_run import lock_held_elsewhere
 
 REPO = Path(__file__).resolve().parents[1]
 HANG_GUARD_S = 1800  # far above a normal run (seconds); only stops a hung process group
@@ -197,21 +198,13 @@ def test_every_process_follows_rank_0_on_a_finished_or_busy_folder(one_process_r
     assert finished.stdout.splitlines() == [f"Run finished, skipping: {tmp / 'one'}"]
     busy = tmp / "busy"
     busy.mkdir()
-    hold = ("import fcntl, json, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
-            "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, json.dumps({'pid': os.getpid()}).encode()); "
-            "print('locked', flush=True); time.sleep(3600)")
-    holder = subprocess.Popen([sys.executable, "-c", hold, str(busy / "run.lock")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline() == "locked\n"
+    with lock_held_elsewhere(busy) as pid:
         done = subprocess.run(torchrun_cmd(ddp_argv(tmp / "data", busy, tiny_clip_file, tiny_teacher_clip_file)),
                               cwd=REPO, env=cpu_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
-    finally:
-        holder.kill()
-        holder.wait(timeout=HANG_GUARD_S)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert done.returncode != 0 and errors == [
-        f"error: {busy} is in use by another run (pid {holder.pid} on ?, started ?: ); wait for it to end or stop it, "
-        "or give this run another --output-dir"], done.stderr[-3000:]
+        f"error: {busy} is in use by another run (pid {pid} on h, started s: train.py x); wait for it to end or stop "
+        "it, or give this run another --output-dir"], done.stderr[-3000:]
     assert os.listdir(busy) == ["run.lock"]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -13,11 +12,12 @@ import types
 
 import pytest
 
+from engine.config import get_cfg_default
 from engine.errors import ConfigError
 from engine.run_identity import IGNORED_KEYS, claim_run, data_digest, identity_differences, run_identity
 from engine.run_lock import RunLock, RunLockedError
 from engine.runs import run_dir, run_state, saved_model
-from tests.helpers_run import HANG_GUARD_S
+from tests.helpers_run import HANG_GUARD_S, lock_held_elsewhere
 from tests.helpers_upstream import UPSTREAM_EVAL_LOG, UPSTREAM_KILLED_LOG, UPSTREAM_TRAIN_LOG
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -98,29 +98,15 @@ def test_saved_model(tmp_path):
     assert saved_model(_folder(tmp_path, "c", {"log.txt": ""})) is None
 
 
-HOLD = """import fcntl, json, os, sys, time
-fd = os.open(os.path.join(sys.argv[1], "run.lock"), os.O_RDWR | os.O_CREAT)
-fcntl.flock(fd, fcntl.LOCK_EX)
-os.write(fd, json.dumps({"pid": os.getpid(), "host": "h", "started": "s", "command": "train.py x"}).encode())
-print("locked", flush=True)
-time.sleep(3600)
-"""
-
-
 def test_lock_held_by_a_live_process_and_released_when_it_dies(tmp_path):
     run = _folder(tmp_path, "run", {"log.txt": "epoch [1/2] ...\n", "resume.pth.tar": ""})
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, run], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline() == "locked\n"
+    with lock_held_elsewhere(run) as pid:
         assert run_state(run) == "running"
-        assert _runs_cli("holder", run).stdout == f"pid {holder.pid} on h, started s: train.py x\n"
+        assert _runs_cli("holder", run).stdout == f"pid {pid} on h, started s: train.py x\n"
         with pytest.raises(RunLockedError) as e:
             RunLock(run).acquire("train.py y")
-        assert str(e.value) == (f"{run} is in use by another run (pid {holder.pid} on h, started s: train.py x); "
+        assert str(e.value) == (f"{run} is in use by another run (pid {pid} on h, started s: train.py x); "
                                 "wait for it to end or stop it, or give this run another --output-dir")
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait(timeout=HANG_GUARD_S)
     assert os.path.exists(os.path.join(run, "run.lock"))  # a killed holder leaves its file, but not its lock
     assert run_state(run) == "resumable"
     lock = RunLock(run).acquire("train.py y")
@@ -136,28 +122,25 @@ def test_lock_held_by_a_live_process_and_released_when_it_dies(tmp_path):
     assert not os.path.exists(os.path.join(run, "run.lock")) and run_state(run) == "resumable"
 
 
-def _config(**changes) -> dict:
-    cfg = {"OUTPUT_DIR": "out/a", "SEED": 1, "DATASET": {"ROOT": "/data", "NAME": "EuroSAT"},
-           "OPTIM": {"LR": 0.002, "MAX_EPOCH": 4}, "INPUT": {"SIZE": (32, 32)}, "TRAIN": {"PRINT_FREQ": 5},
-           "TRAINER": {"NAME": "CoOp"}}
-    for dotted, value in changes.items():
-        node = cfg
-        *parents, key = dotted.split("__")
-        for name in parents:
-            node = node[name]
-        node[key] = value
+def _config(*changes):
+    """Dassl's default config (the real yacs tree) of a CoOp run, with ``KEY VALUE`` changes as on a command line."""
+    cfg = get_cfg_default()
+    cfg.merge_from_list(["OUTPUT_DIR", "out/a", "SEED", 1, "DATASET.ROOT", "/data", "DATASET.NAME", "EuroSAT",
+                         "OPTIM.LR", 0.002, "OPTIM.MAX_EPOCH", 4, "INPUT.SIZE", (32, 32), "TRAINER.NAME", "CoOp",
+                         *changes])
     return cfg
 
 
 def test_identity_keeps_what_changes_the_result():
     identity = run_identity(_config())
-    assert identity == {"trainer": "CoOp", "seed": 1, "mode": "train", "config": {
-        "SEED": 1, "DATASET.NAME": "EuroSAT", "OPTIM.LR": 0.002, "OPTIM.MAX_EPOCH": 4, "INPUT.SIZE": [32, 32],
-        "TRAINER.NAME": "CoOp"}}
-    assert {"OUTPUT_DIR", "DATASET.ROOT", "TRAIN.PRINT_FREQ"} <= IGNORED_KEYS
-    same = run_identity(_config(OUTPUT_DIR="elsewhere", DATASET__ROOT="/mnt/data", TRAIN__PRINT_FREQ=1))
+    assert (identity["trainer"], identity["seed"], identity["mode"]) == ("CoOp", 1, "train")
+    config = identity["config"]
+    assert (config["OPTIM.LR"], config["OPTIM.MAX_EPOCH"], config["INPUT.SIZE"]) == (0.002, 4, [32, 32])
+    assert {"OUTPUT_DIR", "DATASET.ROOT", "TRAIN.PRINT_FREQ"} <= IGNORED_KEYS and not IGNORED_KEYS & set(config)
+    assert json.loads(json.dumps(identity)) == identity  # what run.json holds
+    same = run_identity(_config("OUTPUT_DIR", "elsewhere", "DATASET.ROOT", "/mnt/data", "TRAIN.PRINT_FREQ", 1))
     assert identity_differences(identity, same) == []
-    other = run_identity(_config(OPTIM__MAX_EPOCH=2, OPTIM__LR=0.01, SEED=2))
+    other = run_identity(_config("OPTIM.MAX_EPOCH", 2, "OPTIM.LR", 0.01, "SEED", 2))
     assert identity_differences(identity, other) == ["OPTIM.LR 0.002 → 0.01", "OPTIM.MAX_EPOCH 4 → 2", "SEED 1 → 2"]
     newer = json.loads(json.dumps(identity))
     newer["config"]["TRAIN.COMPILE"] = "none"  # a key this run's code did not have: not compared
@@ -209,7 +192,7 @@ def test_claim_skips_resumes_refuses_or_moves_aside(tmp_path):
     recorded = {**run_identity(_config()), "data": {"train_x": "d"}}
     finished = _folder(tmp_path, "seed1", {"log.txt": "attempt 1\n", "results.json": "{}",
                                            "run.json": json.dumps(recorded)})
-    claim = claim_run(finished, run_identity(_config(OUTPUT_DIR="x")), "train.py a")
+    claim = claim_run(finished, run_identity(_config("OUTPUT_DIR", "x")), "train.py a")
     assert claim.skip == f"Run finished, skipping: {finished}" and claim.check_data
     claim.verify_data({"train_x": "d"})
     assert claim.skip and run_state(finished) == "running"
@@ -221,10 +204,10 @@ def test_claim_skips_resumes_refuses_or_moves_aside(tmp_path):
 
     with pytest.raises(Exception, match=r"^" + f"{finished} holds a finished run that differs from this one: "
                        r"OPTIM.MAX_EPOCH 4 → 2\. Nothing was changed"):
-        claim_run(finished, run_identity(_config(OPTIM__MAX_EPOCH=2)), "train.py b")
+        claim_run(finished, run_identity(_config("OPTIM.MAX_EPOCH", 2)), "train.py b")
     assert run_state(finished) == "finished" and not os.path.exists(os.path.join(finished, "run.lock"))
 
-    claim = claim_run(finished, run_identity(_config(OPTIM__MAX_EPOCH=2)), "train.py b", move_aside=True)
+    claim = claim_run(finished, run_identity(_config("OPTIM.MAX_EPOCH", 2)), "train.py b", move_aside=True)
     aside = tmp_path / ".seed1.old-1"
     assert claim.state == "new" and not claim.skip and sorted(os.listdir(finished)) == ["run.lock"]
     assert claim.notes == [f"Moved a finished run that differed from this one (OPTIM.MAX_EPOCH 4 → 2) to {aside}"]
@@ -241,9 +224,9 @@ def test_claim_skips_resumes_refuses_or_moves_aside(tmp_path):
     assert claim.notes == [f"Resuming the interrupted run in {interrupted}"] and claim.check_data
     claim.release()
     with pytest.raises(Exception, match=f"^{interrupted} holds an interrupted run that differs from this one: SEED"):
-        claim_run(interrupted, run_identity(_config(SEED=2)), "train.py e")
+        claim_run(interrupted, run_identity(_config("SEED", 2)), "train.py e")
     failed = _folder(tmp_path, "failed", {"log.txt": "error: x\n", "run.json": json.dumps(recorded)})
-    claim = claim_run(failed, run_identity(_config(SEED=2)), "train.py f")  # nothing to lose: runs, with a note
+    claim = claim_run(failed, run_identity(_config("SEED", 2)), "train.py f")  # nothing to lose: runs, with a note
     assert not claim.skip and claim.notes[0].endswith("running it again from the start; its config differed "
                                                       "(SEED 1 → 2)")
     claim.release()

@@ -17,7 +17,7 @@ from tabulate import tabulate
 from engine.run_identity import RunMismatchError
 from engine.run_lock import RunLockedError
 from tests.helpers_petr import write_eurosat
-from tests.helpers_run import HANG_GUARD_S, ScriptRunner
+from tests.helpers_run import HANG_GUARD_S, ScriptRunner, lock_held_elsewhere
 from tests.helpers_upstream import UPSTREAM_EVAL_LOG, UPSTREAM_TRAIN_LOG
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,15 +44,6 @@ def cli_state(path: str) -> str:
     """What the scripts ask: ``python -m engine.runs state DIR``."""
     return subprocess.run([sys.executable, "-m", "engine.runs", "state", path], cwd=REPO, capture_output=True,
                           text=True, check=True, timeout=HANG_GUARD_S).stdout.strip()
-
-
-HOLD = """import fcntl, json, os, sys, time
-fd = os.open(os.path.join(sys.argv[1], "run.lock"), os.O_RDWR | os.O_CREAT)
-fcntl.flock(fd, fcntl.LOCK_EX)
-os.write(fd, json.dumps({"pid": os.getpid(), "host": "h", "started": "s", "command": "train.py x"}).encode())
-print("locked", flush=True)
-time.sleep(3600)
-"""
 
 
 def test_every_run_state_and_what_the_scripts_do(tmp_path, tiny_clip_file, capsys):
@@ -110,15 +101,11 @@ def test_every_run_state_and_what_the_scripts_do(tmp_path, tiny_clip_file, capsy
 
     busy = run_dir("train_base", 3)
     os.makedirs(busy)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, busy], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline() == "locked\n" and cli_state(busy) == "running"
-        with pytest.raises(RunLockedError, match=f"^{busy} is in use by another run \\(pid {holder.pid} on h"):
+    with lock_held_elsewhere(busy) as pid:
+        assert cli_state(busy) == "running"
+        with pytest.raises(RunLockedError, match=f"^{busy} is in use by another run \\(pid {pid} on h"):
             runner.run("coop/base2new_train.sh", "eurosat", "3")
         assert os.listdir(busy) == ["run.lock"]
-    finally:
-        holder.kill()
-        holder.wait(timeout=HANG_GUARD_S)
     row("locked by a live run", "running", "stops: one error naming the holder (train.py: status 2)")
 
     upstream = run_dir("train_base", 4)
