@@ -18,7 +18,7 @@ from tabulate import tabulate
 import clip.clip as clip_module
 import train
 from tests.helpers_datasets import write_image
-from tests.helpers_petr import write_eurosat
+from tests.helpers_petr import petr_argv, write_eurosat
 from tests.helpers_run import HANG_GUARD_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -308,3 +308,18 @@ def test_every_shipped_config_passes_the_value_checks():
             args = train.build_parser().parse_args(["--config-file", trainer_yaml, "--dataset-config-file",
                                                     dataset_yaml])
             check_config_values(train.setup_cfg(args))
+
+
+def test_eval_only_without_model_dir_stops_every_trainer_with_learned_weights(tmp_path, tiny_clip_file,
+                                                                              tiny_teacher_clip_file, capsys):
+    """PETR too (CoOp is in the matrix); zero-shot CLIP, which learns nothing, evaluates without one
+    (tests/test_trainer_zsclip.py)."""
+    write_eurosat(tmp_path / "data")
+    argv = petr_argv(tmp_path / "data", tmp_path / "run", tiny_clip_file, tiny_teacher_clip_file,
+                     "DATASET.SUBSAMPLE_CLASSES", "new", flags=("--eval-only",))
+    assert train.cli(argv) == train.EXIT_USER_ERROR
+    assert capsys.readouterr().err.splitlines() == [
+        "error: --eval-only without --model-dir would evaluate the untrained seen_student, unseen_student of PETR: "
+        "pass --model-dir <its training run folder> (and --load-epoch N or last when that run kept no "
+        "model-best.pth.tar)"]
+    assert _files(tmp_path / "run") == ["log.txt"]

@@ -225,6 +225,9 @@ def test_claim_skips_resumes_refuses_or_moves_aside(tmp_path):
     claim.release()
     with pytest.raises(Exception, match=f"^{interrupted} holds an interrupted run that differs from this one: SEED"):
         claim_run(interrupted, run_identity(_config("SEED", 2)), "train.py e")
+    with pytest.raises(Exception, match=f"^RESUME {interrupted} holds a run with another config: SEED 1 → 2; "):
+        claim_run(str(tmp_path / "new"), run_identity(_config("SEED", 2)), "train.py g", resume_from=interrupted)
+    assert not os.path.exists(tmp_path / "new" / "run.lock")
     failed = _folder(tmp_path, "failed", {"log.txt": "error: x\n", "run.json": json.dumps(recorded)})
     claim = claim_run(failed, run_identity(_config("SEED", 2)), "train.py f")  # nothing to lose: runs, with a note
     assert not claim.skip and claim.notes[0].endswith("running it again from the start; its config differed "
