@@ -271,7 +271,7 @@ def _run(args: argparse.Namespace, cfg, claim):
     import torch
 
     from engine import build_trainer, collect_env_info, set_random_seed, setup_logger
-    from engine.distributed import init_distributed, is_main, shutdown_distributed
+    from engine.distributed import barrier, init_distributed, is_main, shutdown_distributed
     from engine.errors import first_line, is_user_error
     from engine.validation import check_config_values
 
@@ -294,6 +294,7 @@ def _run(args: argparse.Namespace, cfg, claim):
         require_model_dir(args, trainer)
         if claim is not None and claim.identity is not None:
             claim.record(dataset_digest(cfg, trainer.dm.dataset))
+        barrier()  # no process goes on (and clears cut-off writes) while rank 0 writes run.json
         if args.eval_only:
             trainer.load_model(args.model_dir, epoch=args.load_epoch)
             trainer.test()

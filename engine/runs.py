@@ -51,7 +51,6 @@ TRAINING_LINE = "epoch ["
 """How Dassl's per-batch training lines start (an evaluation-only log has none)."""
 
 
-
 # ----- layout -----------------------------------------------------------------------------------------------------
 def run_dir(output_root: str, protocol: str, role: str, dataset: str, shots: int | str, trainer: str, config: str,
             seed: int | str) -> str:
