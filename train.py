@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import re
+import shlex
 import signal
 import sys
 import traceback
@@ -68,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load-epoch", type=load_epoch, help="load model.pth.tar-<epoch>, or 'last': the last saved "
                    "checkpoint of each model (default: model-best.pth.tar)")
     p.add_argument("--no-train", action="store_true", help="build the trainer but do not train")
+    p.add_argument("--move-aside", action="store_true", help="when --output-dir holds a finished or interrupted run "
+                   "of another config, move it to the hidden folder .<name>.old-<N> beside it and start this run "
+                   "(nothing is deleted); without it such a run stops with an error naming the differing keys")
     p.add_argument("--env-info", action="store_true", help="also print the environment (torch collect_env)")
     p.add_argument("--debug", action="store_true", help=f"print the traceback of user errors too (or {DEBUG_ENV}=1)")
     p.add_argument("opts", default=None, nargs=argparse.REMAINDER, help="KEY VALUE pairs overriding the config")
@@ -157,34 +162,136 @@ def print_args(args: argparse.Namespace, cfg) -> None:
     print(cfg)
 
 
+def dataset_digest(cfg, dataset=None) -> dict[str, str]:
+    """The run's data digest (``engine.run_identity.data_digest``) of ``dataset``, or of the dataset alone built for the
+    trainer's data role (seeded as the run is; its output muted) when none is given."""
+    from engine.run_identity import data_digest
+
+    if dataset is None:
+        register_project()
+        from engine import TRAINER_REGISTRY, build_dataset, set_random_seed
+
+        if cfg.SEED >= 0:
+            set_random_seed(cfg.SEED)
+        with contextlib.redirect_stdout(io.StringIO()):
+            dataset = build_dataset(cfg, TRAINER_REGISTRY.get(cfg.TRAINER.NAME).DATA_ROLE)
+    return data_digest(dataset, cfg.DATASET.ROOT)
+
+
+def _claim(args: argparse.Namespace, cfg, command: str):
+    """Lock OUTPUT_DIR and compare the run there with this one: config first, then (for a finished or interrupted
+    run) the data. A finished run whose data cannot be read any more is skipped on its config alone, with a note."""
+    from engine.errors import UserError, first_line
+    from engine.run_identity import claim_run, run_identity
+
+    identity = None if args.no_train else run_identity(cfg, args.eval_only, args.model_dir, args.load_epoch)
+    claim = claim_run(cfg.OUTPUT_DIR, identity, command, args.move_aside, cfg.RESUME)
+    try:
+        if claim.check_data:
+            try:
+                digest = dataset_digest(cfg)
+            except UserError as e:
+                if claim.state != "finished":
+                    raise
+                claim.notes.append(f"note: the data could not be read to compare it ({first_line(e)}); the run was "
+                                   "compared on its config alone")
+            else:
+                claim.verify_data(digest)
+    except BaseException:
+        claim.release()
+        raise
+    return claim
+
+
+def claim_output_dir(args: argparse.Namespace, cfg, command: str):
+    """Rank 0 claims OUTPUT_DIR for this run (``engine.run_identity.claim_run``: lock, identity, data); returns the
+    claim (None on other ranks) and the line to print when the same run already finished (then nothing else happens).
+
+    Under torchrun every process joins the group here and follows rank 0: all skip, or all stop (rank 0 reports
+    the error; the others exit with the same status).
+    """
+    from engine.errors import UserError
+    from engine.run_lock import launched_rank, launched_world_size
+
+    claim, error = None, None
+    if launched_rank() == 0:
+        try:
+            claim = _claim(args, cfg, command)
+        except UserError as e:
+            error = e
+    skip = claim.skip if claim is not None else ""
+    if launched_world_size() > 1:
+        from engine.distributed import init_distributed, share_from_main, shutdown_distributed
+
+        init_distributed(cfg.USE_CUDA)
+        failed, skip = share_from_main((error is not None, skip))
+        if failed or skip:
+            shutdown_distributed()
+        if failed and error is None:
+            raise SystemExit(EXIT_USER_ERROR)
+    if error is not None:
+        raise error
+    return claim, skip
+
+
+def require_model_dir(args: argparse.Namespace, trainer) -> None:
+    """``--eval-only`` of a trainer with learned weights needs the run that learned them (``--model-dir``)."""
+    from engine.errors import ConfigError
+
+    names = trainer.get_model_names()
+    if args.eval_only and not args.model_dir and names:
+        raise ConfigError(f"--eval-only without --model-dir would evaluate the untrained {', '.join(names)} of "
+                          f"{trainer.cfg.TRAINER.NAME}: pass --model-dir <its training run folder> (and --load-epoch "
+                          "N or last when that run kept no model-best.pth.tar)")
+
+
 def main(argv: list[str] | None = None):
-    """Run train.py with ``argv`` (default sys.argv[1:]) and return the trainer; stdout is restored afterwards.
+    """Run train.py with ``argv`` (default sys.argv[1:]) and return the trainer (None when the same run already
+    finished in OUTPUT_DIR: it is skipped); stdout is restored afterwards.
 
     Errors propagate (``cli`` turns user errors into one line); once the run's log.txt is open, the error (or the
-    interruption, or the preemption) is written there too. Preemption signals are handled while it runs
-    (engine/preemption.py).
+    interruption, or the preemption) is written there too. The output folder is locked for the whole run (rank 0);
+    preemption signals are handled while it runs (engine/preemption.py).
     """
     args = build_parser().parse_args(argv)
+    command = "train.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    cfg = setup_cfg(args)
+    claim = None
+    try:
+        claim, skip = claim_output_dir(args, cfg, command)
+        if skip:
+            if claim is not None:  # rank 0 says it
+                print("\n".join([skip, *claim.notes]))
+            return None
+        return _run(args, cfg, claim)
+    finally:
+        if claim is not None:
+            claim.release()
+
+
+def _run(args: argparse.Namespace, cfg, claim):
+    """Train and/or evaluate in the claimed OUTPUT_DIR, logging to its log.txt, with preemption signals handled."""
     register_project()
     from engine.preemption import handle_signals
 
     with handle_signals():
-        return _run(args)
+        return _train_or_evaluate(args, cfg, claim)
 
 
-def _run(args: argparse.Namespace):
+def _train_or_evaluate(args: argparse.Namespace, cfg, claim):
     import torch
 
     from engine import build_trainer, collect_env_info, set_random_seed, setup_logger
-    from engine.distributed import init_distributed, is_main, shutdown_distributed
+    from engine.distributed import barrier, init_distributed, is_main, shutdown_distributed
     from engine.errors import first_line, is_user_error
     from engine.preemption import Preempted
     from engine.validation import check_config_values
 
-    cfg = setup_cfg(args)
     init_distributed(cfg.USE_CUDA)  # under torchrun with several processes; rank 0 alone logs and writes
     logger = setup_logger(cfg.OUTPUT_DIR if is_main() else None)
     try:
+        for note in claim.notes if claim is not None else ():
+            print(note)
         check_config_values(cfg)
         if cfg.SEED >= 0:
             print(f"Setting fixed seed: {cfg.SEED}")
@@ -196,6 +303,10 @@ def _run(args: argparse.Namespace):
             print("Collecting env info ...")
             print(f"** System info **\n{collect_env_info()}\n")
         trainer = build_trainer(cfg)
+        require_model_dir(args, trainer)
+        if claim is not None and claim.identity is not None:
+            claim.record(dataset_digest(cfg, trainer.dm.dataset))
+        barrier()  # no process goes on (and clears cut-off writes) while rank 0 writes run.json
         if args.eval_only:
             trainer.load_model(args.model_dir, epoch=args.load_epoch)
             trainer.test()

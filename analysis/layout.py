@@ -1,63 +1,23 @@
-"""Where runs live: run-folder names, the base-to-novel tree and the papers' dataset order.
-
-Base-to-novel layout (CoOp's, also PromptKD's and this project's):
-``<root>/<train_base|test_base|test_new>/<dataset>/shots_<K>/<TRAINER>/<config>/seed<S>`` (or ``seed_<S>``).
+"""Where runs live, for the results library: the run layout of ``engine.runs`` (the base-to-novel tree
+``<root>/<train_base|test_base|test_new>/<dataset>/shots_<K>/<TRAINER>/<config>/seed<S>``, or ``seed_<S>``; its
+one owner) and the papers' dataset order.
 """
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass
-from pathlib import Path
 
 from analysis.errors import ResultsError
+from engine.runs import BASE2NEW_CLASSES as ROLE_DIRS
+from engine.runs import LOG_FILE, RunPath, is_run_dir, parse_run_path, seed_key, seed_of
+from engine.runs import RESULTS_FILE as RESULT_FILE
 
-RESULT_FILE = "results.json"
-LOG_FILE = "log.txt"
-ROLE_DIRS = {"train_base": "base", "test_base": "base", "test_new": "novel"}
-"""Role folder → the classes its test covers."""
+__all__ = ["AVERAGE", "DATASET_ORDER", "LOG_FILE", "RESULT_FILE", "ROLE_DIRS", "RunPath", "dataset_sort_key",
+           "find_runs", "is_run_dir", "parse_run_path", "require_dir", "seed_key", "seed_of"]
+
 DATASET_ORDER = ("imagenet", "caltech101", "oxford_pets", "stanford_cars", "oxford_flowers", "food101",
                  "fgvc_aircraft", "sun397", "dtd", "eurosat", "ucf101")
 AVERAGE = "average"
 """Row name of the mean over datasets."""
-
-
-@dataclass(frozen=True)
-class RunPath:
-    """A run folder in the base-to-novel layout ``<role>/<dataset>/<shots>/<trainer>/<config>/<seed>``."""
-
-    role: str  # train_base / test_base / test_new
-    dataset: str
-    shots: str
-    trainer: str
-    config: str
-    seed: str
-    path: str
-
-
-def parse_run_path(path: str) -> RunPath | None:
-    """Parse a run folder path in the base-to-novel layout; None when it does not follow it."""
-    parts = Path(os.path.abspath(path)).parts
-    if len(parts) >= 6 and parts[-6] in ROLE_DIRS:
-        return RunPath(*parts[-6:], path=path)
-    return None
-
-
-def seed_of(name: str) -> int | None:
-    """Seed number of a ``seed1`` / ``seed_1`` folder name (None for other names)."""
-    m = re.fullmatch(r"seed_?(\d+)", name)
-    return int(m.group(1)) if m else None
-
-
-def seed_key(name: str) -> str:
-    """The seed as a key that pairs ``seed1`` with ``seed_1``; other names stay as they are."""
-    seed = seed_of(name)
-    return str(seed) if seed is not None else name
-
-
-def is_run_dir(path: str) -> bool:
-    """A run folder holds results.json or log.txt."""
-    return os.path.isfile(os.path.join(path, RESULT_FILE)) or os.path.isfile(os.path.join(path, LOG_FILE))
 
 
 def require_dir(path: str) -> None:

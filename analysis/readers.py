@@ -3,16 +3,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any
 
 from analysis.errors import ResultsError
 from analysis.layout import LOG_FILE, RESULT_FILE, find_runs
+from engine.runs import FINISH_SIGNAL, RESULT_SIGNAL, logged_value, metric_pattern
 
-FINISH_SIGNAL = "Finish training"
-"""Dassl's end-of-training line: the final test follows it."""
-RESULT_SIGNAL = "=> result"
-"""Dassl's evaluator header: eval-only logs (``--test-log``) are read after it."""
 VAL_HEADER = "Evaluate on the *val* set"
 
 
@@ -39,26 +35,14 @@ def value_from_results_json(obj: Any, keyword: str) -> float | None:
     return None
 
 
-def _metric_pattern(keyword: str) -> re.Pattern:
-    return re.compile(rf"\* {re.escape(keyword)}: ([\.\deE+-]+)%")
-
-
 def value_from_log(text: str, keyword: str = "accuracy", test_log: bool = False) -> float | None:
     """Last ``* keyword: X%`` after the end signal (``Finish training``, or ``=> result`` with ``test_log``)."""
-    signal = RESULT_SIGNAL if test_log else FINISH_SIGNAL
-    pattern = _metric_pattern(keyword)
-    found, value = False, None
-    for line in text.splitlines():
-        if line.strip() == signal:
-            found = True
-        elif found and (m := pattern.search(line)):
-            value = float(m.group(1))
-    return value
+    return logged_value(text, keyword, RESULT_SIGNAL if test_log else FINISH_SIGNAL)
 
 
 def val_values_from_log(text: str, keyword: str = "accuracy") -> list[float]:
     """``keyword`` of every ``Evaluate on the *val* set`` block before ``Finish training`` (PromptKD's base)."""
-    pattern = _metric_pattern(keyword)
+    pattern = metric_pattern(keyword)
     values, in_val = [], False
     for line in text.splitlines():
         stripped = line.strip()

@@ -32,6 +32,8 @@ from demo import report
 from demo.jobs import Job, run_jobs, stage_times
 from demo.pretrain import PretrainParams, default_params, default_path, pretrained_path
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
+from engine.runs import RESULTS_FILE as RESULTS
+from engine.runs import run_dir
 from engine.utils import read_json
 
 CONFIG = "demo"
@@ -39,7 +41,6 @@ CONFIG = "demo"
 TABLE_METHODS = ("ZeroshotCLIP", "CoOp", "PromptKD", "PETR", "PETRCoOp")
 SHARED = ("ZeroshotCLIP", "PromptSRC")
 """Methods run once (seed 1) and shared by every seed: zero-shot is deterministic, the teacher is published once."""
-RESULTS = "results.json"
 SOURCE = "demonet"
 XD_TARGETS = ("democool", "demosoft", "demofancy")
 DG_TARGETS = ("demonetv2", "demonet_sketch", "demonet_a", "demonet_r")
@@ -140,8 +141,8 @@ class Demo:
         print(f"\n==> [{int(elapsed // 60):02d}:{int(elapsed % 60):02d}] {text}", flush=True)
 
     def run_dir(self, role: str, shots: int, trainer: str, seed: int) -> str:
-        """``<output>/base2new/<role>/<dataset>/shots_<K>/<trainer>/demo/seed<S>`` (docs/ARCHITECTURE.md)."""
-        return os.path.join(self.paths.base2new, role, self.short, f"shots_{shots}", trainer, CONFIG, f"seed{seed}")
+        """``<output>/base2new/<role>/<dataset>/shots_<K>/<trainer>/demo/seed<S>`` (``engine.runs.run_dir``)."""
+        return run_dir(self.paths.output, "base2new", role, self.short, shots, trainer, CONFIG, seed)
 
     def shots(self, trainer: str) -> int:
         """The shots folder of a method's base-to-novel runs."""
@@ -278,8 +279,8 @@ class Demo:
     def result(self, protocol_role: str, dataset: str, trainer: str, seed: int) -> str:
         """results.json of an xd/dg script run (SHOTS 0): ``<output>/<xd|dg>/<train|test>/<dataset>/shots_0/<T>/demo/
         seed<S>``."""
-        return os.path.join(self.paths.output, protocol_role, dataset, "shots_0", trainer, CONFIG, f"seed{seed}",
-                            RESULTS)
+        protocol, role = protocol_role.split("/")
+        return os.path.join(run_dir(self.paths.output, protocol, role, dataset, 0, trainer, CONFIG, seed), RESULTS)
 
     # ----- stages ---------------------------------------------------------------------------------------
     def prepare(self) -> None:

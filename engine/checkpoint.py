@@ -20,10 +20,9 @@ from torch import nn
 
 from .errors import CorruptFileError, InputNotFoundError, first_line
 from .restricted_pickle import load_upstream_checkpoint
+from .runs import POINTER_FILE, pointed_checkpoint
 from .utils import atomic_write, atomic_write_text, mkdir_if_missing
 
-POINTER_FILE = "checkpoint"
-"""File in a model folder naming the last checkpoint saved there (Dassl's layout)."""
 _PLAIN = (bool, int, float, str, bytes, type(None), torch.Tensor, torch.Size, torch.dtype, torch.device)
 
 
@@ -76,19 +75,6 @@ def save_checkpoint(
             atomic_write(os.path.join(save_dir, "model-best.pth.tar"), lambda f: shutil.copyfileobj(src, f),
                          binary=True)
     return fpath
-
-
-def pointed_checkpoint(folder: str) -> str | None:
-    """Path of the checkpoint named in ``<folder>/checkpoint`` (the last one saved there); None without that file.
-
-    The one reader of the pointer file: the engine (resume, ``--load-epoch last``), PETRCoOp's plug-in, the teacher
-    and the demo ask it which checkpoint a model folder holds.
-    """
-    pointer = os.path.join(folder, POINTER_FILE)
-    if not os.path.isfile(pointer):
-        return None
-    with open(pointer) as f:
-        return os.path.join(folder, f.readline().strip())
 
 
 def checkpoint_epoch(path: str) -> int | None:

@@ -20,10 +20,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
-
-def launched_world_size() -> int:
-    """Number of processes torchrun started (``WORLD_SIZE``; 1 outside torchrun)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+from .run_lock import launched_world_size
 
 
 def is_distributed() -> bool:
@@ -49,6 +46,15 @@ def get_backend() -> str:
 def is_main() -> bool:
     """True on rank 0 (and in a single process): the one process that prints, logs and writes files."""
     return get_rank() == 0
+
+
+def share_from_main(value):
+    """Rank 0's ``value`` on every process (a small picklable object; returned as it is in a single process)."""
+    if not is_distributed():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def barrier() -> None:

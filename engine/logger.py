@@ -8,6 +8,7 @@ import sys
 import time
 from typing import TextIO
 
+from .runs import LOG_FILE
 from .utils import mkdir_if_missing
 
 
@@ -73,7 +74,7 @@ def setup_logger(output: str | None = None) -> Logger | None:
     """Tee stdout to ``<output>/log.txt`` (or ``output`` if it ends in .txt/.log), appending; returns the Logger."""
     if output is None:
         return None
-    fpath = output if output.endswith((".txt", ".log")) else os.path.join(output, "log.txt")
+    fpath = output if output.endswith((".txt", ".log")) else os.path.join(output, LOG_FILE)
     logger = Logger(fpath)
     sys.stdout = logger
     return logger

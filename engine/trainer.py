@@ -53,10 +53,8 @@ from .evaluator import build_evaluator
 from .meters import AverageMeter, MetricMeter
 from .precision import autocast, make_grad_scaler, resolve_precision
 from .registry import TRAINER_REGISTRY, check_availability
+from .runs import RESULTS_FILE, RESUME_FILE
 from .utils import write_json
-
-RESUME_FILE = "resume.pth.tar"
-"""The latest resumable training state of a run, in its output folder (see ``save_resume_state``)."""
 
 
 def _as_list(names) -> list[str]:
@@ -562,7 +560,7 @@ class SimpleTrainer(TrainerBase):
         if "perclass_accuracy" in results:
             record["perclass_accuracy"] = float(results["perclass_accuracy"])
         record.update(self.extra_results())
-        write_json(record, os.path.join(self.output_dir, "results.json"))
+        write_json(record, os.path.join(self.output_dir, RESULTS_FILE))
 
     def parse_batch_test(self, batch: dict):
         return batch["img"].to(self.device), batch["label"].to(self.device)

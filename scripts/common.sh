@@ -18,6 +18,8 @@
 #   LOAD_EPOCH    epoch a test script loads (default: model-best.pth.tar when the run saved one, else the last epoch)
 #   NPROC         processes (GPUs) per run: N > 1 launches train.py with `python -m torch.distributed.run
 #                 --standalone --nproc-per-node N` (data parallel; the config's training batch is the global one)
+#   MOVE_ASIDE    1: when a run's folder holds a finished or interrupted run of another config, move that run to
+#                 .<folder>.old-<N> beside it and start this one (train.py --move-aside); otherwise the script stops
 
 if [ -z "${PYTHON:-}" ]; then
     if [ -n "${VIRTUAL_ENV:-}" ]; then
@@ -133,31 +135,17 @@ scripts/teacher/base2new_train.sh or import PromptKD's with tools/import_promptk
     esac
 }
 
-# run_dir PROTOCOL/ROLE DATASET SHOTS TRAINER CFG SEED: the output folder of one run (docs/ARCHITECTURE.md layout).
+# run_dir PROTOCOL/ROLE DATASET SHOTS TRAINER CFG SEED: the output folder of one run (engine/runs.py, the layout of
+# docs/ARCHITECTURE.md), e.g. run_dir base2new/train_base eurosat 16 CoOp vit_b16_ctxv1 1.
 run_dir() {
-    echo "$OUTPUT_ROOT/$1/$2/shots_$3/$4/$5/seed$6"
+    "$PYTHON" -m engine.runs dir "$OUTPUT_ROOT" "${1%%/*}" "${1#*/}" "$2" "$3" "$4" "$5" "$6"
 }
 
-# run_state DIR: "finished" (results.json), "finished-upstream" (an upstream Dassl/CoOp/PromptKD run: no
-# results.json, its log.txt has the accuracy block after "Finish training"), "resumable" (interrupted: a resume state
-# or a checkpoint, no results), "failed" (only the log of an attempt that stopped before any checkpoint) or "new".
-run_state() {
-    if [ -f "$1/results.json" ]; then
-        echo finished
-    elif [ -f "$1/log.txt" ] && awk '/^Finish training/ {f = 1} f && /^\* accuracy: / {a = 1} END {exit !a}' "$1/log.txt"; then
-        echo finished-upstream
-    elif [ -f "$1/resume.pth.tar" ] || compgen -G "$1/*/checkpoint" >/dev/null; then
-        echo resumable
-    elif [ -f "$1/log.txt" ]; then
-        echo failed
-    else
-        echo new
-    fi
-}
-
-# run_finished DIR: true when the run in DIR completed (ours, or an upstream run's log; see run_state).
+# run_finished DIR: true when the run in DIR completed (ours, or an upstream run's log), as `python -m engine.runs
+# state DIR` says. Whether a finished run is the same run as the one a script would start (same config, data and
+# checkpoints) is decided by train.py itself: on the same run it prints "Run finished, skipping: DIR" and exits 0.
 run_finished() {
-    case "$(run_state "$1")" in
+    case "$("$PYTHON" -m engine.runs state "$1")" in
         finished | finished-upstream) return 0 ;;
         *) return 1 ;;
     esac
@@ -170,9 +158,11 @@ load_epoch_args() {
         echo "--load-epoch $LOAD_EPOCH"
         return
     fi
-    compgen -G "$1/*/model-best.pth.tar" >/dev/null && return
-    compgen -G "$1/*/checkpoint" >/dev/null || die "no checkpoint in $1: train the model first"
-    echo "--load-epoch last"
+    local saved
+    saved=$("$PYTHON" -m engine.runs saved-model "$1") || exit 1
+    if [ "$saved" = last ]; then
+        echo "--load-epoch last"
+    fi
 }
 
 # common_opts NS: fills the array COMMON_OPTS with the environment overrides (BACKBONE, TEACHER_NAME, EXTRA_OPTS).
@@ -187,18 +177,6 @@ common_opts() {
     local extra=()
     read -r -a extra <<<"${EXTRA_OPTS:-}"
     COMMON_OPTS+=("${extra[@]}")
-}
-
-# skip_if_finished DIR: ends the script (status 0) when the run in DIR already finished; otherwise says whether
-# train.py will resume it or start it again.
-skip_if_finished() {
-    case "$(run_state "$1")" in
-        finished) echo "Run finished, skipping: $1"; exit 0 ;;
-        finished-upstream) echo "Run finished (upstream log.txt, no results.json), skipping: $1"; exit 0 ;;
-        resumable) echo "Resuming the interrupted run in $1" ;;
-        failed) echo "note: $1 holds only the log.txt of an attempt that stopped before saving a checkpoint or" \
-            "results (failed or interrupted): not finished, not resumable; running it again from the start" ;;
-    esac
 }
 
 # require_python: PYTHON must have torch; otherwise one line saying how to get an environment.
@@ -220,7 +198,9 @@ eval_args() {
 
 # train_py DATASET DIR [ARG ...]: runs train.py for $TRAINER with configs/trainers/$TRAINER/$CFG.yaml on DATASET,
 # writing to DIR, with --seed $SEED unless SEED is empty; ARGs (flags, then KEY VALUE overrides) precede COMMON_OPTS.
-# With NPROC > 1 it runs under torchrun (NPROC processes on this machine).
+# With NPROC > 1 it runs under torchrun (NPROC processes on this machine); MOVE_ASIDE=1 adds --move-aside. train.py
+# skips a finished run of the same config ("Run finished, skipping: DIR", status 0), resumes an interrupted one, and
+# stops with status 2 when DIR holds another config's run or is in use by a live run.
 train_py() {
     local dataset=$1 dir=$2
     shift 2
@@ -229,12 +209,15 @@ train_py() {
     if [ -n "$SEED" ]; then
         seed=(--seed "$SEED")
     fi
-    local launch=(train.py)
+    local launch=(train.py) move=()
+    if [ "${MOVE_ASIDE:-}" = 1 ]; then
+        move=(--move-aside)
+    fi
     [[ "${NPROC:-1}" =~ ^[1-9][0-9]*$ ]] || die "NPROC=$NPROC: give the number of processes (GPUs), e.g. NPROC=4"
     if [ "${NPROC:-1}" -gt 1 ]; then
         launch=(-m torch.distributed.run --standalone --nproc-per-node "$NPROC" train.py)
     fi
     "$PYTHON" "${launch[@]}" --root "$DATA" "${seed[@]}" --trainer "$TRAINER" \
         --dataset-config-file "$(dataset_yaml "$dataset")" --config-file "configs/trainers/$TRAINER/$CFG.yaml" \
-        --output-dir "$dir" "$@" "${COMMON_OPTS[@]}"
+        --output-dir "$dir" "${move[@]}" "$@" "${COMMON_OPTS[@]}"
 }

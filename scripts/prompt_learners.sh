@@ -32,7 +32,6 @@ unit() {
     local role=$1 dataset=$2 model_dir=$3 what=$4 dir
     shift 4
     dir=$(run_dir "$role" "$dataset" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
-    skip_if_finished "$dir"
     EVAL_ARGS=()
     if [ -n "$model_dir" ]; then
         eval_args "$model_dir"

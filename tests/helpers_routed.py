@@ -3,9 +3,6 @@ open_clip forwards written in the test, and a runner that replays what a scripts
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
@@ -13,10 +10,9 @@ import torch
 import torch.nn.functional as F
 
 import clip
-import train
 from tests.helpers_clip import reference_encode_text
 from tests.helpers_datasets import load_images
-from tests.helpers_run import HANG_GUARD_S
+from tests.helpers_run import ScriptRunner
 from trainers.routing import MahalanobisRouter
 from trainers.templates import ENSEMBLE_TEMPLATES
 
@@ -92,36 +88,7 @@ def check_against_reference(out, expected: dict) -> dict:
     return result
 
 
-class ScriptRunner:
-    """Runs a scripts/*/*.sh script with a recording ``PYTHON`` and replays its train.py commands in-process.
-
-    The recorder (a small shell script) writes the script's argv; replaying it through ``train.main`` runs the
-    exact command the script composed without paying a fresh interpreter per run. ``-c`` snippets (the scripts'
-    check that the interpreter has torch) run in this interpreter.
-    """
-
-    def __init__(self, tmp_path, tree, backbone: str):
-        self.record = tmp_path / "commands.txt"
-        recorder = tmp_path / "record_python.sh"
-        recorder.write_text(f'#!/bin/sh\n[ "$1" = -c ] && exec "{sys.executable}" "$@"\n'
-                            'printf \'%s\\n\' "$@" --END-- >> "$RECORD"\n')
-        recorder.chmod(0o755)
-        self.env = {**os.environ, "DATA": tree.root, "PYTHON": str(recorder), "RECORD": str(self.record),
-                    "OUTPUT_ROOT": str(tmp_path / "output"), "SHOTS": "0", "BACKBONE": backbone,
-                    "EXTRA_OPTS": " ".join(TINY).replace("(32, 32)", "(32,32)")}
-
-    def run(self, script: str, *args: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
-        """Run ``scripts/<script> args``; returns its result and the train.py commands it issued (replayed)."""
-        self.record.unlink(missing_ok=True)
-        done = subprocess.run(["bash", f"scripts/{script}", *args], env=self.env,
-                              capture_output=True, text=True, timeout=HANG_GUARD_S)
-        commands, current = [], []
-        for line in self.record.read_text().splitlines() if self.record.exists() else []:
-            if line == "--END--":
-                commands, current = commands + [current], []
-            else:
-                current.append(line)
-        for command in commands:
-            assert command[0] == "train.py"
-            train.main(command[1:])
-        return done, commands
+def script_runner(tmp_path, tree, backbone: str) -> ScriptRunner:
+    """A runner of ``scripts/<method>/<script>`` on the tiny EuroSAT tree (SHOTS 0, the tiny settings, ``backbone``)."""
+    return ScriptRunner(tmp_path, {"DATA": tree.root, "OUTPUT_ROOT": str(tmp_path / "output"), "SHOTS": "0",
+                                   "BACKBONE": backbone, "EXTRA_OPTS": " ".join(TINY).replace("(32, 32)", "(32,32)")})

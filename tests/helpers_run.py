@@ -1,13 +1,16 @@
 """Running train.py and the scripts as subprocesses in tests."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import sys
+from collections.abc import Iterator
 
 # Subprocess timeouts only guard against hangs: far above any expected run, even on a slow, busy 2-core machine.
 HANG_GUARD_S = 1800
-
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_until(cmd: list[str], marker: str | None, sig: int, cwd: str, env: dict) -> tuple[int, str, bool]:
@@ -28,3 +31,67 @@ def run_until(cmd: list[str], marker: str | None, sig: int, cwd: str, env: dict)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return proc.returncode, "".join(lines), sent
+
+
+class ScriptRunner:
+    """Runs a scripts/<method>/*.sh script with a recording ``PYTHON`` and replays its train.py commands in-process.
+
+    The recorder (a small shell script) writes the script's argv; replaying it through ``train.main`` runs the
+    exact command the script composed without paying a fresh interpreter per run. ``-c`` snippets (the scripts'
+    check that the interpreter has torch) and ``-m engine.runs`` (run folders and states) run in this interpreter.
+    ``skipped`` tells, per replayed command, whether train.py found the same run finished and skipped it.
+    """
+
+    def __init__(self, tmp_path, env: dict, script: str = "scripts/{}"):
+        self.record = tmp_path / "commands.txt"
+        recorder = tmp_path / "record_python.sh"
+        recorder.write_text('#!/bin/sh\nif [ "$1" = -c ] || [ "$2" = engine.runs ]; then '
+                            f'exec "{sys.executable}" "$@"; fi\n'
+                            'printf \'%s\\n\' "$@" --END-- >> "$RECORD"\n')
+        recorder.chmod(0o755)
+        self.env = {**os.environ, **env, "PYTHON": str(recorder), "RECORD": str(self.record)}
+        self.script = script
+        self.skipped: list[bool] = []
+
+    def run(self, script: str, *args: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+        """Run ``script`` (formatted into the runner's script pattern); returns its result and the train.py commands
+        it issued (already replayed; a user error of one propagates)."""
+        import train
+
+        self.record.unlink(missing_ok=True)
+        done = subprocess.run(["bash", *self.script.format(script).split(), *args], cwd=REPO, env=self.env,
+                              capture_output=True, text=True, timeout=HANG_GUARD_S)
+        commands, current = [], []
+        for line in self.record.read_text().splitlines() if self.record.exists() else []:
+            if line == "--END--":
+                commands, current = commands + [current], []
+            else:
+                current.append(line)
+        self.skipped = []
+        for command in commands:
+            assert command[0] == "train.py"
+            self.skipped.append(train.main(command[1:]) is None)
+        return done, commands
+
+
+_HOLD = """import fcntl, json, os, sys, time
+fd = os.open(os.path.join(sys.argv[1], "run.lock"), os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, json.dumps({"pid": os.getpid(), "host": "h", "started": "s", "command": "train.py x"}).encode())
+print("locked", flush=True)
+time.sleep(3600)
+"""
+
+
+@contextlib.contextmanager
+def lock_held_elsewhere(folder) -> Iterator[int]:
+    """Another live process holding the run folder's lock as a run does (``flock`` on run.lock, its record: host h,
+    started s, command ``train.py x``); yields its pid, kills it on exit."""
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait(timeout=HANG_GUARD_S)
+        holder.stdout.close()

@@ -1,6 +1,7 @@
-"""Checkpoints in upstream Dassl's layout, written in the tests: the model's state dict, ``epoch``, the optimiser's
-state dict, and a ``scheduler`` entry that pickles objects (as Dassl's scheduler ``state_dict()`` does), one of them
-with a side effect when unpickled."""
+"""Upstream Dassl run folders, written in the tests. Checkpoints in Dassl's layout: the model's state dict, ``epoch``,
+the optimiser's state dict, and a ``scheduler`` entry that pickles objects (as Dassl's scheduler ``state_dict()``
+does), one of them with a side effect when unpickled. Logs in Dassl's format: a finished training run, a finished
+``--eval-only`` run, and a training run killed after its first validation."""
 from __future__ import annotations
 
 import os
@@ -31,3 +32,97 @@ def write_dassl_checkpoint(folder: str, state_dict: dict, epoch: int, optimizer:
     with open(os.path.join(folder, "checkpoint"), "w") as f:
         f.write(f"{name}\n")
     return os.path.join(folder, name)
+
+
+# The end of an upstream Dassl training run's log.txt (CoOp / PromptKD layout), written from Dassl's print statements.
+UPSTREAM_TRAIN_LOG = """\
+epoch [5/5] batch [20/20] time 0.101 (0.120) data 0.000 (0.010) loss 0.4121 (0.4500) acc 87.5 (86.2)
+Checkpoint saved to output/base2new/train_base/eurosat/shots_16/CoOp/vit_b16_ctxv1/seed1/prompt_learner/model.pth.tar-5
+Finish training
+Deploy the last-epoch model
+Evaluate on the *test* set
+=> result
+* total: 4,200
+* correct: 3,843
+* accuracy: 91.5%
+* error: 8.5%
+* macro_f1: 91.4%
+Elapsed: 0:03:12
+"""
+
+# An upstream Dassl ``--eval-only`` log (a CoOp test_new run), as Dassl's train.py and evaluator print it: no training
+# lines, no "Finish training", the accuracy block after "=> result".
+UPSTREAM_EVAL_LOG = """Setting fixed seed: 1
+***************
+** Arguments **
+***************
+config_file: configs/trainers/CoOp/vit_b16_ctxv1.yaml
+dataset_config_file: configs/datasets/eurosat.yaml
+eval_only: True
+load_epoch: 200
+model_dir: output/base2new/train_base/eurosat/shots_16/CoOp/vit_b16_ctxv1/seed1
+no_train: False
+opts: ['DATASET.NUM_SHOTS', '16', 'DATASET.SUBSAMPLE_CLASSES', 'new']
+output_dir: output/base2new/test_new/eurosat/shots_16/CoOp/vit_b16_ctxv1/seed1
+root: /data
+seed: 1
+source_domains: None
+target_domains: None
+trainer: CoOp
+transforms: None
+Loading trainer: CoOp
+Loading dataset: EuroSAT
+Reading split from /data/eurosat/split_zhou_EuroSAT.json
+Loading preprocessed few-shot data from /data/eurosat/split_fewshot/shot_16-seed_1.pkl
+SUBSAMPLE NEW CLASSES!
+Building transform_train
++ random resized crop (size=(224, 224), scale=(0.08, 1.0))
++ random flip
++ to torch tensor of range [0, 1]
++ normalization (mean=[0.48145466, 0.4578275, 0.40821073], std=[0.26862954, 0.26130258, 0.27577711])
+Building transform_test
++ resize the smaller edge to 224
++ 224x224 center crop
++ to torch tensor of range [0, 1]
++ normalization (mean=[0.48145466, 0.4578275, 0.40821073], std=[0.26862954, 0.26130258, 0.27577711])
+---------  -------
+Dataset    EuroSAT
+# classes  5
+# train_x  80
+# val      20
+# test     3,900
+---------  -------
+Loading CLIP (backbone: ViT-B/16)
+Building custom CLIP
+Initial context: "a photo of a"
+Number of context words (tokens): 4
+Turning off gradients in both the image and the text encoder
+Loading evaluator: Classification
+Loading weights to prompt_learner from \
+"output/base2new/train_base/eurosat/shots_16/CoOp/vit_b16_ctxv1/seed1/prompt_learner/model.pth.tar-200" (epoch = 200)
+Evaluate on the *test* set
+=> result
+* total: 3,900
+* correct: 2,301
+* accuracy: 59.0%
+* error: 41.0%
+* macro_f1: 57.3%
+"""
+
+# An upstream PromptKD training run (TEST.FINAL_MODEL best_val) killed in its third epoch: per-epoch validation
+# blocks, no "Finish training".
+UPSTREAM_KILLED_LOG = """\
+epoch [1/20] batch [20/50] time 0.310 (0.330) data 0.001 (0.020) loss 1.2000 (1.4000) lr 5.0000e-03 \
+eta 0:05:10
+Evaluate on the *val* set
+=> result
+* total: 2,100
+* correct: 1,680
+* accuracy: 80.0%
+* error: 20.0%
+* macro_f1: 79.6%
+Checkpoint saved to output/base2new/train_base/eurosat/shots_0/PromptKD/c/seed_1/VLPromptLearner/\
+model-best.pth.tar
+epoch [2/20] batch [20/50] time 0.305 (0.320) data 0.001 (0.020) loss 1.0000 (1.1000) lr 4.9000e-03 \
+eta 0:05:00
+"""

@@ -5,6 +5,7 @@ Run with ``-s`` to see the matrix as a table.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -17,7 +18,7 @@ from tabulate import tabulate
 import clip.clip as clip_module
 import train
 from tests.helpers_datasets import write_image
-from tests.helpers_petr import write_eurosat
+from tests.helpers_petr import petr_argv, write_eurosat
 from tests.helpers_run import HANG_GUARD_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -131,6 +132,39 @@ def _bad_split_file(tmp, data, tree, clip_file, mp):
             f"error: Split file {tree.split_file} must hold a JSON object with keys train, val and test; ...")
 
 
+def _other_config(tmp, data, tree, clip_file, mp):
+    """A finished run in the folder, then the same command with another learning rate."""
+    assert train.cli(coop_argv(data, tmp / "run", clip_file)) == 0
+    return (coop_argv(data, tmp / "run", clip_file, "OPTIM.LR", "0.01"),
+            f"error: {tmp / 'run'} holds a finished run that differs from this one: OPTIM.LR 0.002 → 0.01. Nothing "
+            "was changed: give this run another --output-dir (scripts: OUTPUT_ROOT), or add --move-aside (scripts: "
+            f"MOVE_ASIDE=1) to move that run to {tmp / '.run.old-1'} and start this one")
+
+
+HELD_LOCKS: list[int] = []
+"""Lock files held by a case's stand-in for another live run (closed after each test)."""
+
+
+def _in_use(tmp, data, tree, clip_file, mp):
+    """The output folder is locked by another live run (this process plays it: flock is per open file)."""
+    (tmp / "run").mkdir()
+    fd = os.open(tmp / "run" / "run.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.write(fd, json.dumps({"pid": 4242, "host": "node7", "started": "2025-01-01 00:00:00",
+                             "command": "train.py --output-dir run"}).encode())
+    HELD_LOCKS.append(fd)
+    return (coop_argv(data, tmp / "run", clip_file),
+            f"error: {tmp / 'run'} is in use by another run (pid 4242 on node7, started 2025-01-01 00:00:00: "
+            "train.py --output-dir run); wait for it to end or stop it, or give this run another --output-dir")
+
+
+def _eval_without_model(tmp, data, tree, clip_file, mp):
+    return (coop_argv(data, tmp / "run", clip_file, flags=("--eval-only",)),
+            "error: --eval-only without --model-dir would evaluate the untrained prompt_learner of CoOp: pass "
+            "--model-dir <its training run folder> (and --load-epoch N or last when that run kept no "
+            "model-best.pth.tar)")
+
+
 def _value(key: str, value: str, rule: str):
     def setup(tmp, data, tree, clip_file, mp):
         return coop_argv(data, tmp / "run", clip_file, key, value), f"error: {key} is {value}; it must be {rule}"
@@ -145,11 +179,11 @@ CASES = {
     "missing config file": (_missing_config, [], False),
     "missing dataset folder": (_missing_dataset, ["log.txt"], False),
     "missing image": (_missing_image, ["log.txt"], False),
-    "corrupt image": (_corrupt_image, ["log.txt"], False),
-    "corrupt image (loader worker)": (_corrupt_image_worker, ["log.txt"], False),
+    "corrupt image": (_corrupt_image, ["log.txt", "run.json"], False),
+    "corrupt image (loader worker)": (_corrupt_image_worker, ["log.txt", "run.json"], False),
     "CLIP weights offline": (_clip_offline, ["log.txt"], False),
-    "truncated checkpoint": (_truncated_checkpoint, ["log.txt"], True),
-    "truncated resume state": (_truncated_resume_state, ["log.txt", "resume.pth.tar"], True),
+    "truncated checkpoint": (_truncated_checkpoint, ["log.txt", "run.json"], True),
+    "truncated resume state": (_truncated_resume_state, ["log.txt", "resume.pth.tar", "run.json"], True),
     "unknown protocol": (_unknown_protocol, ["log.txt"], False),
     "split file without val/test": (_bad_split_file, ["log.txt"], False),
     "batch size 0": (_value("DATALOADER.TRAIN_X.BATCH_SIZE", "0", "an integer >= 1"), ["log.txt"], False),
@@ -162,7 +196,14 @@ CASES = {
     "percentile 150": (_value("TRAINER.PETR.PERCENTILE", "150.0", "a number in (0, 100]"), ["log.txt"], False),
     "temperature 0": (_value("TRAINER.PROMPTKD.TEMPERATURE", "0.0", "a number > 0"), ["log.txt"], False),
     "KD weight -1": (_value("TRAINER.PETR.KD_WEIGHT", "-1.0", "a number >= 0"), ["log.txt"], False),
+    "rerun with another config (finished run)": (_other_config, ["log.txt", "prompt_learner/checkpoint",
+                                                                 "prompt_learner/model.pth.tar-1", "results.json",
+                                                                 "run.json"], True),
+    "output folder in use by a live run": (_in_use, ["run.lock"], False),
+    "--eval-only without --model-dir": (_eval_without_model, ["log.txt"], True),
 }
+UNTOUCHED = {"rerun with another config (finished run)", "output folder in use by a live run"}
+"""Cases that stop before the run's log opens: what the folder held stays byte for byte (its log included)."""
 
 
 def _files(folder) -> list[str]:
@@ -171,6 +212,17 @@ def _files(folder) -> list[str]:
         return []
     paths = (os.path.relpath(os.path.join(d, f), folder) for d, _, files in os.walk(folder) for f in files)
     return sorted(p for p in paths if not p.startswith(f"tensorboard{os.sep}"))
+
+
+def _snapshot(folder) -> dict[str, bytes]:
+    return {rel: open(os.path.join(folder, rel), "rb").read() for rel in _files(folder)}
+
+
+@pytest.fixture(autouse=True)
+def release_held_locks():
+    yield
+    while HELD_LOCKS:
+        os.close(HELD_LOCKS.pop())
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -185,6 +237,7 @@ def test_bad_input_matrix(case, tmp_path, tiny_clip_file, monkeypatch, capsys):
     setup, left, fewshot = CASES[case]
     tree = write_eurosat(tmp_path / "data", train_per_class=3)
     argv, expected = setup(tmp_path, tmp_path / "data", tree, tiny_clip_file, monkeypatch)
+    before = _snapshot(tmp_path / "run")
     capsys.readouterr()
     status = train.cli(argv)
     err = capsys.readouterr().err
@@ -195,7 +248,10 @@ def test_bad_input_matrix(case, tmp_path, tiny_clip_file, monkeypatch, capsys):
     assert line.startswith(expected[:-3]) if expected.endswith("...") else line == expected
     out = tmp_path / "run"
     assert _files(out) == left
-    if "log.txt" in left:  # the error reaches the run's log too
+    after = _snapshot(out)
+    for rel, content in before.items():  # nothing there before is changed (a log only grows)
+        assert after[rel] == content or (rel == "log.txt" and case not in UNTOUCHED and after[rel].startswith(content))
+    if "log.txt" in left and case not in UNTOUCHED:  # the error reaches the run's log too
         assert open(out / "log.txt").read().rstrip().endswith(line)
     has_fewshot = os.path.isdir(os.path.join(tree.dataset_dir, "split_fewshot"))
     assert has_fewshot == fewshot
@@ -253,3 +309,18 @@ def test_every_shipped_config_passes_the_value_checks():
             args = train.build_parser().parse_args(["--config-file", trainer_yaml, "--dataset-config-file",
                                                     dataset_yaml])
             check_config_values(train.setup_cfg(args))
+
+
+def test_eval_only_without_model_dir_stops_every_trainer_with_learned_weights(tmp_path, tiny_clip_file,
+                                                                              tiny_teacher_clip_file, capsys):
+    """PETR too (CoOp is in the matrix); zero-shot CLIP, which learns nothing, evaluates without one
+    (tests/test_trainer_zsclip.py)."""
+    write_eurosat(tmp_path / "data")
+    argv = petr_argv(tmp_path / "data", tmp_path / "run", tiny_clip_file, tiny_teacher_clip_file,
+                     "DATASET.SUBSAMPLE_CLASSES", "new", flags=("--eval-only",))
+    assert train.cli(argv) == train.EXIT_USER_ERROR
+    assert capsys.readouterr().err.splitlines() == [
+        "error: --eval-only without --model-dir would evaluate the untrained seen_student, unseen_student of PETR: "
+        "pass --model-dir <its training run folder> (and --load-epoch N or last when that run kept no "
+        "model-best.pth.tar)"]
+    assert _files(tmp_path / "run") == ["log.txt"]

@@ -24,6 +24,7 @@ from torch.utils.data import DistributedSampler
 import train
 from engine.distributed import merge_in_order
 from tests.helpers_petr import petr_argv, write_eurosat
+from tests.helpers_run import lock_held_elsewhere
 
 REPO = Path(__file__).resolve().parents[1]
 HANG_GUARD_S = 1800  # far above a normal run (seconds); only stops a hung process group
@@ -183,6 +184,28 @@ def test_two_process_evaluation_equals_one_process(one_process_run, tiny_clip_fi
                 "acc_oracle", "n_seen"):
         assert second[key] == first[key], key
     assert second["threshold"] == pytest.approx(first["threshold"], rel=1e-5)
+
+
+def test_every_process_follows_rank_0_on_a_finished_or_busy_folder(one_process_run, tiny_clip_file,
+                                                                     tiny_teacher_clip_file):
+    """Only rank 0 claims the output folder; the others do what it decided: all skip the same finished run, or all
+    stop when a live run holds the folder (rank 0 alone prints the line)."""
+    tmp = one_process_run
+    finished = subprocess.run(torchrun_cmd(ddp_argv(tmp / "data", tmp / "one", tiny_clip_file,
+                                                    tiny_teacher_clip_file)),
+                              cwd=REPO, env=cpu_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert finished.stdout.splitlines() == [f"Run finished, skipping: {tmp / 'one'}"]
+    busy = tmp / "busy"
+    busy.mkdir()
+    with lock_held_elsewhere(busy) as pid:
+        done = subprocess.run(torchrun_cmd(ddp_argv(tmp / "data", busy, tiny_clip_file, tiny_teacher_clip_file)),
+                              cwd=REPO, env=cpu_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode != 0 and errors == [
+        f"error: {busy} is in use by another run (pid {pid} on h, started s: train.py x); wait for it to end or stop "
+        "it, or give this run another --output-dir"], done.stderr[-3000:]
+    assert os.listdir(busy) == ["run.lock"]
 
 
 def test_merge_in_order_restores_dataset_order_and_drops_padding():

@@ -1,32 +1,26 @@
-"""scripts/common.sh: the state of a run folder (finished, upstream-finished, resumable, failed, new), what the
-scripts do with each, and how they find a Python with torch."""
+"""The scripts and run states: for every state of a run folder (``python -m engine.runs state``), what a unit script
+does with it (the decision is train.py's, the scripts only compose its command); sweeps into a folder of another
+config; how the scripts find a Python with torch; publishing a teacher.
+
+Run with ``-s`` to see the table of states.
+"""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
+from tabulate import tabulate
 
-from tests.helpers_run import HANG_GUARD_S
+from engine.run_identity import RunMismatchError
+from engine.run_lock import RunLockedError
+from tests.helpers_petr import write_eurosat
+from tests.helpers_run import HANG_GUARD_S, ScriptRunner, lock_held_elsewhere
+from tests.helpers_upstream import UPSTREAM_EVAL_LOG, UPSTREAM_TRAIN_LOG
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# The end of an upstream Dassl run's log.txt (CoOp / PromptKD layout), written from Dassl's print statements.
-UPSTREAM_LOG = """epoch [5/5] batch [20/20] time 0.101 (0.120) data 0.000 (0.010) loss 0.4121 (0.4500) acc 87.5 (86.2)
-Checkpoint saved to output/base2new/train_base/eurosat/shots_16/CoOp/vit_b16_ctxv1/seed1/prompt_learner/model.pth.tar-5
-Finish training
-Deploy the last-epoch model
-Evaluate on the *test* set
-=> result
-* total: 4,200
-* correct: 3,843
-* accuracy: 91.5%
-* error: 8.5%
-* macro_f1: 91.4%
-Elapsed: 0:03:12
-"""
-
 
 def bash(expr: str, cwd: str = REPO, **env: str) -> subprocess.CompletedProcess:
     """Run ``expr`` after sourcing scripts/common.sh in ``cwd``."""
@@ -34,39 +28,141 @@ def bash(expr: str, cwd: str = REPO, **env: str) -> subprocess.CompletedProcess:
                           env={**os.environ, **env}, capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
-def make_run(root, state: str) -> str:
-    """A run folder in ``state`` as the engine (or upstream Dassl) leaves it."""
-    run = root / state
-    (run / "prompt_learner").mkdir(parents=True)
-    if state == "finished":
-        (run / "results.json").write_text('{"accuracy": 91.5}')
-        (run / "log.txt").write_text("...\n")
-    elif state == "finished-upstream":
-        (run / "log.txt").write_text(UPSTREAM_LOG)
-        (run / "prompt_learner" / "checkpoint").write_text("model.pth.tar-5\n")
-    elif state == "resumable":  # killed during the final evaluation: "Finish training" but no accuracy block
-        (run / "log.txt").write_text(UPSTREAM_LOG.split("=> result")[0])
-        (run / "resume.pth.tar").write_bytes(b"")
-    elif state == "failed":
-        (run / "log.txt").write_text("error: Unknown trainer (TRAINER.NAME / --trainer) 'PETRR'.\n")
-    return str(run)
+TINY = ("INPUT.SIZE (32,32) OPTIM.MAX_EPOCH 1 DATALOADER.NUM_WORKERS 0 DATALOADER.TRAIN_X.BATCH_SIZE 4 "
+        "DATALOADER.TEST.BATCH_SIZE 8 USE_CUDA False")
+TABLE: list[list[str]] = []
 
 
-@pytest.mark.parametrize("state,message,runs_train_py", [
-    ("finished", "Run finished, skipping: ", False),
-    ("finished-upstream", "Run finished (upstream log.txt, no results.json), skipping: ", False),
-    ("resumable", "Resuming the interrupted run in ", True),
-    ("failed", "holds only the log.txt of an attempt that stopped before saving a checkpoint or results (failed "
-               "or interrupted): not finished, not resumable; running it again from the start", True),
-    ("new", "", True),
-])
-def test_run_state_and_what_the_scripts_do(tmp_path, state, message, runs_train_py):
-    run = make_run(tmp_path, state) if state != "new" else str(tmp_path / "new")
-    assert bash(f"run_state {run}").stdout.strip() == state
-    done = bash(f"skip_if_finished {run}; echo WOULD_RUN_TRAIN_PY")
-    assert done.returncode == 0 and message in done.stdout
-    assert ("WOULD_RUN_TRAIN_PY" in done.stdout) == runs_train_py
-    assert (bash(f"run_finished {run}").returncode == 0) == (state.startswith("finished"))
+@pytest.fixture(scope="module", autouse=True)
+def print_table():
+    yield
+    print("\n" + tabulate(TABLE, headers=["folder", "python -m engine.runs state", "what the script did"],
+                          tablefmt="github"))
+
+
+def cli_state(path: str) -> str:
+    """What the scripts ask: ``python -m engine.runs state DIR``."""
+    return subprocess.run([sys.executable, "-m", "engine.runs", "state", path], cwd=REPO, capture_output=True,
+                          text=True, check=True, timeout=HANG_GUARD_S).stdout.strip()
+
+
+def test_every_run_state_and_what_the_scripts_do(tmp_path, tiny_clip_file, capsys):
+    """For each state of a run folder, what ``python -m engine.runs state`` says and what the unit script (its
+    train.py command, replayed in-process) then does: new → trains; finished → skips; interrupted → resumes;
+    failed → says so and starts again; running → stops naming the holder; upstream (training or eval-only) → skips."""
+    write_eurosat(tmp_path / "data", train_per_class=3)
+    out = tmp_path / "output"
+    runner = ScriptRunner(tmp_path, {"DATA": str(tmp_path / "data"), "OUTPUT_ROOT": str(out), "SHOTS": "2",
+                                     "BACKBONE": tiny_clip_file, "EXTRA_OPTS": TINY})
+
+    def run_dir(role: str, seed: int) -> str:
+        return str(out / "base2new" / role / "eurosat" / "shots_2" / "CoOp" / "vit_b16_ctxv1" / f"seed{seed}")
+
+    def script(name: str, seed: int) -> str:
+        capsys.readouterr()
+        done, commands = runner.run(f"coop/{name}", "eurosat", str(seed))
+        assert done.returncode == 0 and len(commands) == 1, done.stderr
+        return capsys.readouterr().out
+
+    def row(label: str, state: str, did: str) -> None:
+        TABLE.append([label, state, did])
+
+    run = run_dir("train_base", 1)
+    assert cli_state(run) == "new"
+    output = script("base2new_train.sh", 1)
+    assert runner.skipped == [False] and "epoch [1/1]" in output and "Resuming" not in output
+    row("empty", "new", "trains from scratch")
+
+    assert cli_state(run) == "finished"
+    log = open(os.path.join(run, "log.txt")).read()
+    output = script("base2new_train.sh", 1)
+    assert runner.skipped == [True] and output == f"Run finished, skipping: {run}\n"
+    assert open(os.path.join(run, "log.txt")).read() == log  # not even a new attempt in the log
+    row("finished (same config)", "finished", "skips: 'Run finished, skipping: DIR', status 0")
+
+    results = open(os.path.join(run, "results.json")).read()
+    os.remove(os.path.join(run, "results.json"))  # killed in its final evaluation
+    assert cli_state(run) == "resumable"
+    output = script("base2new_train.sh", 1)
+    assert runner.skipped == [False] and f"Resuming the interrupted run in {run}" in output
+    assert "Previous epoch: 1" in output and "epoch [1/1]" not in output  # nothing is trained again
+    assert open(os.path.join(run, "results.json")).read() == results
+    row("killed during its final evaluation", "resumable", "resumes (trains nothing again), same results")
+
+    failed = run_dir("train_base", 2)
+    os.makedirs(failed)
+    with open(os.path.join(failed, "log.txt"), "w") as f:
+        f.write("error: Dataset folder not found: /data/eurosat\n")
+    assert cli_state(failed) == "failed"
+    output = script("base2new_train.sh", 2)
+    assert f"note: {failed} holds only the log of an attempt that stopped before saving" in output
+    assert "epoch [1/1]" in output and cli_state(failed) == "finished"
+    row("only the log of a failed attempt", "failed", "says so, trains from scratch")
+
+    busy = run_dir("train_base", 3)
+    os.makedirs(busy)
+    with lock_held_elsewhere(busy) as pid:
+        assert cli_state(busy) == "running"
+        with pytest.raises(RunLockedError, match=f"^{busy} is in use by another run \\(pid {pid} on h"):
+            runner.run("coop/base2new_train.sh", "eurosat", "3")
+        assert os.listdir(busy) == ["run.lock"]
+    row("locked by a live run", "running", "stops: one error naming the holder (train.py: status 2)")
+
+    upstream = run_dir("train_base", 4)
+    os.makedirs(os.path.join(upstream, "prompt_learner"))
+    for name, text in (("log.txt", UPSTREAM_TRAIN_LOG), ("prompt_learner/checkpoint", "model.pth.tar-5\n")):
+        with open(os.path.join(upstream, name), "w") as f:
+            f.write(text)
+    assert cli_state(upstream) == "finished-upstream"
+    output = script("base2new_train.sh", 4)
+    assert runner.skipped == [True]
+    assert output == f"Run finished (upstream log.txt, no results.json), skipping: {upstream}\n"
+    row("upstream Dassl training run", "finished-upstream", "skips")
+
+    evaluated = run_dir("test_new", 1)  # an upstream --eval-only folder of the (finished) model run 1
+    os.makedirs(evaluated)
+    with open(os.path.join(evaluated, "log.txt"), "w") as f:
+        f.write(UPSTREAM_EVAL_LOG)
+    assert cli_state(evaluated) == "finished-upstream"
+    output = script("base2new_test.sh", 1)
+    assert runner.skipped == [True] and "skipping: " + evaluated in output
+    assert open(os.path.join(evaluated, "log.txt")).read() == UPSTREAM_EVAL_LOG  # nothing appended
+    row("upstream Dassl --eval-only run (test_new)", "finished-upstream", "skips, its log untouched")
+
+
+def test_script_sweeps_stop_on_another_config(tmp_path, tiny_clip_file, tiny_teacher_clip_file, capsys):
+    """An EXTRA_OPTS or KD_WEIGHT sweep into the scripts' folder of another config stops with one line naming the
+    key (it used to report "Run finished, skipping" and repeat one result under several names); MOVE_ASIDE=1 moves
+    the old run aside and runs the new one."""
+    write_eurosat(tmp_path / "data", train_per_class=3)
+    out = tmp_path / "output"
+    env = {"DATA": str(tmp_path / "data"), "OUTPUT_ROOT": str(out), "BACKBONE": tiny_clip_file,
+           "TEACHER_NAME": tiny_teacher_clip_file, "TEACHER_CKPT": "none", "EXTRA_OPTS": TINY}
+    coop = str(out / "base2new/train_base/eurosat/shots_2/CoOp/vit_b16_ctxv1/seed1")
+    runner = ScriptRunner(tmp_path, {**env, "SHOTS": "2"})
+    runner.run("coop/base2new_train.sh", "eurosat", "1")
+    sweep = ScriptRunner(tmp_path, {**env, "SHOTS": "2", "EXTRA_OPTS": TINY + " OPTIM.LR 0.01"})
+    with pytest.raises(RunMismatchError, match=f"^{coop} holds a finished run that differs from this one: "
+                       "OPTIM.LR 0.002 → 0.01. Nothing was changed"):
+        sweep.run("coop/base2new_train.sh", "eurosat", "1")
+    TABLE.append(["CoOp run, rerun with EXTRA_OPTS+='OPTIM.LR 0.01'", "finished", "stops naming OPTIM.LR"])
+
+    kd = str(out / "base2new/train_base/eurosat/shots_0/PromptKD/vit_b16_c2_ep20_batch8_4+4ctx/seed1")
+    runner.run("promptkd/base2new_train.sh", "eurosat", "1")
+    results = open(os.path.join(kd, "results.json")).read()
+    alpha = ScriptRunner(tmp_path, {**env, "KD_WEIGHT": "200.0"})
+    with pytest.raises(RunMismatchError, match="TRAINER.PROMPTKD.KD_WEIGHT 1000.0 → 200.0. Nothing was changed"):
+        alpha.run("promptkd/base2new_train.sh", "eurosat", "1")
+    TABLE.append(["PromptKD run, rerun with KD_WEIGHT=200.0", "finished", "stops naming TRAINER.PROMPTKD.KD_WEIGHT"])
+    capsys.readouterr()
+    moved = ScriptRunner(tmp_path, {**env, "KD_WEIGHT": "200.0", "MOVE_ASIDE": "1"})
+    moved.run("promptkd/base2new_train.sh", "eurosat", "1")
+    aside = os.path.join(os.path.dirname(kd), ".seed1.old-1")
+    assert f"Moved a finished run that differed from this one (TRAINER.PROMPTKD.KD_WEIGHT 1000.0 → 200.0) to {aside}" \
+        in capsys.readouterr().out
+    assert open(os.path.join(aside, "results.json")).read() == results  # kept, byte for byte
+    assert json.load(open(os.path.join(kd, "run.json")))["config"]["TRAINER.PROMPTKD.KD_WEIGHT"] == 200.0
+    TABLE.append(["the same with MOVE_ASIDE=1", "finished", "moves the old run to .seed1.old-1, trains α=200"])
 
 
 def test_scripts_find_the_project_venv(tmp_path):

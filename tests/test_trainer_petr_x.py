@@ -27,12 +27,12 @@ from tests.helpers_routed import (
     BASE,
     NEW,
     TINY,
-    ScriptRunner,
     check_against_reference,
     coop_branch,
     ensemble_reference,
     reference_routing,
     run_argv,
+    script_runner,
 )
 from tests.helpers_upstream import write_dassl_checkpoint
 from tools import lambda_sweep, plot_routing_scores, router_ablation
@@ -74,7 +74,7 @@ def runs(tmp_path_factory, tiny_clip_file):
     train.main(run_argv(tree.root, promptsrc, "PromptSRC", tiny_clip_file, "base",
                         "TRAINER.PROMPTSRC.PROMPT_DEPTH_TEXT", "3", "TRAINER.PROMPTSRC.PROMPT_DEPTH_VISION", "3",
                         config="vit_b16_c2_ep20_batch4_4+4ctx"))
-    runner = ScriptRunner(root, tree, tiny_clip_file)
+    runner = script_runner(root, tree, tiny_clip_file)
     scripts = {x: runner.run("petr_x/base2new.sh", x, "eurosat", "1", str(run))
                for x, run in (("coop", coop), ("promptsrc", promptsrc))}
     return SimpleNamespace(root=root, tree=tree, coop=coop, promptsrc=promptsrc, scripts=scripts)
@@ -114,15 +114,15 @@ def test_petr_x_on_our_coop_run(runs, tiny_openclip_model):
     assert "Training-free plug-in" in (base / "log.txt").read_text()
 
 
-def test_petr_x_on_our_promptsrc_run(runs, tiny_openclip_model):
+def test_petr_x_on_our_promptsrc_run(runs, tiny_openclip_model, tiny_clip_file):
     done, _ = runs.scripts["promptsrc"]
     assert done.returncode == 0, done.stderr
     base, new = petr_x_dirs(runs.root, "promptsrc")
     check_petr_x_run(base, new, runs.tree, tiny_openclip_model, promptsrc_branch(*promptsrc_prompts(runs.promptsrc)),
                      "PromptSRC", str(runs.promptsrc / "VLPromptLearner" / "model.pth.tar-2"))
-    done, commands = ScriptRunner(runs.root, runs.tree, "unused").run("petr_x/base2new.sh", "promptsrc", "eurosat", "1",
-                                                                       str(runs.promptsrc))
-    assert done.stdout.count("Run finished, skipping") == 2 and commands == []
+    runner = script_runner(runs.root, runs.tree, tiny_clip_file)
+    done, _ = runner.run("petr_x/base2new.sh", "promptsrc", "eurosat", "1", str(runs.promptsrc))
+    assert done.returncode == 0 and runner.skipped == [True, True]
 
 
 def upstream_promptsrc_state(text: list[torch.Tensor], vision: list[torch.Tensor], width: int) -> dict:
@@ -149,7 +149,7 @@ def test_petr_x_on_upstream_run_folders(runs, tmp_path, tiny_clip_file, tiny_ope
     write_dassl_checkpoint(str(upstream_coop / "prompt_learner"),
                            {"ctx": ctx, "token_prefix": torch.zeros(3, 1, ctx.shape[1]).half(),
                             "token_suffix": torch.zeros(3, 72, ctx.shape[1]).half()}, 2, coop["optimizer"], marker)
-    runner = ScriptRunner(tmp_path, runs.tree, tiny_clip_file)
+    runner = script_runner(tmp_path, runs.tree, tiny_clip_file)
     for x, folder, model_name, branch in (
             ("promptsrc", upstream_src, "VLPromptLearner",
              promptsrc_branch([t.half().float() for t in text], [v.half().float() for v in vision])),
@@ -247,7 +247,7 @@ def test_petr_x_cross_dataset(runs, tmp_path, tiny_clip_file, tiny_openclip_mode
     train.main(["--root", runs.tree.root, "--seed", "1", "--trainer", "CoOp", "--dataset-config-file",
                 "configs/datasets/imagenet.yaml", "--config-file", "configs/trainers/CoOp/vit_b16_ep50_ctxv1.yaml",
                 "--output-dir", str(source_run), *TINY, "MODEL.BACKBONE.NAME", tiny_clip_file])
-    done, _ = ScriptRunner(tmp_path, runs.tree, tiny_clip_file).run("petr_x/xd.sh", "coop", "eurosat", "1",
+    done, _ = script_runner(tmp_path, runs.tree, tiny_clip_file).run("petr_x/xd.sh", "coop", "eurosat", "1",
                                                                      str(source_run))
     assert done.returncode == 0, done.stderr
     out = tmp_path / "output/xd/train/eurosat/shots_0/PETRX/vit_b16_coop/seed1"

@@ -20,7 +20,6 @@ dataset_name "$DATASET" >/dev/null
 MODEL_DIR=$(run_dir base2new/train_base "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 DIR=$(run_dir base2new/test_new "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 run_finished "$MODEL_DIR" || die "no finished training run in $MODEL_DIR: run scripts/coop/base2new_train.sh $DATASET $SEED"
-skip_if_finished "$DIR"
 eval_args "$MODEL_DIR"
 TEACHER_NAME="" common_opts COOP
 echo "Evaluating $TRAINER on the novel classes of $DATASET (seed $SEED) -> $DIR"

@@ -27,10 +27,6 @@ for SEED in $SEEDS; do
     DIR="$OUTPUT_ROOT/evaluation/$TRAINER/$TAIL/$DATASET/seed$SEED"
     run_finished "$MODEL_DIR" || die "no finished ImageNet run in $MODEL_DIR: run \
 scripts/coop/main.sh imagenet $CFG $CTP $NCTX 16 $CSC"
-    if run_finished "$DIR"; then
-        echo "Run finished, skipping: $DIR"
-        continue
-    fi
     eval_args "$MODEL_DIR"
     echo "Evaluating the ImageNet context of $MODEL_DIR on $DATASET -> $DIR"
     train_py "$DATASET" "$DIR" \

@@ -25,10 +25,6 @@ dataset_name "$DATASET" >/dev/null
 TEACHER_NAME="" common_opts COOP
 for SEED in $SEEDS; do
     DIR="$OUTPUT_ROOT/$DATASET/$TRAINER/${CFG}_${SHOTS}shots/nctx${NCTX}_csc${CSC}_ctp${CTP}/seed$SEED"
-    if run_finished "$DIR"; then
-        echo "Run finished, skipping: $DIR"
-        continue
-    fi
     echo "Training $TRAINER on $SHOTS shots of $DATASET (seed $SEED) -> $DIR"
     train_py "$DATASET" "$DIR" \
         TRAINER.COOP.N_CTX "$NCTX" \

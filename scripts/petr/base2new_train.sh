@@ -19,7 +19,6 @@ require_data
 NAME=$(dataset_name "$DATASET")
 ALPHA=$(kd_weight "$DATASET")
 DIR=$(run_dir base2new/train_base "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
-skip_if_finished "$DIR"
 CKPT=$(teacher_ckpt "$NAME")
 common_opts PETR
 echo "Training $TRAINER on $DATASET (seed $SEED, α=$ALPHA) -> $DIR"

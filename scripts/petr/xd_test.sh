@@ -25,7 +25,6 @@ MODEL_DIR=$(run_dir "$ROLE_DIR/train" "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SE
 DIR=$(run_dir "$ROLE_DIR/test" "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 run_finished "$MODEL_DIR" ||
     die "no finished training run in $MODEL_DIR: run scripts/petr/${ROLE_DIR}_train.sh $DATASET $SEED"
-skip_if_finished "$DIR"
 CKPT=$(teacher_ckpt "$SOURCE_NAME-xd")
 eval_args "$MODEL_DIR"
 common_opts PETR

@@ -27,7 +27,6 @@ dataset_name "$DATASET" >/dev/null
 xd_source
 ALPHA=${KD_WEIGHT:-1000.0}
 DIR=$(run_dir "$ROLE_DIR/train" "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
-skip_if_finished "$DIR"
 CKPT=$(teacher_ckpt "$SOURCE_NAME-xd")
 common_opts PETR
 echo "Training $TRAINER ($MODAL: $SOURCE_NAME -> $DATASET, seed $SEED, $SHOTS shots, α=$ALPHA) -> $DIR"

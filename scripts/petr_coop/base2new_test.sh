@@ -21,7 +21,6 @@ MODEL_DIR=$(run_dir base2new/train_base "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$
 DIR=$(run_dir base2new/test_new "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 run_finished "$MODEL_DIR" || die "no finished run in $MODEL_DIR: run scripts/petr_coop/base2new_train.sh \
 $DATASET $SEED (or plugin.sh for a CoOp run)"
-skip_if_finished "$DIR"
 eval_args "$MODEL_DIR"
 TEACHER_NAME="" common_opts PETRCOOP
 echo "Evaluating $TRAINER on the novel classes of $DATASET (seed $SEED) -> $DIR"

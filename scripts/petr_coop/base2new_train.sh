@@ -19,7 +19,6 @@ SHOTS=${SHOTS:-16}
 require_data
 dataset_name "$DATASET" >/dev/null
 DIR=$(run_dir base2new/train_base "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
-skip_if_finished "$DIR"
 TEACHER_NAME="" common_opts PETRCOOP
 echo "Training $TRAINER on the base classes of $DATASET (seed $SEED) -> $DIR"
 train_py "$DATASET" "$DIR" \

@@ -25,15 +25,11 @@ dataset_name "$DATASET" >/dev/null
 scripts/coop/base2new_train.sh $DATASET $SEED or pass its folder as the third argument"
 DIR=$(run_dir base2new/train_base "$DATASET" "$SHOTS" "$TRAINER" "${CFG}_plugin" "$SEED")
 TEACHER_NAME="" common_opts PETRCOOP
-if run_finished "$DIR"; then
-    echo "Run finished, skipping: $DIR"
-else
-    echo "PETR+CoOp plug-in on $COOP_DIR: routing and base-class evaluation of $DATASET (seed $SEED) -> $DIR"
-    train_py "$DATASET" "$DIR" \
-        DATASET.NUM_SHOTS "$SHOTS" \
-        DATASET.SUBSAMPLE_CLASSES base \
-        TRAINER.MODAL base2novel \
-        TRAINER.PETRCOOP.COOP_MODEL_DIR "$COOP_DIR" \
-        TRAINER.PETRCOOP.COOP_LOAD_EPOCH "${COOP_LOAD_EPOCH:-0}"
-fi
+echo "PETR+CoOp plug-in on $COOP_DIR: routing and base-class evaluation of $DATASET (seed $SEED) -> $DIR"
+train_py "$DATASET" "$DIR" \
+    DATASET.NUM_SHOTS "$SHOTS" \
+    DATASET.SUBSAMPLE_CLASSES base \
+    TRAINER.MODAL base2novel \
+    TRAINER.PETRCOOP.COOP_MODEL_DIR "$COOP_DIR" \
+    TRAINER.PETRCOOP.COOP_LOAD_EPOCH "${COOP_LOAD_EPOCH:-0}"
 CFG="${CFG}_plugin" bash scripts/petr_coop/base2new_test.sh "$DATASET" "$SEED"

@@ -8,8 +8,8 @@
 # seed<S> with X_CFG vit_b16_ctxv1 for coop (vit_b16_ep50_ctxv1 on imagenet; scripts/coop/base2new_train.sh) and
 # vit_b16_c2_ep20_batch4_4+4ctx for promptsrc (scripts/teacher/base2new_train.sh with that CFG and
 # TEACHER_NAME=ViT-B/16). TUNED_LOAD_EPOCH picks X's epoch (default: the last saved).
-# Outputs: $OUTPUT_ROOT/base2new/{train_base,test_new}/<dataset>/shots_16/PETRX/vit_b16_<x>/seed<S> (skipped when
-# finished). CFG (default vit_b16_<x>), SHOTS, BACKBONE and EXTRA_OPTS as in scripts/common.sh.
+# Outputs: $OUTPUT_ROOT/base2new/{train_base,test_new}/<dataset>/shots_16/PETRX/vit_b16_<x>/seed<S> (train.py skips a
+# finished run of the same config). CFG (default vit_b16_<x>), SHOTS, BACKBONE and EXTRA_OPTS as in scripts/common.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/common.sh
@@ -42,26 +42,18 @@ BASE_DIR=$(run_dir base2new/train_base "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$S
 NEW_DIR=$(run_dir base2new/test_new "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 TEACHER_NAME="" common_opts PETRX
 X_OPTS=(TRAINER.PETRX.TUNED_MODEL_DIR "$X_DIR" TRAINER.PETRX.TUNED_LOAD_EPOCH "${TUNED_LOAD_EPOCH:-0}")
-if run_finished "$BASE_DIR"; then
-    echo "Run finished, skipping: $BASE_DIR"
-else
-    echo "PETR+X on $TUNED_TRAINER run $X_DIR: router fit and base-class evaluation of $DATASET (seed $SEED) -> \
+echo "PETR+X on $TUNED_TRAINER run $X_DIR: router fit and base-class evaluation of $DATASET (seed $SEED) -> \
 $BASE_DIR"
-    train_py "$DATASET" "$BASE_DIR" \
-        DATASET.NUM_SHOTS "$SHOTS" \
-        DATASET.SUBSAMPLE_CLASSES base \
-        TRAINER.MODAL base2novel \
-        "${X_OPTS[@]}"
-fi
-if run_finished "$NEW_DIR"; then
-    echo "Run finished, skipping: $NEW_DIR"
-else
-    echo "PETR+X on $TUNED_TRAINER run $X_DIR: novel-class evaluation of $DATASET (seed $SEED) with the router of \
+train_py "$DATASET" "$BASE_DIR" \
+    DATASET.NUM_SHOTS "$SHOTS" \
+    DATASET.SUBSAMPLE_CLASSES base \
+    TRAINER.MODAL base2novel \
+    "${X_OPTS[@]}"
+echo "PETR+X on $TUNED_TRAINER run $X_DIR: novel-class evaluation of $DATASET (seed $SEED) with the router of \
 $BASE_DIR -> $NEW_DIR"
-    train_py "$DATASET" "$NEW_DIR" \
-        --model-dir "$BASE_DIR" --eval-only \
-        DATASET.NUM_SHOTS "$SHOTS" \
-        DATASET.SUBSAMPLE_CLASSES new \
-        TRAINER.MODAL base2novel \
-        "${X_OPTS[@]}"
-fi
+train_py "$DATASET" "$NEW_DIR" \
+    --model-dir "$BASE_DIR" --eval-only \
+    DATASET.NUM_SHOTS "$SHOTS" \
+    DATASET.SUBSAMPLE_CLASSES new \
+    TRAINER.MODAL base2novel \
+    "${X_OPTS[@]}"

@@ -31,7 +31,6 @@ a prompt learner PETR+X has a config for)"
 [ -d "$X_DIR" ] || die "no run at $X_DIR: give the folder of X's run on the source dataset"
 xd_source
 DIR=$(run_dir "$ROLE_DIR/train" "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
-skip_if_finished "$DIR"
 TEACHER_NAME="" common_opts PETRX
 echo "PETR+X on $X_DIR ($MODAL: $SOURCE_NAME -> $DATASET): router fit and evaluation (seed $SEED) -> $DIR"
 train_py "$DATASET" "$DIR" \

@@ -19,7 +19,6 @@ MODEL_DIR=$(run_dir base2new/train_base "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$
 DIR=$(run_dir base2new/test_new "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 run_finished "$MODEL_DIR" ||
     die "no finished training run in $MODEL_DIR: run scripts/promptkd/base2new_train.sh $DATASET $SEED"
-skip_if_finished "$DIR"
 CKPT=$(teacher_ckpt "$NAME")
 eval_args "$MODEL_DIR"
 common_opts PROMPTKD

@@ -28,7 +28,6 @@ MODEL_DIR=$(run_dir xd/train "$SOURCE" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 DIR=$(run_dir xd/test "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 run_finished "$MODEL_DIR" ||
     die "no $SOURCE_NAME-distilled student in $MODEL_DIR: run SOURCE=$SOURCE scripts/promptkd/xd_train.sh $SOURCE $SEED"
-skip_if_finished "$DIR"
 CKPT=$(teacher_ckpt "$SOURCE_NAME-xd")
 eval_args "$MODEL_DIR"
 common_opts PROMPTKD

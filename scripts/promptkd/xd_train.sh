@@ -24,7 +24,6 @@ dataset_name "$DATASET" >/dev/null
 xd_source
 ALPHA=${KD_WEIGHT:-1000.0}
 DIR=$(run_dir xd/train "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
-skip_if_finished "$DIR"
 CKPT=$(teacher_ckpt "$SOURCE_NAME-xd")
 common_opts PROMPTKD
 echo "Training $TRAINER (cross, $SOURCE_NAME teacher) on $DATASET (seed $SEED, $SHOTS shots, α=$ALPHA) -> $DIR"

@@ -19,7 +19,6 @@ require_data
 dataset_name "$DATASET" >/dev/null
 MODEL_DIR=$(run_dir base2new/train_base "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
 DIR=$(run_dir base2new/test_new "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
-skip_if_finished "$DIR"
 [ -f "$MODEL_DIR/VLPromptLearner/checkpoint" ] || die "no teacher run at $MODEL_DIR: run scripts/teacher/base2new_train.sh $DATASET $SEED first"
 read -r -a LOAD <<<"$(load_epoch_args "$MODEL_DIR")"
 BACKBONE="${TEACHER_NAME:-}" TEACHER_NAME="" common_opts PROMPTSRC

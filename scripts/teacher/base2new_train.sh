@@ -21,14 +21,10 @@ SHOTS=${SHOTS:-16}
 require_data
 NAME=$(dataset_name "$DATASET")
 DIR=$(run_dir base2new/train_base "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
-if run_finished "$DIR"; then
-    echo "Run finished, skipping training: $DIR"
-else
-    BACKBONE="${TEACHER_NAME:-}" TEACHER_NAME="" common_opts PROMPTSRC
-    echo "Training the $TRAINER teacher on the base classes of $DATASET (seed $SEED) -> $DIR"
-    train_py "$DATASET" "$DIR" \
-        DATASET.NUM_SHOTS "$SHOTS" \
-        DATASET.SUBSAMPLE_CLASSES base \
-        TRAINER.MODAL base2novel
-fi
+BACKBONE="${TEACHER_NAME:-}" TEACHER_NAME="" common_opts PROMPTSRC
+echo "Training the $TRAINER teacher on the base classes of $DATASET (seed $SEED) -> $DIR"
+train_py "$DATASET" "$DIR" \
+    DATASET.NUM_SHOTS "$SHOTS" \
+    DATASET.SUBSAMPLE_CLASSES base \
+    TRAINER.MODAL base2novel
 publish_teacher "$DIR" "$NAME"

@@ -11,7 +11,7 @@ publish_teacher() {
         return
     fi
     local file
-    file=$("$PYTHON" -c 'import sys; from engine.checkpoint import pointed_checkpoint; print(pointed_checkpoint(sys.argv[1]))' \
+    file=$("$PYTHON" -c 'import sys; from engine.runs import pointed_checkpoint; print(pointed_checkpoint(sys.argv[1]))' \
         "$run/VLPromptLearner") || die "cannot read $run/VLPromptLearner/checkpoint"
     mkdir -p "$dest/VLPromptLearner"
     cp "$run/VLPromptLearner/checkpoint" "$file" "$dest/VLPromptLearner/"

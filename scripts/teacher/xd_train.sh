@@ -21,14 +21,10 @@ require_data
 xd_source
 DATASET=$SOURCE
 DIR=$(run_dir xd/train "$DATASET" "$SHOTS" "$TRAINER" "$CFG" "$SEED")
-if run_finished "$DIR"; then
-    echo "Run finished, skipping training: $DIR"
-else
-    BACKBONE="${TEACHER_NAME:-}" TEACHER_NAME="" common_opts PROMPTSRC
-    echo "Training the $TRAINER cross-dataset teacher on $DATASET (all classes, seed $SEED) -> $DIR"
-    train_py "$DATASET" "$DIR" \
-        DATASET.NUM_SHOTS "$SHOTS" \
-        DATASET.SUBSAMPLE_CLASSES all \
-        TRAINER.MODAL cross
-fi
+BACKBONE="${TEACHER_NAME:-}" TEACHER_NAME="" common_opts PROMPTSRC
+echo "Training the $TRAINER cross-dataset teacher on $DATASET (all classes, seed $SEED) -> $DIR"
+train_py "$DATASET" "$DIR" \
+    DATASET.NUM_SHOTS "$SHOTS" \
+    DATASET.SUBSAMPLE_CLASSES all \
+    TRAINER.MODAL cross
 publish_teacher "$DIR" "$SOURCE_NAME-xd"

@@ -23,10 +23,6 @@ TEACHER_NAME="" common_opts ZSCLIP
 for PART in base new; do
     if [ "$PART" = base ]; then TREE=base2new/train_base; else TREE=base2new/test_new; fi
     DIR=$(run_dir "$TREE" "$DATASET" 0 "$TRAINER" "$CFG" "$SEED")
-    if run_finished "$DIR"; then
-        echo "Run finished, skipping: $DIR"
-        continue
-    fi
     echo "Zero-shot CLIP ($CFG) on the $PART classes of $DATASET -> $DIR"
     train_py "$DATASET" "$DIR" \
         --eval-only \

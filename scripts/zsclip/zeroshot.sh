@@ -18,7 +18,6 @@ require_data
 dataset_name "$DATASET" >/dev/null
 [ -f "configs/trainers/$TRAINER/$CFG.yaml" ] || die "no config configs/trainers/$TRAINER/$CFG.yaml"
 DIR="$OUTPUT_ROOT/$TRAINER/$CFG/$DATASET"
-skip_if_finished "$DIR"
 TEACHER_NAME="" common_opts ZSCLIP
 echo "Zero-shot CLIP ($CFG) on $DATASET -> $DIR"
 train_py "$DATASET" "$DIR" \

@@ -1,0 +1,247 @@
+"""Run folders: where a run lives (the layout) and what state it is in. The one owner of these rules for train.py,
+the scripts (``python -m engine.runs state DIR``), the results library and schedulers; what a run is (its identity)
+is in ``engine/run_identity.py``, who holds it (its lock) in ``engine/run_lock.py``.
+
+Standard library only, so asking about a run is quick: no torch is imported here.
+
+Layout: ``<output root>/base2new/<train_base|test_base|test_new>/<dataset>/shots_<K>/<TRAINER>/<config>/seed<S>``,
+and ``<output root>/<xd|dg>/<train|test>/<dataset>/shots_<K>/<TRAINER>/<config>/seed<S>`` for the cross-dataset and
+domain-generalisation protocols (:func:`run_dir`). A run folder holds ``log.txt``, ``run.json`` (its identity),
+``run.lock`` (while a process works there), ``resume.pth.tar`` (while interrupted), ``<model>/`` checkpoint
+folders and, once finished, ``results.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigError, UserError
+from .run_lock import LOCK_FILE as LOCK_FILE  # a run-folder name, exported here with the others
+from .run_lock import describe_holder, lock_holder
+
+RESULTS_FILE = "results.json"
+"""A finished run's results (written by its final evaluation)."""
+LOG_FILE = "log.txt"
+"""The engine log of a run; every attempt is appended."""
+RESUME_FILE = "resume.pth.tar"
+"""The latest resumable training state of a run (removed when it finishes)."""
+IDENTITY_FILE = "run.json"
+"""What a run is (``engine.run_identity``), written before it trains or evaluates."""
+POINTER_FILE = "checkpoint"
+"""File in a model folder naming the last checkpoint saved there (Dassl's layout)."""
+BEST_MODEL_FILE = "model-best.pth.tar"
+"""The checkpoint kept by ``TEST.FINAL_MODEL best_val`` in each model folder."""
+
+STATES = ("new", "failed", "resumable", "running", "finished", "finished-upstream")
+"""What :func:`run_state` answers."""
+PROTOCOL_ROLES = {"base2new": ("train_base", "test_base", "test_new"), "xd": ("train", "test"), "dg": ("train", "test")}
+"""The role folders of each protocol tree."""
+BASE2NEW_CLASSES = {"train_base": "base", "test_base": "base", "test_new": "novel"}
+"""Base-to-novel role folder → the classes its test covers."""
+FINISH_SIGNAL = "Finish training"
+"""Dassl's end-of-training line: the final test follows it."""
+RESULT_SIGNAL = "=> result"
+"""Dassl's evaluator header, before the accuracy block of every evaluation."""
+TRAINING_LINE = "epoch ["
+"""How Dassl's per-batch training lines start (an evaluation-only log has none)."""
+
+
+# ----- layout -----------------------------------------------------------------------------------------------------
+def run_dir(output_root: str, protocol: str, role: str, dataset: str, shots: int | str, trainer: str, config: str,
+            seed: int | str) -> str:
+    """The folder of one run: ``<output_root>/<protocol>/<role>/<dataset>/shots_<K>/<trainer>/<config>/seed<S>``."""
+    if protocol not in PROTOCOL_ROLES:
+        raise ConfigError(f"unknown protocol {protocol!r}; use one of {', '.join(PROTOCOL_ROLES)}")
+    if role not in PROTOCOL_ROLES[protocol]:
+        raise ConfigError(f"unknown role {role!r} of protocol {protocol}; use one of "
+                          f"{', '.join(PROTOCOL_ROLES[protocol])}")
+    return os.path.join(output_root, protocol, role, dataset, f"shots_{shots}", trainer, config, f"seed{seed}")
+
+
+@dataclass(frozen=True)
+class RunPath:
+    """A run folder in the base-to-novel layout ``<role>/<dataset>/<shots>/<trainer>/<config>/<seed>``."""
+
+    role: str  # train_base / test_base / test_new
+    dataset: str
+    shots: str
+    trainer: str
+    config: str
+    seed: str
+    path: str
+
+
+def parse_run_path(path: str) -> RunPath | None:
+    """Parse a run folder path in the base-to-novel layout (CoOp's, PromptKD's and ours); None when it does not
+    follow it."""
+    parts = Path(os.path.abspath(path)).parts
+    if len(parts) >= 6 and parts[-6] in BASE2NEW_CLASSES:
+        return RunPath(*parts[-6:], path=path)
+    return None
+
+
+def seed_of(name: str) -> int | None:
+    """Seed number of a ``seed1`` / ``seed_1`` folder name (None for other names)."""
+    m = re.fullmatch(r"seed_?(\d+)", name)
+    return int(m.group(1)) if m else None
+
+
+def seed_key(name: str) -> str:
+    """The seed as a key that pairs ``seed1`` with ``seed_1``; other names stay as they are."""
+    seed = seed_of(name)
+    return str(seed) if seed is not None else name
+
+
+def is_run_dir(path: str) -> bool:
+    """A run folder holds results.json or log.txt."""
+    return os.path.isfile(os.path.join(path, RESULTS_FILE)) or os.path.isfile(os.path.join(path, LOG_FILE))
+
+
+def pointed_checkpoint(folder: str) -> str | None:
+    """Path of the checkpoint named in ``<folder>/checkpoint`` (the last one saved there); None without that file.
+
+    The one reader of the pointer file: the engine (resume, ``--load-epoch last``), PETRCoOp's plug-in, the teacher,
+    the scripts and the run identity ask it which checkpoint a model folder holds.
+    """
+    pointer = os.path.join(folder, POINTER_FILE)
+    if not os.path.isfile(pointer):
+        return None
+    with open(pointer) as f:
+        return os.path.join(folder, f.readline().strip())
+
+
+def model_folders(path: str) -> list[str]:
+    """The model folders of a run (sub-folders holding a ``checkpoint`` pointer file), sorted."""
+    if not os.path.isdir(path):
+        return []
+    return sorted(os.path.join(path, d) for d in os.listdir(path)
+                  if os.path.isfile(os.path.join(path, d, POINTER_FILE)))
+
+
+def saved_model(path: str) -> str | None:
+    """Which checkpoint an evaluation of the run in ``path`` loads: ``"best"`` when it kept a model-best.pth.tar
+    (TEST.FINAL_MODEL best_val), else ``"last"`` (the last one saved); None when it saved none."""
+    folders = model_folders(path)
+    if any(os.path.isfile(os.path.join(f, BEST_MODEL_FILE)) for f in folders):
+        return "best"
+    return "last" if folders else None
+
+
+# ----- log lines ----------------------------------------------------------------------------------------------
+def metric_pattern(keyword: str) -> re.Pattern:
+    """A Dassl evaluator line ``* <keyword>: X%`` (group 1: X)."""
+    return re.compile(rf"\* {re.escape(keyword)}: ([\.\deE+-]+)%")
+
+
+def logged_value(text: str, keyword: str = "accuracy", signal: str = FINISH_SIGNAL) -> float | None:
+    """The last ``* <keyword>: X%`` line after the ``signal`` line of a Dassl log (upstream parse_test_res's rule)."""
+    pattern = metric_pattern(keyword)
+    found, value = False, None
+    for line in text.splitlines():
+        if line.strip() == signal:
+            found = True
+        elif found and (m := pattern.search(line)):
+            value = float(m.group(1))
+    return value
+
+
+def upstream_finished(log_text: str) -> bool:
+    """True for the log of a finished upstream (Dassl / CoOp / PromptKD) run: the accuracy block after
+    ``Finish training`` (a training run), or after ``=> result`` in a log without training lines (``--eval-only``)."""
+    if logged_value(log_text, signal=FINISH_SIGNAL) is not None:
+        return True
+    trained = any(line.startswith(TRAINING_LINE) for line in log_text.splitlines())
+    return not trained and logged_value(log_text, signal=RESULT_SIGNAL) is not None
+
+
+def _read_text(path: str) -> str:
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+# ----- state --------------------------------------------------------------------------------------------------
+def run_state(path: str) -> str:
+    """The state of the run folder ``path``, one of :data:`STATES`:
+
+    ``running`` (a live process holds its lock), ``finished`` (results.json), ``finished-upstream`` (an upstream
+    Dassl / CoOp / PromptKD folder: no results.json or run.json, its log.txt has the final accuracy block, see
+    :func:`upstream_finished`), ``resumable`` (a resume state or a checkpoint, no results), ``failed`` (only the log
+    of an attempt that stopped before saving anything) or ``new``.
+    """
+    if lock_holder(path) is not None:
+        return "running"
+    return unlocked_state(path)
+
+
+def unlocked_state(path: str) -> str:
+    """:func:`run_state` without the lock probe (for the process holding the lock)."""
+    def has(name: str) -> bool:
+        return os.path.isfile(os.path.join(path, name))
+
+    if has(RESULTS_FILE):
+        return "finished"
+    if not has(IDENTITY_FILE) and has(LOG_FILE) and upstream_finished(_read_text(os.path.join(path, LOG_FILE))):
+        return "finished-upstream"
+    if has(RESUME_FILE) or model_folders(path):
+        return "resumable"
+    if has(LOG_FILE) or has(IDENTITY_FILE):
+        return "failed"
+    return "new"
+
+
+# ----- command line -------------------------------------------------------------------------------------------
+def _cmd_state(args: argparse.Namespace) -> None:
+    print(run_state(args.dir))
+
+
+def _cmd_dir(args: argparse.Namespace) -> None:
+    print(run_dir(args.output_root, args.protocol, args.role, args.dataset, args.shots, args.trainer, args.config,
+                  args.seed))
+
+
+def _cmd_saved_model(args: argparse.Namespace) -> None:
+    which = saved_model(args.dir)
+    if which is None:
+        raise UserError(f"no checkpoint in {args.dir} (no <model>/{POINTER_FILE} file): train the model first")
+    print(which)
+
+
+def _cmd_holder(args: argparse.Namespace) -> None:
+    holder = lock_holder(args.dir)
+    print(describe_holder(holder) if holder is not None else "")
+
+
+COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str, Iterable[str]]] = {
+    "state": (_cmd_state, f"print the run state ({', '.join(STATES)})", ("dir",)),
+    "dir": (_cmd_dir, "print the folder of a run (the documented layout)",
+            ("output_root", "protocol", "role", "dataset", "shots", "trainer", "config", "seed")),
+    "saved-model": (_cmd_saved_model, "print which checkpoint an evaluation loads: best or last", ("dir",)),
+    "holder": (_cmd_holder, "print the process holding the run folder's lock (empty when none)", ("dir",)),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m engine.runs COMMAND ...``; a user error prints one ``error:`` line and returns 2."""
+    parser = argparse.ArgumentParser(prog="python -m engine.runs", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (run, help_text, params) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        for param in params:
+            p.add_argument(param)
+        p.set_defaults(run=run)
+    args = parser.parse_args(argv)
+    try:
+        args.run(args)
+    except (UserError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

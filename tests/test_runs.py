@@ -1,0 +1,235 @@
+"""engine/runs.py, run_lock.py, run_identity.py: the run layout, every run state (upstream folders included), the
+folder lock against live and dead processes, and what counts as another run; all of it without torch."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import types
+
+import pytest
+
+from engine.config import get_cfg_default
+from engine.errors import ConfigError
+from engine.run_identity import IGNORED_KEYS, claim_run, data_digest, identity_differences, run_identity
+from engine.run_lock import RunLock, RunLockedError
+from engine.runs import run_dir, run_state, saved_model
+from tests.helpers_run import HANG_GUARD_S, lock_held_elsewhere
+from tests.helpers_upstream import UPSTREAM_EVAL_LOG, UPSTREAM_KILLED_LOG, UPSTREAM_TRAIN_LOG
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_run_dir_builds_the_documented_layout():
+    assert run_dir("out", "base2new", "train_base", "eurosat", 16, "CoOp", "vit_b16_ctxv1", 1) == \
+        "out/base2new/train_base/eurosat/shots_16/CoOp/vit_b16_ctxv1/seed1"
+    assert run_dir("/o", "base2new", "test_new", "dtd", "0", "PETR", "c", "3") == \
+        "/o/base2new/test_new/dtd/shots_0/PETR/c/seed3"
+    assert run_dir("o", "xd", "test", "democool", 0, "PETR", "demo", 2) == "o/xd/test/democool/shots_0/PETR/demo/seed2"
+    assert run_dir("o", "dg", "train", "imagenet_a", 1, "PETR", "c", 1) == "o/dg/train/imagenet_a/shots_1/PETR/c/seed1"
+    with pytest.raises(ConfigError, match="unknown role 'train_base' of protocol xd; use one of train, test"):
+        run_dir("o", "xd", "train_base", "d", 0, "T", "c", 1)
+    with pytest.raises(ConfigError, match="unknown protocol 'b2n'; use one of base2new, xd, dg"):
+        run_dir("o", "b2n", "train", "d", 0, "T", "c", 1)
+
+
+def _runs_cli(*args: str) -> subprocess.CompletedProcess:
+    """``python -X importtime -m engine.runs ...`` (stderr lists every module imported)."""
+    return subprocess.run([sys.executable, "-X", "importtime", "-m", "engine.runs", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+
+
+def test_cli_and_imports_do_not_load_torch(tmp_path):
+    done = _runs_cli("dir", "out", "xd", "train", "democool", "0", "PETR", "demo", "1")
+    assert done.returncode == 0 and done.stdout == "out/xd/train/democool/shots_0/PETR/demo/seed1\n"
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "engine.run_lock" in imported and not {m for m in imported if m.split(".")[0] in ("torch", "numpy")}
+    done = _runs_cli("state", str(tmp_path))
+    assert done.returncode == 0 and done.stdout == "new\n"
+    done = _runs_cli("saved-model", str(tmp_path))
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.rstrip().splitlines()[-1] == (
+        f"error: no checkpoint in {tmp_path} (no <model>/checkpoint file): train the model first")
+    light = subprocess.run([sys.executable, "-c", "import sys, engine, engine.runs, engine.run_identity, "
+                            "engine.run_lock, engine.config; from engine import pointed_checkpoint; "
+                            "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"],
+                           cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert light.stdout.strip() == "[]", light.stderr
+    heavy = subprocess.run([sys.executable, "-c", "import sys; from engine import TRAINER_REGISTRY, TrainerX, "
+                            "build_trainer, DataManager; print(TrainerX.__module__, 'torch' in sys.modules)"],
+                           cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert heavy.stdout.strip() == "engine.trainer True", heavy.stderr
+
+
+def _folder(root, name: str, files: dict[str, str]) -> str:
+    path = root / name
+    path.mkdir()
+    for rel, text in files.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("files,state", [
+    ({}, "new"),
+    ({"log.txt": "error: Unknown trainer (TRAINER.NAME / --trainer) 'PETRR'.\n"}, "failed"),
+    ({"log.txt": "...\n", "run.json": "{}"}, "failed"),
+    ({"log.txt": "epoch [1/2] ...\n", "resume.pth.tar": ""}, "resumable"),
+    ({"log.txt": "...\n", "prompt_learner/checkpoint": "model.pth.tar-1\n"}, "resumable"),
+    ({"log.txt": "...\n", "run.json": "{}", "results.json": "{}"}, "finished"),
+    ({"log.txt": UPSTREAM_TRAIN_LOG, "prompt_learner/checkpoint": "model.pth.tar-5\n"}, "finished-upstream"),
+    ({"log.txt": UPSTREAM_EVAL_LOG}, "finished-upstream"),  # upstream --eval-only (test_new) folder
+    ({"log.txt": UPSTREAM_KILLED_LOG, "VLPromptLearner/checkpoint": "model-best.pth.tar\n"}, "resumable"),
+    ({"log.txt": UPSTREAM_KILLED_LOG}, "failed"),  # validation blocks are no final result
+    ({"log.txt": UPSTREAM_EVAL_LOG, "run.json": "{}"}, "failed"),  # ours, killed before results.json
+], ids=["new", "failed", "failed with run.json", "resume state", "checkpoint", "finished", "upstream training",
+        "upstream eval-only", "upstream killed with checkpoint", "upstream killed", "ours killed in its evaluation"])
+def test_run_state(tmp_path, files, state):
+    assert run_state(_folder(tmp_path, "run", files)) == state
+    assert run_state(str(tmp_path / "missing")) == "new"
+
+
+def test_saved_model(tmp_path):
+    assert saved_model(_folder(tmp_path, "a", {"m/checkpoint": "model.pth.tar-2\n"})) == "last"
+    assert saved_model(_folder(tmp_path, "b", {"m/checkpoint": "model.pth.tar-2\n", "m/model-best.pth.tar": ""})) \
+        == "best"
+    assert saved_model(_folder(tmp_path, "c", {"log.txt": ""})) is None
+
+
+def test_lock_held_by_a_live_process_and_released_when_it_dies(tmp_path):
+    run = _folder(tmp_path, "run", {"log.txt": "epoch [1/2] ...\n", "resume.pth.tar": ""})
+    with lock_held_elsewhere(run) as pid:
+        assert run_state(run) == "running"
+        assert _runs_cli("holder", run).stdout == f"pid {pid} on h, started s: train.py x\n"
+        with pytest.raises(RunLockedError) as e:
+            RunLock(run).acquire("train.py y")
+        assert str(e.value) == (f"{run} is in use by another run (pid {pid} on h, started s: train.py x); "
+                                "wait for it to end or stop it, or give this run another --output-dir")
+    assert os.path.exists(os.path.join(run, "run.lock"))  # a killed holder leaves its file, but not its lock
+    assert run_state(run) == "resumable"
+    lock = RunLock(run).acquire("train.py y")
+    try:
+        with open(os.path.join(run, "run.lock")) as f:
+            record = json.load(f)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", record.pop("started"))
+        assert record == {"pid": os.getpid(), "host": socket.gethostname(), "command": "train.py y"}
+        with pytest.raises(RunLockedError, match=f"pid {os.getpid()} "):  # flock is per open file: a second
+            RunLock(run).acquire("train.py z")  # claim in the same process is refused too
+    finally:
+        lock.release()
+    assert not os.path.exists(os.path.join(run, "run.lock")) and run_state(run) == "resumable"
+
+
+def _config(*changes):
+    """Dassl's default config (the real yacs tree) of a CoOp run, with ``KEY VALUE`` changes as on a command line."""
+    cfg = get_cfg_default()
+    cfg.merge_from_list(["OUTPUT_DIR", "out/a", "SEED", 1, "DATASET.ROOT", "/data", "DATASET.NAME", "EuroSAT",
+                         "OPTIM.LR", 0.002, "OPTIM.MAX_EPOCH", 4, "INPUT.SIZE", (32, 32), "TRAINER.NAME", "CoOp",
+                         *changes])
+    return cfg
+
+
+def test_identity_keeps_what_changes_the_result():
+    identity = run_identity(_config())
+    assert (identity["trainer"], identity["seed"], identity["mode"]) == ("CoOp", 1, "train")
+    config = identity["config"]
+    assert (config["OPTIM.LR"], config["OPTIM.MAX_EPOCH"], config["INPUT.SIZE"]) == (0.002, 4, [32, 32])
+    assert {"OUTPUT_DIR", "DATASET.ROOT", "TRAIN.PRINT_FREQ"} <= IGNORED_KEYS and not IGNORED_KEYS & set(config)
+    assert json.loads(json.dumps(identity)) == identity  # what run.json holds
+    same = run_identity(_config("OUTPUT_DIR", "elsewhere", "DATASET.ROOT", "/mnt/data", "TRAIN.PRINT_FREQ", 1))
+    assert identity_differences(identity, same) == []
+    other = run_identity(_config("OPTIM.MAX_EPOCH", 2, "OPTIM.LR", 0.01, "SEED", 2))
+    assert identity_differences(identity, other) == ["OPTIM.LR 0.002 → 0.01", "OPTIM.MAX_EPOCH 4 → 2", "SEED 1 → 2"]
+    newer = json.loads(json.dumps(identity))
+    newer["config"]["TRAIN.COMPILE"] = "none"  # a key this run's code did not have: not compared
+    assert identity_differences(identity, newer) == []
+    assert identity_differences(identity, run_identity(_config(), eval_only=True)) == ["mode train → eval-only"]
+
+
+def _datum(impath: str, label: int) -> types.SimpleNamespace:
+    return types.SimpleNamespace(impath=impath, label=label, domain=0, classname=f"class{label}")
+
+
+def _dataset(root: str, labels: list[int]) -> types.SimpleNamespace:
+    train = [_datum(os.path.join(root, f"img{i}.jpg"), lab) for i, lab in enumerate(labels)]
+    return types.SimpleNamespace(train_x=train, train_u=None, val=None, test=train[:1], lab2cname={0: "a", 1: "b"},
+                                 splits=types.SimpleNamespace(router_x=train))
+
+
+def test_data_digest_follows_images_and_labels_not_the_root():
+    digest = data_digest(_dataset("/data", [0, 1, 1]), "/data")
+    assert sorted(digest) == ["classes", "router_x", "test", "train_x"]
+    assert data_digest(_dataset("/mnt/elsewhere", [0, 1, 1]), "/mnt/elsewhere") == digest
+    relabelled = data_digest(_dataset("/data", [0, 1, 0]), "/data")
+    assert {k for k in digest if digest[k] != relabelled[k]} == {"train_x", "router_x"}
+    recorded, current = {"data": digest}, {"data": relabelled}
+    assert identity_differences(recorded, current) == [
+        "data (router_x, train_x: other images, labels or classes)"]
+    assert identity_differences(recorded, current, with_data=False) == []
+
+
+def test_eval_identity_digests_the_loaded_checkpoints(tmp_path):
+    model = _folder(tmp_path, "model", {"prompt_learner/checkpoint": "model.pth.tar-2\n",
+                                        "prompt_learner/model.pth.tar-2": "weights 2",
+                                        "prompt_learner/model.pth.tar-1": "weights 1", "router.pth.tar": "router"})
+    last = run_identity(_config(), eval_only=True, model_dir=model, load_epoch="last")
+    assert last["model"]["load_epoch"] == "last"
+    assert sorted(last["model"]["files"]) == ["prompt_learner/model.pth.tar-2", "router.pth.tar"]
+    assert identity_differences(last, run_identity(_config(), True, model, 2)) == []  # the same file
+    first = run_identity(_config(), True, model, 1)
+    assert identity_differences(last, first) == [
+        "loaded checkpoints (prompt_learner/model.pth.tar-1, prompt_learner/model.pth.tar-2)"]
+    with open(os.path.join(model, "router.pth.tar"), "w") as f:
+        f.write("another router")
+    assert identity_differences(last, run_identity(_config(), True, model, "last")) == [
+        "loaded checkpoints (router.pth.tar)"]
+
+
+def test_claim_skips_resumes_refuses_or_moves_aside(tmp_path):
+    """What a claim decides for each state of the folder and identity; moving aside renames, never deletes."""
+    recorded = {**run_identity(_config()), "data": {"train_x": "d"}}
+    finished = _folder(tmp_path, "seed1", {"log.txt": "attempt 1\n", "results.json": "{}",
+                                           "run.json": json.dumps(recorded)})
+    claim = claim_run(finished, run_identity(_config("OUTPUT_DIR", "x")), "train.py a")
+    assert claim.skip == f"Run finished, skipping: {finished}" and claim.check_data
+    claim.verify_data({"train_x": "d"})
+    assert claim.skip and run_state(finished) == "running"
+    claim.release()
+    claim = claim_run(finished, run_identity(_config()), "train.py a")
+    with pytest.raises(Exception, match=r"holds a finished run that differs from this one: data \(train_x: "):
+        claim.verify_data({"train_x": "other"})
+    claim.release()
+
+    with pytest.raises(Exception, match=r"^" + f"{finished} holds a finished run that differs from this one: "
+                       r"OPTIM.MAX_EPOCH 4 → 2\. Nothing was changed"):
+        claim_run(finished, run_identity(_config("OPTIM.MAX_EPOCH", 2)), "train.py b")
+    assert run_state(finished) == "finished" and not os.path.exists(os.path.join(finished, "run.lock"))
+
+    claim = claim_run(finished, run_identity(_config("OPTIM.MAX_EPOCH", 2)), "train.py b", move_aside=True)
+    aside = tmp_path / ".seed1.old-1"
+    assert claim.state == "new" and not claim.skip and sorted(os.listdir(finished)) == ["run.lock"]
+    assert claim.notes == [f"Moved a finished run that differed from this one (OPTIM.MAX_EPOCH 4 → 2) to {aside}"]
+    assert sorted(os.listdir(aside)) == ["log.txt", "results.json", "run.json"]
+    claim.release()
+
+    upstream = _folder(tmp_path, "upstream", {"log.txt": UPSTREAM_EVAL_LOG})
+    claim = claim_run(upstream, run_identity(_config()), "train.py c")
+    assert claim.skip == f"Run finished (upstream log.txt, no results.json), skipping: {upstream}"
+    claim.release()
+    interrupted = _folder(tmp_path, "interrupted", {"log.txt": "x\n", "resume.pth.tar": "",
+                                                    "run.json": json.dumps(recorded)})
+    claim = claim_run(interrupted, run_identity(_config()), "train.py d")
+    assert claim.notes == [f"Resuming the interrupted run in {interrupted}"] and claim.check_data
+    claim.release()
+    with pytest.raises(Exception, match=f"^{interrupted} holds an interrupted run that differs from this one: SEED"):
+        claim_run(interrupted, run_identity(_config("SEED", 2)), "train.py e")
+    with pytest.raises(Exception, match=f"^RESUME {interrupted} holds a run with another config: SEED 1 → 2; "):
+        claim_run(str(tmp_path / "new"), run_identity(_config("SEED", 2)), "train.py g", resume_from=interrupted)
+    assert not os.path.exists(tmp_path / "new" / "run.lock")
+    failed = _folder(tmp_path, "failed", {"log.txt": "error: x\n", "run.json": json.dumps(recorded)})
+    claim = claim_run(failed, run_identity(_config("SEED", 2)), "train.py f")  # nothing to lose: runs, with a note
+    assert not claim.skip and claim.notes[0].endswith("running it again from the start; its config differed "
+                                                      "(SEED 1 → 2)")
+    claim.release()
