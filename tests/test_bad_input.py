@@ -121,7 +121,7 @@ def _truncated_resume_state(tmp, data, tree, clip_file, mp):
 
 def _unknown_protocol(tmp, data, tree, clip_file, mp):
     return (coop_argv(data, tmp / "run", clip_file, "TRAINER.MODAL", "base2new"),
-            "error: TRAINER.MODAL is 'base2new'; expected one of ...")
+            "error: TRAINER.MODAL is 'base2new'; it must be one of base2novel, cross, dg")
 
 
 def _bad_split_file(tmp, data, tree, clip_file, mp):
@@ -156,7 +156,8 @@ CASES = {
     "batch size -1": (_value("DATALOADER.TRAIN_X.BATCH_SIZE", "-1", "an integer >= 1"), ["log.txt"], False),
     "test batch size 0": (_value("DATALOADER.TEST.BATCH_SIZE", "0", "an integer >= 1"), ["log.txt"], False),
     "epochs -1": (_value("OPTIM.MAX_EPOCH", "-1", "an integer >= 0"), ["log.txt"], False),
-    "shots -3": (_value("DATASET.NUM_SHOTS", "-3", "an integer >= 1, or 0 / -1 for every image"), ["log.txt"], False),
+    "shots -3": (_value("DATASET.NUM_SHOTS", "-3", "an integer >= -1 (images per class; 0 or -1: every image)"),
+                 ["log.txt"], False),
     "learning rate 0": (_value("OPTIM.LR", "0.0", "a number > 0"), ["log.txt"], False),
     "λ -1.4": (_value("TRAINER.PETR.LAMBDA", "-1.4", "a number > 0"), ["log.txt"], False),
     "percentile 150": (_value("TRAINER.PETR.PERCENTILE", "150.0", "a number in (0, 100]"), ["log.txt"], False),
@@ -240,7 +241,8 @@ def test_python_train_py_exits_2_with_one_line_and_help_is_light(tmp_path):
 
 def test_every_shipped_config_passes_the_value_checks():
     """The range checks reject no yaml the project ships (trainer and dataset configs merged as the scripts do)."""
-    from engine.validation import check_config_values
+    from engine.schema import check_config
+    from trainers.config import config_schema
 
     trainers = sorted(os.path.join(d, f) for d, _, fs in os.walk(os.path.join(REPO, "configs", "trainers"))
                       for f in fs if f.endswith(".yaml"))
@@ -251,4 +253,4 @@ def test_every_shipped_config_passes_the_value_checks():
         for dataset_yaml in (datasets[0], datasets[-1]):
             args = train.build_parser().parse_args(["--config-file", trainer_yaml, "--dataset-config-file",
                                                     dataset_yaml])
-            check_config_values(train.setup_cfg(args))
+            check_config(train.setup_cfg(args), config_schema())

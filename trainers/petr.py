@@ -17,13 +17,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine import TRAINER_REGISTRY, TrainerXU, check_availability, compute_accuracy
+from engine import TRAINER_REGISTRY, TrainerXU, compute_accuracy
 from engine.dataset_base import UNLABELED
 from engine.errors import ConfigError
 
 from .distill import DistillMixin
 from .evaluation import RoutedEvaluationMixin
-from .routing import ROUTERS
 from .student import batched_features
 
 CE_SCOPES = ("all", "base")
@@ -35,13 +34,6 @@ class PETR(DistillMixin, RoutedEvaluationMixin, TrainerXU):
 
     DATA_ROLE = "seen_unseen"
     NS = "PETR"
-
-    def check_cfg(self, cfg) -> None:
-        super().check_cfg(cfg)
-        ns = cfg.TRAINER.PETR
-        if ns.CE_SCOPE not in CE_SCOPES:
-            raise ConfigError(f"TRAINER.PETR.CE_SCOPE is {ns.CE_SCOPE!r}; choose one of {', '.join(CE_SCOPES)}")
-        check_availability(ns.ROUTER, ROUTERS, kind="router (TRAINER.PETR.ROUTER)")
 
     def build_model(self) -> None:
         ds = self.dm.dataset
