@@ -22,18 +22,16 @@ from engine import (
     TRAINER_REGISTRY,
     build_lr_scheduler,
     build_optimizer,
-    check_availability,
     count_num_param,
     load_checkpoint,
 )
-from engine.checkpoint import pointed_checkpoint
+from engine.checkpoint import load_model_state, pointed_checkpoint
 from engine.dataset_base import UNLABELED
 from engine.errors import ConfigError
 
 from .backbone import load_backbone
 from .coop import CoOp, CoOpPromptLearner, coop_text_features
 from .evaluation import RoutedEvaluationMixin
-from .routing import ROUTERS
 from .templates import ensemble_templates
 
 MODEL_NAME = "prompt_learner"
@@ -72,7 +70,6 @@ class PETRCoOp(RoutedEvaluationMixin, CoOp):
         if cfg.TRAINER.COOP.CSC:
             raise ConfigError("PETRCoOp needs a generic CoOp context (TRAINER.COOP.CSC False): a class-specific "
                               "context has no rows for the novel or target classes the router also scores")
-        check_availability(cfg.TRAINER.PETRCOOP.ROUTER, ROUTERS, kind="router (TRAINER.PETRCOOP.ROUTER)")
 
     def build_model(self) -> None:
         cfg, coop, ns = self.cfg, self.cfg.TRAINER.COOP, self.ns
@@ -104,7 +101,7 @@ class PETRCoOp(RoutedEvaluationMixin, CoOp):
         """θ_s from a CoOp run directory (the plug-in): its ``prompt_learner`` context of ``epoch`` (0 = last)."""
         self.coop_source = coop_checkpoint_path(directory, epoch)
         checkpoint = load_checkpoint(self.coop_source)
-        self.prompt_learner.load_state_dict(checkpoint["state_dict"])
+        load_model_state(self.prompt_learner, checkpoint, self.coop_source)
         self.coop_epoch = int(checkpoint.get("epoch") or epoch or 1)
         print(f"Loaded the CoOp context of {self.coop_source} (epoch {self.coop_epoch})")
 
