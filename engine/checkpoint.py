@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .errors import CorruptFileError, InputNotFoundError, InvalidInputError, first_line
-from .restricted_pickle import load_upstream_checkpoint
+from .restricted_pickle import dropped_entries, load_upstream_checkpoint, plain_entries
 from .utils import atomic_write, atomic_write_text, mkdir_if_missing
 
 POINTER_FILE = "checkpoint"
@@ -107,14 +107,17 @@ def load_checkpoint(fpath: str, trust_pickle: bool = False) -> Any:
     if trust_pickle:
         return torch.load(fpath, map_location="cpu", weights_only=False)
     try:
-        return torch.load(fpath, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        pass  # pickled objects (an upstream Dassl checkpoint) or no checkpoint at all: the restricted unpickler says
+        checkpoint = torch.load(fpath, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # pickled objects (an upstream Dassl checkpoint) or no checkpoint at all
+        return load_upstream_checkpoint(fpath)
     except Exception as e:  # torch's readers on a cut-off or foreign file
         raise CorruptFileError(
             f"{fpath} is truncated or corrupt ({first_line(e)[:120]}); delete it (a rerun of the same command "
             "resumes from the previous checkpoint, if any) or restore a good copy") from None
-    return load_upstream_checkpoint(fpath)
+    kept, ignored = plain_entries(checkpoint, fpath)  # weights_only also rebuilds the functions and classes it allows
+    if ignored:
+        print(f"Note: {fpath}: ignored the entries that are not tensors or plain values: {dropped_entries(ignored)}")
+    return checkpoint if not ignored else kept
 
 
 def load_model_state(model: nn.Module, checkpoint: Any, source: str) -> None:

@@ -89,7 +89,6 @@ class RestrictedUnpickler(pickle._Unpickler):
     (their tensors' data is read by torch, not through this unpickler).
     """
 
-    _placeholders: dict[tuple[str, str], type] = {}
     dispatch = dict(pickle._Unpickler.dispatch)
     for _op in (pickle.REDUCE, pickle.NEWOBJ, pickle.NEWOBJ_EX, pickle.INST, pickle.OBJ):
         dispatch[_op[0]] = _creating(pickle._Unpickler.dispatch[_op[0]])
@@ -98,6 +97,7 @@ class RestrictedUnpickler(pickle._Unpickler):
         super().__init__(file, **kwargs)
         self._globals: dict[int, Any] = {}  # id -> what find_class resolved (kept alive, so ids stay unique)
         self._created: dict[int, Any] = {}  # id -> an object REDUCE / NEWOBJ / INST / OBJ made in this load
+        self._placeholders: dict[tuple[str, str], type] = {}  # per load: nothing outlives it
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in ALLOWED_GLOBALS:
@@ -152,16 +152,9 @@ def opaque_names(obj: Any) -> set[str]:
     return {f"{getattr(kind, '__module__', None) or '?'}.{getattr(kind, '__qualname__', type(kind).__qualname__)}"}
 
 
-def load_upstream_checkpoint(path: str) -> dict:
-    """A checkpoint dict holding pickled objects, loaded without running them: entries free of objects are kept
-    (``state_dict``, ``epoch``, ...), the others dropped and named in one log line. A file that is not such a
-    checkpoint is refused with one line."""
-    try:
-        checkpoint = restricted_load(path)
-    except Exception as e:  # any failure of an untrusted file's unpickling: nothing of it ran
-        why = f"{type(e).__name__}: {first_line(e)[:160]}"
-        raise CorruptFileError(f"{path} cannot be read as a checkpoint ({why}); nothing in it was run: restore a "
-                               "good copy or point to another file") from None
+def plain_entries(checkpoint: Any, path: str) -> tuple[dict, dict[Any, list[str]]]:
+    """The entries of a loaded checkpoint dict that hold plain data only, and the others with the names of the
+    objects they hold; a checkpoint that is no dict, or whose state_dict holds objects, is refused in one line."""
     if not isinstance(checkpoint, dict):
         names = ", ".join(sorted(opaque_names(checkpoint))) or type(checkpoint).__name__
         raise InvalidInputError(f"{path} holds a pickled {names} object, not a checkpoint dict (Dassl layout: "
@@ -177,7 +170,25 @@ def load_upstream_checkpoint(path: str) -> dict:
         names = ", ".join(ignored["state_dict"])
         raise InvalidInputError(f"{path}: its state_dict holds pickled objects ({names}), not only tensors; "
                                 "refused, nothing was run")
-    dropped = "; ".join(f"{key} ({', '.join(names)})" for key, names in ignored.items())
+    return kept, ignored
+
+
+def dropped_entries(ignored: dict[Any, list[str]]) -> str:
+    """``key (object names); ...`` of the entries ``plain_entries`` left out."""
+    return "; ".join(f"{key} ({', '.join(names)})" for key, names in ignored.items())
+
+
+def load_upstream_checkpoint(path: str) -> dict:
+    """A checkpoint dict holding pickled objects, loaded without running them: entries free of objects are kept
+    (``state_dict``, ``epoch``, ...), the others dropped and named in one log line. A file that is not such a
+    checkpoint is refused with one line."""
+    try:
+        checkpoint = restricted_load(path)
+    except Exception as e:  # any failure of an untrusted file's unpickling: nothing of it ran
+        why = f"{type(e).__name__}: {first_line(e)[:160]}"
+        raise CorruptFileError(f"{path} cannot be read as a checkpoint ({why}); nothing in it was run: restore a "
+                               "good copy or point to another file") from None
+    kept, ignored = plain_entries(checkpoint, path)
     print(f"Note: {path} holds pickled Python objects (an upstream Dassl checkpoint); loaded without running any: "
-          f"kept {', '.join(map(str, kept))}; ignored {dropped}")
+          f"kept {', '.join(map(str, kept)) or 'nothing'}; ignored {dropped_entries(ignored) or 'nothing'}")
     return kept
