@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import tempfile
+import uuid
 import warnings
 from collections.abc import Callable
 from typing import IO, Any
@@ -44,11 +44,13 @@ def read_json(fpath: str) -> Any:
 def atomic_write(fpath: str, write: Callable[[IO], None], binary: bool = False) -> None:
     """Call ``write(file)`` on a temporary file in ``fpath``'s folder, then rename it over ``fpath``.
 
-    Readers never see half a file, and a failed write leaves the previous file (if any) untouched.
+    Readers never see half a file, and a failed write leaves the previous file (if any) untouched. The file gets the
+    permissions ``open()`` gives a new file (0666 minus the umask), so results can be shared in a group.
     """
     dirname = os.path.dirname(os.path.abspath(fpath))
     mkdir_if_missing(dirname)
-    fd, tmp = tempfile.mkstemp(dir=dirname, prefix=".tmp-", suffix=os.path.basename(fpath))
+    tmp = os.path.join(dirname, f".tmp-{uuid.uuid4().hex[:12]}{os.path.basename(fpath)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)

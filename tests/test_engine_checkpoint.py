@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import os
 import random
+import stat
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from engine import load_checkpoint, load_pretrained_weights, save_checkpoint
+from engine import load_checkpoint, load_pretrained_weights, save_checkpoint, write_json
 from engine.checkpoint import get_rng_state, resume_from_checkpoint, set_rng_state
 from engine.errors import InvalidInputError
 
@@ -118,3 +119,20 @@ def test_resume_without_scheduler_state_continues_the_cosine_schedule(tmp_path):
         scheduler.step()
         resumed.append(optimizer.param_groups[0]["lr"])
     assert resumed == pytest.approx(reference[9:], rel=1e-12)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_written_files_get_the_mode_open_gives(tmp_path, umask):
+    """Results, checkpoints (and the pointer file) and JSON files such as few-shot files: 0666 minus the umask."""
+    previous = os.umask(umask)
+    try:
+        write_json({"accuracy": 1.0}, str(tmp_path / "results.json"))
+        save_checkpoint(_state(1, 1.0), str(tmp_path / "prompt_learner"), is_best=True)
+        with open(tmp_path / "by_open.txt", "w"):
+            pass
+    finally:
+        os.umask(previous)
+    files = ["results.json", "prompt_learner/model.pth.tar-1", "prompt_learner/checkpoint",
+             "prompt_learner/model-best.pth.tar", "by_open.txt"]
+    modes = {name: oct(stat.S_IMODE(os.stat(tmp_path / name).st_mode)) for name in files}
+    assert modes == {name: oct(0o666 & ~umask) for name in files}
