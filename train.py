@@ -85,7 +85,7 @@ def _merge(cfg, source: str, merge) -> None:
             if message:
                 raise ConfigError(f"{source}: {message}") from None
             raise ConfigError(f"{source}: unknown config key '{key}' "
-                              "(declare it in trainers/config.py extend_cfg or fix the typo)") from None
+                              "(declare it with its rule in trainers/config.py or fix the typo)") from None
         raise ConfigError(f"{source}: {msg}") from None
 
 
@@ -107,7 +107,7 @@ def read_yaml(path: str, what: str) -> dict:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        hint = "indent with spaces, not tabs" if "\t" in problem else "fix the YAML syntax"
+        hint = "indent with spaces, not tabs" if "\\t" in problem else "fix the YAML syntax"
         raise ConfigError(f"{what} {path}:{where} {problem}; {hint}") from None
     if data is None:
         raise ConfigError(f"{what} {path} is empty; give its KEY: value lines (see configs/) or leave it out")

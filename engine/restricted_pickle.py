@@ -112,6 +112,14 @@ class RestrictedUnpickler(pickle._Unpickler):
         self._globals[id(obj)] = obj
         return obj
 
+    def load(self) -> Any:
+        try:
+            return super().load()
+        except KeyError as e:  # the opcode table has no entry for this byte (Python's unpickler lets it through)
+            if e.args and isinstance(e.args[0], int):
+                raise pickle.UnpicklingError(f"invalid load key, {bytes([e.args[0]])!r}") from None
+            raise
+
     def load_build(self) -> None:
         target = self.stack[-2] if len(self.stack) > 1 else None
         if id(target) not in self._created:
