@@ -65,6 +65,16 @@ TEACHER_KEYS: KeyTable = {
 }
 """The teacher keys of the distilling trainers (PROMPTKD, PETR), declared once."""
 
+VL_PROMPT_KEYS: KeyTable = {
+    "N_CTX_VISION": (4, Int(1)),
+    "N_CTX_TEXT": (4, Int(1)),
+    "CTX_INIT": ("a photo of a", Text()),
+    "PREC": ("fp16", PREC),
+    "PROMPT_DEPTH_VISION": (9, Int(1)),
+    "PROMPT_DEPTH_TEXT": (9, Int(1)),
+}
+"""The deep vision-language prompt keys PromptSRC and PromptKD share (upstream's names and defaults)."""
+
 TRAINER_KEYS: dict[str, KeyTable] = {
     # CoOp: learnable context shared (or class-specific) in front of / around the class token.
     "COOP": {
@@ -81,12 +91,7 @@ TRAINER_KEYS: dict[str, KeyTable] = {
     },
     # PromptSRC: the ViT-L/14 teacher's deep vision+language prompts with self-regularisation losses.
     "PROMPTSRC": {
-        "N_CTX_VISION": (4, Int(1)),
-        "N_CTX_TEXT": (4, Int(1)),
-        "CTX_INIT": ("a photo of a", Text()),
-        "PREC": ("fp16", PREC),
-        "PROMPT_DEPTH_VISION": (9, Int(1)),
-        "PROMPT_DEPTH_TEXT": (9, Int(1)),
+        **VL_PROMPT_KEYS,
         "TEXT_LOSS_WEIGHT": (25.0, NON_NEGATIVE),
         "IMAGE_LOSS_WEIGHT": (10.0, NON_NEGATIVE),
         "GPA_MEAN": (15.0, Number()),
@@ -94,12 +99,7 @@ TRAINER_KEYS: dict[str, KeyTable] = {
     },
     # PromptKD: a deep-visual-prompt ViT-B/16 student distilled from the PromptSRC teacher's logits.
     "PROMPTKD": {
-        "N_CTX_VISION": (4, Int(1)),
-        "N_CTX_TEXT": (4, Int(1)),
-        "CTX_INIT": ("a photo of a", Text()),
-        "PREC": ("fp16", PREC),
-        "PROMPT_DEPTH_VISION": (9, Int(1)),
-        "PROMPT_DEPTH_TEXT": (9, Int(1)),
+        **VL_PROMPT_KEYS,
         **TEACHER_KEYS,
         # Declared and set by upstream's yamls but never read by upstream's trainer (see INERT_KEYS).
         "PROJECT_LAYER": (2, Int()),
