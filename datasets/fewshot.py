@@ -3,8 +3,10 @@
 The cache holds ``{"digest": ..., "train": [[relpath, label, classname], ...], "val": [...]}`` with paths relative to
 the dataset folder, so moving the data root keeps it valid. ``digest`` hashes everything the sample depends on (K,
 the seed, the val cap and the train/val lists it was drawn from); a file whose digest differs from the current split
-is refused, never used or overwritten. Sampling uses a local ``random.Random(seed)``: the same seed gives the same
-shots whatever ran before. Train gets K images per class, val ``min(K, 4)`` (CoOp's rule).
+is refused, never used or overwritten. A file of an earlier version (no digest) is used, with a note, when its
+images lie in the splits they stand for; every file is checked for that. Sampling uses a local
+``random.Random(seed)``: the same seed gives the same shots whatever ran before. Train gets K images per class, val
+``min(K, 4)`` (CoOp's rule).
 
 ``DATASET.FEWSHOT_DIR`` moves the files to ``<FEWSHOT_DIR>/<dataset folder>/``; without it, a read-only dataset
 folder (a shared mount) falls back to ``<OUTPUT_DIR>/split_fewshot/<dataset folder>/``, with a note.
@@ -109,18 +111,20 @@ def _read_cache(cache: str, data: SplitData, digest: str) -> tuple[list[Datum], 
     content = read_json(cache)
     if not isinstance(content, dict) or not isinstance(content.get("train"), list):
         raise InvalidInputError(f"Few-shot file {cache} must hold a JSON object with a 'train' list; delete it")
-    if content.get("digest") != digest:
-        found = content.get("digest")
-        why = f"digest {str(found)[:12]}, now {digest[:12]}" if found else "it records no digest of its split"
+    found = content.get("digest")
+    if found is not None and found != digest:
         raise InvalidInputError(f"Few-shot file {cache} was sampled from other data than {data.split_file} holds now "
-                                f"({why}); move it away (nothing was deleted) to sample again from the current "
-                                "split, or restore the split it came from")
+                                f"(digest {str(found)[:12]}, now {digest[:12]}); move it away (nothing was deleted) "
+                                "to sample again from the current split, or restore the split it came from")
     train = _decode(content["train"], data, cache)
     _check_within(train, "train", data.train, cache, data)
     val = None
     if data.val is not None:
         val = _decode(content.get("val") or [], data, cache)
         _check_within(val, "val", data.val, cache, data)
+    if found is None:
+        print(f"Note: few-shot file {cache} records no digest of its split (an earlier version wrote it); its images "
+              "all lie in the current train and val splits, so it is used; move it away to sample again")
     return train, val
 
 

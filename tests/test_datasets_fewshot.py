@@ -151,7 +151,7 @@ def test_changed_split_never_trains_on_test_images(tmp_path):
     assert {d.impath for d in again.train_x} <= _split_paths(tree, "train")
 
 
-def test_fewshot_file_without_digest_or_with_a_test_image_is_refused(tmp_path):
+def test_fewshot_file_with_a_test_image_is_refused_one_without_digest_is_noted(tmp_path, capsys):
     tree = write_tree("EuroSAT", tmp_path, "json")
     cfg = make_cfg(tmp_path, "EuroSAT", **{"DATASET.NUM_SHOTS": 2})
     build_dataset(cfg)
@@ -169,9 +169,15 @@ def test_fewshot_file_without_digest_or_with_a_test_image_is_refused(tmp_path):
     with pytest.raises(InvalidInputError, match=f"^{re.escape(message)}$"):
         build_dataset(cfg)
     with open(cache, "w") as f:
-        json.dump({"train": content["train"], "val": content["val"]}, f)  # no digest: from an older version
-    with pytest.raises(InvalidInputError, match=re.escape("(it records no digest of its split); move it away")):
+        json.dump(dict(edited, digest=None), f)  # no digest (an earlier version): still checked
+    with pytest.raises(InvalidInputError, match=f"^{re.escape(message)}$"):
         build_dataset(cfg)
+    with open(cache, "w") as f:
+        json.dump({"train": content["train"], "val": content["val"]}, f)
+    capsys.readouterr()
+    assert relpaths(build_dataset(cfg).train_x, tree.dataset_dir) == [tuple(e) for e in content["train"]]
+    assert (f"Note: few-shot file {cache} records no digest of its split (an earlier version wrote it); its images "
+            "all lie in the current train and val splits, so it is used") in capsys.readouterr().out
 
 
 def test_fewshot_dir_holds_the_files(tmp_path, capsys):
