@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from engine import load_checkpoint, load_pretrained_weights, save_checkpoint, write_json
-from engine.checkpoint import get_rng_state, resume_from_checkpoint, set_rng_state
+from engine.checkpoint import get_rng_state, load_model_state, resume_from_checkpoint, set_rng_state
 from engine.errors import InvalidInputError
 
 
@@ -136,3 +136,18 @@ def test_written_files_get_the_mode_open_gives(tmp_path, umask):
              "prompt_learner/model-best.pth.tar", "by_open.txt"]
     modes = {name: oct(stat.S_IMODE(os.stat(tmp_path / name).st_mode)) for name in files}
     assert modes == {name: oct(0o666 & ~umask) for name in files}
+
+
+def test_load_model_state_names_the_file_and_the_first_difference():
+    model = nn.Linear(3, 2)
+    with pytest.raises(InvalidInputError, match=r"^run/m\.pth does not fit this Linear \(size mismatch for weight: "
+                                                r"copying a param with shape torch\.Size\(\[2, 4\]\) from checkpoint.*"
+                                                r"\): it was saved by another trainer, backbone or prompt size"):
+        load_model_state(model, {"state_dict": {"weight": torch.zeros(2, 4), "bias": torch.zeros(2)}}, "run/m.pth")
+    with pytest.raises(InvalidInputError, match=r"^run/m\.pth does not fit this Linear \(Missing key\(s\) in "
+                                                r"state_dict: \"bias\"\."):
+        load_model_state(model, {"state_dict": {"weight": torch.zeros(2, 3)}}, "run/m.pth")
+    with pytest.raises(InvalidInputError, match=r"^run/m\.pth holds no state_dict"):
+        load_model_state(model, {"epoch": 1}, "run/m.pth")
+    load_model_state(model, {"state_dict": {"weight": torch.ones(2, 3), "bias": torch.ones(2)}}, "run/m.pth")
+    assert torch.equal(model.weight, torch.ones(2, 3))
