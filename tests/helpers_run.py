@@ -13,11 +13,18 @@ from collections.abc import Iterator
 HANG_GUARD_S = 1800
 
 
+def default_sigint() -> None:
+    """In a child before it starts: SIGINT back to its default action. A suite started as a background job inherits
+    SIGINT ignored, and an ignored signal stays ignored across exec (Python and bash then never see Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_until(cmd: list[str], marker: str | None, sig: int, cwd: str, env: dict) -> tuple[int, str, bool]:
     """Run ``cmd`` in its own process group, reading its output (stdout and stderr) line by line, and send ``sig`` to
-    the group at the first line containing ``marker``; returns (exit status, output, whether the signal was sent)."""
+    the group at the first line containing ``marker``; returns (exit status, output, whether the signal was sent).
+    The child starts with SIGINT at its default, whatever this process inherited."""
     proc = subprocess.Popen(cmd, cwd=cwd, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=default_sigint)
     lines, sent = [], False
     try:
         for line in proc.stdout:
