@@ -42,9 +42,9 @@ from analysis.b2n import (
     wilcoxon_test,
 )
 from analysis.errors import ResultsError
-from analysis.layout import AVERAGE, dataset_sort_key, require_dir
+from analysis.layout import AVERAGE, dataset_sort_key, find_runs, require_dir
 from analysis.paper import METRICS, PAPER_FILE, load_paper
-from analysis.readers import summarize_dir
+from analysis.readers import selected_on, summarize_dir
 from analysis.tables import FORMATS, format_cell, print_note, render_table
 
 # ----------------------------------------------------------------------------------------------- default mode
@@ -57,6 +57,11 @@ def print_dir_summary(directory: str, keyword: str = "accuracy", test_log: bool 
     values = [v for _, v in results if v is not None]
     print_note(f"Summary of directory: {directory}", fmt)
     print(render_table(["run", keyword], results, fmt))
+    on_test = [os.path.basename(os.path.normpath(r)) for r in find_runs(directory) if selected_on(r) == "test"]
+    if on_test:
+        print_note(f"Note: {len(on_test)} of {len(results)} runs selected their model on the test split "
+                   f"(results.json selected_on: test; TEST.FINAL_MODEL best_val without a val split): "
+                   f"{', '.join(on_test)}; not comparable to runs selected without test data", fmt)
     if not values:
         raise ResultsError(f"no '* {keyword}: X%' value found in {directory} (try --test-log for eval-only logs)")
     mean = stats.mean(values)
@@ -112,9 +117,11 @@ def run_b2n(args: argparse.Namespace) -> None:
     elif len(summary) > 1:
         notes.append("No Δ columns: name the baseline with --baseline NAME (a measured method or paper:<name>).")
     if "selection" in headers:
-        notes.append(f"selection '{TEST_SELECTED}': upstream PromptKD tree (seed_<S>, best_val): the checkpoint was "
-                     "chosen on the base test set (PromptKD's val split), Base is the best of those test evaluations "
-                     "and Novel the test of that checkpoint; not comparable to rows selected without test data.")
+        notes.append(f"selection '{TEST_SELECTED}': the checkpoint was chosen on the base test set: upstream "
+                     "PromptKD's tree (seed_<S>, best_val on PromptKD's val split, the base test set; Base is the best "
+                     "of those test evaluations and Novel the test of that checkpoint), or runs whose results.json "
+                     "says selected_on: test (TEST.FINAL_MODEL best_val without a val split); not comparable to rows "
+                     "selected without test data.")
     if len({rows[AVERAGE]["n_datasets"] for rows in summary.values()}) > 1:
         notes.append("Warning: methods cover different numbers of datasets; their Average rows are not comparable.")
     print_note("\n".join(notes), args.format)

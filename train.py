@@ -94,16 +94,41 @@ def _merge(cfg, source: str, merge) -> None:
             if message:
                 raise ConfigError(f"{source}: {message}") from None
             raise ConfigError(f"{source}: unknown config key '{key}' "
-                              "(declare it in trainers/config.py extend_cfg or fix the typo)") from None
+                              "(declare it with its rule in trainers/config.py or fix the typo)") from None
         raise ConfigError(f"{source}: {msg}") from None
 
 
-def _merge_file(cfg, path: str, what: str) -> None:
-    from engine.errors import InputNotFoundError
+def read_yaml(path: str, what: str) -> dict:
+    """The mapping of KEY: value a config file holds; a missing, unreadable, empty or non-mapping file is one
+    ``error:`` line naming it (``what``: "trainer config file", ...)."""
+    import yaml
+
+    from engine.errors import ConfigError, InputNotFoundError
 
     if not os.path.isfile(path):
         raise InputNotFoundError(f"{what} not found: {path}")
-    _merge(cfg, path, lambda: cfg.merge_from_file(path))
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} {path} is not a text (UTF-8) file; give a YAML config") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        hint = "indent with spaces, not tabs" if "\\t" in problem else "fix the YAML syntax"
+        raise ConfigError(f"{what} {path}:{where} {problem}; {hint}") from None
+    if data is None:
+        raise ConfigError(f"{what} {path} is empty; give its KEY: value lines (see configs/) or leave it out")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path} holds a {type(data).__name__} at the top; a config file is a mapping of "
+                          "KEY: value lines")
+    return data
+
+
+def _merge_file(cfg, path: str, what: str) -> None:
+    data = read_yaml(path, what)
+    _merge(cfg, path, lambda: cfg.merge_from_other_cfg(type(cfg)(data)))
 
 
 def reset_cfg(cfg, args: argparse.Namespace) -> None:
@@ -285,14 +310,15 @@ def _train_or_evaluate(args: argparse.Namespace, cfg, claim):
     from engine.distributed import barrier, init_distributed, is_main, shutdown_distributed
     from engine.errors import first_line, is_user_error
     from engine.preemption import Preempted
-    from engine.validation import check_config_values
+    from engine.schema import check_config
+    from trainers.config import config_schema
 
     init_distributed(cfg.USE_CUDA)  # under torchrun with several processes; rank 0 alone logs and writes
     logger = setup_logger(cfg.OUTPUT_DIR if is_main() else None)
     try:
         for note in claim.notes if claim is not None else ():
             print(note)
-        check_config_values(cfg)
+        check_config(cfg, config_schema())
         if cfg.SEED >= 0:
             print(f"Setting fixed seed: {cfg.SEED}")
             set_random_seed(cfg.SEED)

@@ -4,7 +4,8 @@ Run folders follow :mod:`analysis.layout`. Base comes from ``train_base`` (or ``
 ``test_new``, per seed. PromptKD's upstream tree has no ``test_new`` partner: one ``seed_<S>`` folder under
 ``train_base`` holds both, its base accuracy being the best (max) ``Evaluate on the *val* set`` block (PromptKD's
 val split is the base test set, and ``best_val`` deploys that checkpoint) and its novel accuracy the test after
-``Finish training``. Such rows are flagged ``test_selected``: their checkpoint was chosen on test data.
+``Finish training``. Such rows are flagged ``test_selected``: their checkpoint was chosen on test data; so are rows
+with a run whose results.json says ``selected_on: test`` (best_val on a dataset without a val split).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from analysis.layout import (
     seed_key,
 )
 from analysis.paper import METRICS, PAPER_FILE, load_paper, paper_as_summary, paper_rows
-from analysis.readers import read_run, read_text, val_values_from_log
+from analysis.readers import read_run, read_text, selected_on, val_values_from_log
 
 ZERO_SHOT_TRAINER = "ZeroshotCLIP"
 """Default Δ baseline when ``--methods`` does not name one: zero-shot CLIP, the training-free reference."""
@@ -62,12 +63,14 @@ class _Found:
     test_base: dict[str, float] = field(default_factory=dict)
     kd_base: dict[str, float] = field(default_factory=dict)
     kd_novel: dict[str, float] = field(default_factory=dict)
+    test_selected: bool = False
+    """A run's results.json says its model was selected on the test split."""
 
     def merged(self) -> SeedRuns:
         """train_base wins over test_base for the same seed; the PromptKD fallback only without test_new runs."""
         if not self.novel and self.kd_novel:
             return SeedRuns(dict(self.kd_base), dict(self.kd_novel), test_selected=True)
-        return SeedRuns({**self.test_base, **self.base}, dict(self.novel))
+        return SeedRuns({**self.test_base, **self.base}, dict(self.novel), test_selected=self.test_selected)
 
 
 def label_trainer(label: str) -> str:
@@ -101,6 +104,7 @@ def _read_run_into(rp: RunPath, keyword: str, found: _Found) -> None:
         value = read_run(rp.path, keyword, test_log=role != "novel")
     if value is not None:
         (found.test_base if rp.role == "test_base" else found.base if role == "base" else found.novel)[seed] = value
+        found.test_selected |= selected_on(rp.path) == "test"
     log_path = os.path.join(rp.path, LOG_FILE)
     if rp.role == "train_base" and not os.path.isfile(os.path.join(rp.path, RESULT_FILE)) and os.path.isfile(log_path):
         val = val_values_from_log(read_text(log_path), keyword)

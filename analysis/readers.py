@@ -62,6 +62,20 @@ def read_text(path: str) -> str:
         return f.read()
 
 
+def selected_on(run_dir: str) -> str | None:
+    """The split the run's results.json says its model was selected on: "val", "test" (TEST.FINAL_MODEL best_val
+    without a val split), or None (the last epoch, an upstream run, or no results.json)."""
+    json_path = os.path.join(run_dir, RESULT_FILE)
+    if not os.path.isfile(json_path):
+        return None
+    try:
+        with open(json_path) as f:
+            record = json.load(f)
+    except json.JSONDecodeError:
+        return None  # read_run names the malformed file
+    return record.get("selected_on") if isinstance(record, dict) else None
+
+
 def read_run(run_dir: str, keyword: str = "accuracy", test_log: bool = False) -> float | None:
     """The run's ``keyword`` value: results.json first, else log.txt; None if neither has it."""
     json_path = os.path.join(run_dir, RESULT_FILE)

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.errors import ConfigError
+
 from .resnet import ModifiedResNet, resnet_dims
 
 Prompts = Sequence[torch.Tensor] | None
@@ -150,8 +152,9 @@ class VisionTransformer(nn.Module):
         x = self.conv1(images.to(self.conv1.weight.dtype))
         x = x.flatten(2).transpose(1, 2)
         if x.shape[1] + 1 != self.positional_embedding.shape[0]:
-            raise ValueError(f"images of size {tuple(images.shape[-2:])} give {x.shape[1]} patches; this CLIP "
-                             f"expects {self.input_resolution}x{self.input_resolution} inputs")
+            size = self.input_resolution
+            raise ConfigError(f"images of size {tuple(images.shape[-2:])} give {x.shape[1]} patches; this CLIP "
+                              f"expects {size}x{size} inputs: set INPUT.SIZE ({size}, {size})")
         batch, _, width = x.shape
         cls = self.class_embedding.to(x.dtype).expand(batch, 1, -1)
         x = torch.cat([cls, x], dim=1) + self.positional_embedding.to(x.dtype)

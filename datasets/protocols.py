@@ -28,17 +28,16 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
-from engine.dataset_base import DATA_ROLES, UNLABELED, DatasetBase, Datum, RoleSplits
+from engine.dataset_base import DATA_ROLES, PROTOCOLS, SUBSAMPLES, UNLABELED, DatasetBase, Datum, RoleSplits
 from engine.errors import ConfigError
 from engine.registry import DATASET_REGISTRY, TRAINER_REGISTRY, check_availability
 
 from .fewshot import check_all_classes, fewshot_splits, sample_per_class
 from .splits import SplitData, dataset_folder
 
-PROTOCOLS = ("base2novel", "cross", "dg")
-SUBSAMPLES = ("all", "base", "new")
 DEFAULT_SOURCE_DATASET = "ImageNet"
 
 
@@ -99,9 +98,13 @@ def withhold_labels(items: Sequence[Datum]) -> list[Datum]:
     return [Datum(impath=d.impath, label=UNLABELED, domain=d.domain, classname="") for d in items]
 
 
-def _standard(data: SplitData, num_shots: int, seed: int, subsample: str, protocol: str) -> RoleSplits:
+Shots = Callable[[SplitData], tuple[list[Datum], list[Datum] | None]]
+"""The few-shot train and val splits of a dataset (``fewshot_splits`` with the run's K, seed and folders)."""
+
+
+def _standard(data: SplitData, shots: Shots, subsample: str, protocol: str) -> RoleSplits:
     # CoOp: the ImageNet variants train_x is their test data and ignores NUM_SHOTS.
-    train, val = (data.train, None) if data.test_only else fewshot_splits(data, num_shots, seed)
+    train, val = (data.train, None) if data.test_only else shots(data)
     train, val, test = subsample_classes(train, val, data.test, subsample=subsample)
     if val is None and not data.test_only:
         val = test  # ImageNet has no val split; CoOp validates on its test set
@@ -111,9 +114,10 @@ def _standard(data: SplitData, num_shots: int, seed: int, subsample: str, protoc
                       data.lab2cname, protocol, "standard", subsample)
 
 
-def _target_train(data: SplitData, num_shots: int, seed: int, protocol: str) -> tuple[list[Datum], list | None]:
+def _target_train(data: SplitData, shots: Shots, num_shots: int, seed: int, protocol: str
+                  ) -> tuple[list[Datum], list | None]:
     """Target images for unlabelled training and the target's val split: train split, or test images for dg."""
-    train, val = fewshot_splits(data, num_shots, seed)
+    train, val = shots(data)
     if protocol == "dg" and not data.test_only:
         train = data.test
         if num_shots >= 1:
@@ -139,15 +143,17 @@ def build_splits(cfg, data: SplitData, role: str | None = None) -> RoleSplits:
     dataset ``data``."""
     role, protocol, subsample = resolve_role(cfg, role), resolve_protocol(cfg), resolve_subsample(cfg)
     num_shots, seed = cfg.DATASET.NUM_SHOTS, cfg.SEED
+    shots = partial(fewshot_splits, num_shots=num_shots, seed=seed, fewshot_dir=cfg.DATASET.get("FEWSHOT_DIR", ""),
+                    output_dir=cfg.OUTPUT_DIR)
     if role == "standard":
-        return _standard(data, num_shots, seed, subsample, protocol)
+        return _standard(data, shots, subsample, protocol)
     if protocol == "base2novel" and data.test_only:
         raise ConfigError(f"{data.name} has only a test set, so it has no base-to-novel training data for "
                           f"{cfg.TRAINER.NAME}; set TRAINER.MODAL dg (or cross)")
     if protocol == "base2novel":
-        train, val = fewshot_splits(data, num_shots, seed)
+        train, val = shots(data)
     else:
-        train, val = _target_train(data, num_shots, seed, protocol)
+        train, val = _target_train(data, shots, num_shots, seed, protocol)
     eval_labels = class_subset(data.lab2cname, subsample)
     test = keep_classes(data.test, eval_labels)
     val = None if val is None else keep_classes(val, eval_labels)
@@ -160,7 +166,7 @@ def build_splits(cfg, data: SplitData, role: str | None = None) -> RoleSplits:
         splits.router_x = list(splits.train_x)
     elif role == "seen_unseen":
         source = _read_source(cfg)
-        splits.train_x = fewshot_splits(source, num_shots, seed)[0]
+        splits.train_x = shots(source)[0]
         splits.train_u = withhold_labels(train)
         splits.router_x = list(splits.train_x)
         splits.source_lab2cname = source.lab2cname

@@ -120,17 +120,71 @@ def collect_lab2cname(name: str, source: str, *item_lists: Sequence[Datum] | Non
                 raise InvalidInputError(f"{name}: label {item.label} has two class names, {known!r} and "
                                         f"{item.classname!r}, in {source}")
     labels = sorted(mapping)
-    if labels != list(range(len(labels))):
-        raise InvalidInputError(f"{name}: labels in {source} must be 0..{len(labels) - 1}, found {labels[:5]}...")
+    n = len(labels)
+    if labels != list(range(n)):
+        bad = [f"{label} ({mapping[label]!r})" for label in labels if not 0 <= label < n]
+        missing = [str(label) for label in range(n) if label not in mapping]
+        raise InvalidInputError(f"{name}: labels in {source} must be 0..{n - 1} without gaps ({n} classes), but it "
+                                f"has label {', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''} and none "
+                                f"{', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}; fix the labels")
     return {lab: mapping[lab] for lab in labels}
+
+
+def shown(paths: Sequence[str], base: str) -> str:
+    """``N image(s) (the first three relative to base, ...)`` for one-line messages."""
+    names = ", ".join(os.path.relpath(p, base) for p in paths[:3]) + (", ..." if len(paths) > 3 else "")
+    return f"{len(paths)} image{'s' if len(paths) != 1 else ''} ({names})"
+
+
+def drop_duplicates(items: list[Datum], split: str, source: str, base: str) -> list[Datum]:
+    """``items`` with each image once: a repeated entry with the same label is dropped (one note names them), one
+    with another label is an error."""
+    labels: dict[str, int] = {}
+    kept, twice = [], []
+    for item in items:
+        if item.impath not in labels:
+            labels[item.impath] = item.label
+            kept.append(item)
+            continue
+        if labels[item.impath] != item.label:
+            raise InvalidInputError(f"{source} lists {os.path.relpath(item.impath, base)} in its {split} split with "
+                                    f"labels {labels[item.impath]} and {item.label}; fix the split file")
+        twice.append(item.impath)
+    if not twice:
+        return items
+    print(f"Note: {source} lists {shown(sorted(set(twice)), base)} more than once in its {split} split; each is "
+          "used once")
+    return kept
+
+
+def check_disjoint(splits: dict[str, list[Datum] | None], source: str, base: str, name: str) -> None:
+    """Raise InvalidInputError naming the images that two of the splits share (train, val and test never overlap)."""
+    paths = {split: {item.impath for item in items} for split, items in splits.items() if items is not None}
+    names = list(paths)
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            both = sorted(paths[first] & paths[second])
+            if both:
+                raise InvalidInputError(f"{source} lists {shown(both, base)} in both its {first} and {second} "
+                                        f"splits; an image belongs to one split: fix or re-download the split file "
+                                        f"({layout_hint(name)})")
 
 
 def make_split_data(name: str, dataset_dir: str, split_file: str, train: list[Datum], val: list[Datum] | None,
                     test: list[Datum], test_only: bool = False) -> SplitData:
-    """Bundle a reader's splits, checking that none is empty and computing ``lab2cname`` over all of them."""
+    """Bundle a reader's splits, checking that none is empty, each image is listed once (repeats are dropped with a
+    note) and in one split only (``test_only`` datasets train on their test data, as CoOp), and computing
+    ``lab2cname`` over all of them."""
     for split, items in (("train", train), ("val", val), ("test", test)):
         if items is not None and not items:
             raise InvalidInputError(f"{name}: the {split} split read from {split_file} is empty ({layout_hint(name)})")
+    train, test = (drop_duplicates(items, split, split_file, dataset_dir) for split, items in
+                   (("train", train), ("test", test)))
+    val = None if val is None else drop_duplicates(val, "val", split_file, dataset_dir)
+    if test_only:
+        train = test
+    else:
+        check_disjoint({"train": train, "val": val, "test": test}, split_file, dataset_dir, name)
     lab2cname = collect_lab2cname(name, split_file, train, val, test)
     return SplitData(name, dataset_dir, train, val, test, lab2cname, split_file, test_only)
 
@@ -163,9 +217,21 @@ def relative_path(impath: str, base: str) -> str:
     return rel.replace(os.sep, "/")
 
 
+def relative_paths(items: Sequence[Datum], base: str) -> list[str]:
+    """The items' image paths relative to ``base`` (see ``relative_path``); quick for the usual paths under it."""
+    prefix = os.path.join(os.path.abspath(base), "")
+    output = []
+    for item in items:
+        rel = item.impath[len(prefix):] if item.impath.startswith(prefix) else ""
+        if not rel or ".." in rel.split(os.sep):
+            rel = relative_path(item.impath, base)
+        output.append(rel.replace(os.sep, "/"))
+    return output
+
+
 def encode_items(items: Sequence[Datum], base: str) -> list[list]:
     """``[[relpath, label, classname], ...]`` with paths relative to ``base``."""
-    return [[relative_path(item.impath, base), item.label, item.classname] for item in items]
+    return [[rel, item.label, item.classname] for rel, item in zip(relative_paths(items, base), items)]
 
 
 def write_split(train: list[Datum], val: list[Datum], test: list[Datum], split_path: str, prefix: str) -> None:

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .errors import CorruptFileError, InputNotFoundError, first_line
-from .restricted_pickle import load_upstream_checkpoint
+from .errors import CorruptFileError, InputNotFoundError, InvalidInputError, first_line
+from .restricted_pickle import dropped_entries, load_upstream_checkpoint, plain_entries
 from .runs import POINTER_FILE, pointed_checkpoint
 from .utils import atomic_write, atomic_write_text, mkdir_if_missing
 
@@ -93,13 +93,35 @@ def load_checkpoint(fpath: str, trust_pickle: bool = False) -> Any:
     if trust_pickle:
         return torch.load(fpath, map_location="cpu", weights_only=False)
     try:
-        return torch.load(fpath, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
+        checkpoint = torch.load(fpath, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # pickled objects (an upstream Dassl checkpoint) or no checkpoint at all
         return load_upstream_checkpoint(fpath)
-    except (RuntimeError, EOFError, KeyError, ValueError) as e:  # torch's zip reader / unpickler on a cut-off file
+    except Exception as e:  # torch's readers on a cut-off or foreign file
         raise CorruptFileError(
             f"{fpath} is truncated or corrupt ({first_line(e)[:120]}); delete it (a rerun of the same command "
             "resumes from the previous checkpoint, if any) or restore a good copy") from None
+    kept, ignored = plain_entries(checkpoint, fpath)  # weights_only also rebuilds the functions and classes it allows
+    if ignored:
+        print(f"Note: {fpath}: ignored the entries that are not tensors or plain values: {dropped_entries(ignored)}")
+    return checkpoint if not ignored else kept
+
+
+def load_model_state(model: nn.Module, checkpoint: Any, source: str) -> None:
+    """Load ``checkpoint["state_dict"]`` into ``model``; a checkpoint without one, or of another model (another
+    trainer, backbone or prompt size), is one InvalidInputError naming ``source`` and the first difference."""
+    state_dict = checkpoint.get("state_dict") if isinstance(checkpoint, dict) else None
+    if not isinstance(state_dict, dict):
+        raise InvalidInputError(f"{source} holds no state_dict, so it is not a checkpoint of a model (Dassl layout: "
+                                "state_dict, epoch, ...); point to a run's <model>/model.pth.tar-<epoch>")
+    try:
+        model.load_state_dict(state_dict)
+    except InvalidInputError as e:  # a model's own one-line explanation
+        raise InvalidInputError(f"{source}: {e}") from None
+    except RuntimeError as e:  # torch lists the missing / unexpected keys and the shape mismatches, one per line
+        detail = next((line.strip() for line in str(e).splitlines()[1:] if line.strip()), first_line(e))
+        raise InvalidInputError(f"{source} does not fit this {type(model).__name__} ({detail[:200]}): it was saved "
+                                "by another trainer, backbone or prompt size; use a run of this configuration "
+                                "(--model-dir, OUTPUT_DIR)") from None
 
 
 def get_rng_state() -> dict:
@@ -147,7 +169,7 @@ def resume_from_checkpoint(fdir: str, model: nn.Module, optimizer=None, schedule
         raise FileNotFoundError(f'No "{POINTER_FILE}" file in "{fdir}" naming the checkpoint to resume from')
     print(f'Loading checkpoint from "{fpath}"')
     checkpoint = load_checkpoint(fpath)
-    model.load_state_dict(checkpoint["state_dict"])
+    load_model_state(model, checkpoint, fpath)
     print("Loaded model weights")
     scheduled_lrs = None
     if scheduler is not None and checkpoint.get("scheduler") is None:

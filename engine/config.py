@@ -2,6 +2,7 @@
 
 Values are Dassl's defaults; method keys (``TRAINER.<NAME>.*``) are added by ``trainers/config.py:extend_cfg``.
 The project's own engine keys are ``PROJECT_KEYS`` (``add_project_keys`` declares them in a Dassl tree too).
+``ENGINE_SCHEMA`` gives every engine key its rule (type and choices or range, ``engine/schema.py``).
 The tree is a ``Config``: yacs' merge, except that an int is accepted (as a float) where a float is declared.
 """
 from __future__ import annotations
@@ -9,6 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from yacs.config import CfgNode as CN
+
+from .compile import COMPILE_MODES
+from .data_manager import SAMPLERS
+from .optim import AVAI_OPTIMS, AVAI_SCHEDULERS, AVAI_WARMUPS
+from .schema import FRACTION, NON_NEGATIVE, POSITIVE, Bool, Choice, Int, Number, Rule, Seq, SquareSize, Text
+from .transforms import AVAI_CHOICES, INTERPOLATION_MODES
 
 
 def _int_as_float(value: Any, default: Any) -> Any:
@@ -167,21 +174,29 @@ _C.TEST.FINAL_MODEL = "last_step"
 _C.TRAINER = CN()
 _C.TRAINER.NAME = ""
 
-PROJECT_KEYS = {
-    "CONFIG_NAME": "",  # the trainer config's file stem (train.py), written to results.json
-    "TRAIN.SYNC_BN": True,  # under torchrun: BatchNorm of the trained models uses the global batch's statistics
+PROJECT_KEYS: dict[str, tuple[Any, Rule]] = {
+    # the trainer config's file stem (train.py), written to results.json
+    "CONFIG_NAME": ("", Text()),
+    # under torchrun: BatchNorm of the trained models uses the global batch's statistics
+    "TRAIN.SYNC_BN": (True, Bool()),
+    # torch.compile of the frozen CLIP forwards (engine/compile.py): none | compile | cudagraphs
+    "TRAIN.COMPILE": ("none", Choice(COMPILE_MODES)),
+    # keep data loader workers alive across epochs and loader restarts (no respawn stalls); the batches do not
+    # depend on it (engine/data_stream.py)
+    "DATALOADER.PERSISTENT_WORKERS": (False, Bool()),
     # minutes between step-level resume states (0: only at epoch ends and on preemption); bounds what a hard kill
     # (SIGKILL, a crash of the node) loses inside an epoch
-    "TRAIN.STEP_RESUME_MINUTES": 10.0,
-    "TRAIN.CUDA_GRAPH": False,  # replay the whole training step as one CUDA graph (engine/cuda_graph.py)
+    "TRAIN.STEP_RESUME_MINUTES": (10.0, NON_NEGATIVE),
+    # replay the whole training step as one CUDA graph (engine/cuda_graph.py)
+    "TRAIN.CUDA_GRAPH": (False, Bool()),
 }
-"""The engine's keys beyond Dassl's, as dotted names with their defaults."""
+"""The engine's keys beyond Dassl's: dotted name → (default, rule)."""
 
 
 def add_project_keys(cfg: CN) -> CN:
     """Declare ``PROJECT_KEYS`` where ``cfg`` lacks them (our tree has them; Dassl's own tree gets them through
     ``trainers.config.extend_cfg``), in place; also returned."""
-    for dotted, value in PROJECT_KEYS.items():
+    for dotted, (value, _) in PROJECT_KEYS.items():
         *parents, key = dotted.split(".")
         node = cfg
         for name in parents:
@@ -192,6 +207,104 @@ def add_project_keys(cfg: CN) -> CN:
 
 
 add_project_keys(_C)
+
+_TEXTS = Seq(Text())
+ENGINE_SCHEMA: dict[str, Rule] = {
+    "VERSION": Int(),
+    "OUTPUT_DIR": Text(),
+    "RESUME": Text(),
+    "SEED": Int(-1, note="-1: not seeded"),
+    "USE_CUDA": Bool(),
+    "VERBOSE": Bool(),
+    "INPUT.SIZE": SquareSize(),
+    "INPUT.INTERPOLATION": Choice(INTERPOLATION_MODES),
+    "INPUT.TRANSFORMS": Seq(Choice(AVAI_CHOICES)),
+    "INPUT.NO_TRANSFORM": Bool(),
+    "INPUT.PIXEL_MEAN": Seq(Number(), 3),
+    "INPUT.PIXEL_STD": Seq(POSITIVE, 3),
+    "INPUT.CROP_PADDING": Int(0),
+    "INPUT.RRCROP_SCALE": Seq(Number(0, 1, low_open=True), 2),
+    "INPUT.CUTOUT_N": Int(0),
+    "INPUT.CUTOUT_LEN": Int(0),
+    "INPUT.GN_MEAN": Number(),
+    "INPUT.GN_STD": NON_NEGATIVE,
+    "INPUT.RANDAUGMENT_N": Int(0),
+    "INPUT.RANDAUGMENT_M": Int(0),
+    "INPUT.COLORJITTER_B": NON_NEGATIVE,
+    "INPUT.COLORJITTER_C": NON_NEGATIVE,
+    "INPUT.COLORJITTER_S": NON_NEGATIVE,
+    "INPUT.COLORJITTER_H": Number(0, 0.5),
+    "INPUT.RGS_P": FRACTION,
+    "INPUT.GB_P": FRACTION,
+    "INPUT.GB_K": Int(1),
+    "DATASET.ROOT": Text(),
+    "DATASET.NAME": Text(),
+    "DATASET.SOURCE_DOMAINS": _TEXTS,
+    "DATASET.TARGET_DOMAINS": _TEXTS,
+    "DATASET.NUM_LABELED": Int(-1, note="-1: every image"),
+    "DATASET.NUM_SHOTS": Int(-1, note="images per class; 0 or -1: every image"),
+    "DATASET.VAL_PERCENT": FRACTION,
+    "DATASET.STL10_FOLD": Int(-1),
+    "DATASET.CIFAR_C_TYPE": Text(),
+    "DATASET.CIFAR_C_LEVEL": Int(1, 5),
+    "DATASET.ALL_AS_UNLABELED": Bool(),
+    "DATALOADER.NUM_WORKERS": Int(0),
+    "DATALOADER.K_TRANSFORMS": Int(1),
+    "DATALOADER.RETURN_IMG0": Bool(),
+    "DATALOADER.TRAIN_X.SAMPLER": Choice(SAMPLERS),
+    "DATALOADER.TRAIN_X.BATCH_SIZE": Int(1),
+    "DATALOADER.TRAIN_X.N_DOMAIN": Int(0),
+    "DATALOADER.TRAIN_X.N_INS": Int(0),
+    "DATALOADER.TRAIN_U.SAME_AS_X": Bool(),
+    "DATALOADER.TRAIN_U.SAMPLER": Choice(SAMPLERS),
+    "DATALOADER.TRAIN_U.BATCH_SIZE": Int(1),
+    "DATALOADER.TRAIN_U.N_DOMAIN": Int(0),
+    "DATALOADER.TRAIN_U.N_INS": Int(0),
+    "DATALOADER.TEST.SAMPLER": Choice(SAMPLERS),
+    "DATALOADER.TEST.BATCH_SIZE": Int(1),
+    "MODEL.INIT_WEIGHTS": Text(),
+    "MODEL.BACKBONE.NAME": Text(),
+    "MODEL.BACKBONE.PRETRAINED": Bool(),
+    "MODEL.HEAD.NAME": Text(),
+    "MODEL.HEAD.HIDDEN_LAYERS": Seq(Int(1)),
+    "MODEL.HEAD.ACTIVATION": Text(),
+    "MODEL.HEAD.BN": Bool(),
+    "MODEL.HEAD.DROPOUT": Number(0, 1, high_open=True),
+    "OPTIM.NAME": Choice(AVAI_OPTIMS),
+    "OPTIM.LR": POSITIVE,
+    "OPTIM.WEIGHT_DECAY": NON_NEGATIVE,
+    "OPTIM.MOMENTUM": Number(0, 1, high_open=True),
+    "OPTIM.SGD_DAMPNING": Number(0, 1),
+    "OPTIM.SGD_NESTEROV": Bool(),
+    "OPTIM.RMSPROP_ALPHA": Number(0, 1, low_open=True),
+    "OPTIM.ADAM_BETA1": Number(0, 1, high_open=True),
+    "OPTIM.ADAM_BETA2": Number(0, 1, high_open=True),
+    "OPTIM.STAGED_LR": Bool(),
+    "OPTIM.NEW_LAYERS": _TEXTS,
+    "OPTIM.BASE_LR_MULT": NON_NEGATIVE,
+    "OPTIM.LR_SCHEDULER": Choice(AVAI_SCHEDULERS),
+    "OPTIM.STEPSIZE": Seq(Int()),
+    "OPTIM.GAMMA": POSITIVE,
+    "OPTIM.MAX_EPOCH": Int(0),
+    "OPTIM.WARMUP_EPOCH": Int(-1, note="0 or -1: no warm-up"),
+    "OPTIM.WARMUP_TYPE": Choice(AVAI_WARMUPS),
+    "OPTIM.WARMUP_CONS_LR": POSITIVE,
+    "OPTIM.WARMUP_MIN_LR": NON_NEGATIVE,
+    "OPTIM.WARMUP_RECOUNT": Bool(),
+    "TRAIN.CHECKPOINT_FREQ": Int(0, note="0: only the last epoch"),
+    "TRAIN.PRINT_FREQ": Int(1),
+    "TRAIN.COUNT_ITER": Choice(("train_x", "train_u", "smaller_one")),
+    "TEST.EVALUATOR": Text(),
+    "TEST.PER_CLASS_RESULT": Bool(),
+    "TEST.COMPUTE_CMAT": Bool(),
+    "TEST.NO_TEST": Bool(),
+    "TEST.SPLIT": Choice(("test", "val")),
+    "TEST.FINAL_MODEL": Choice(("last_step", "best_val")),
+    "TRAINER.NAME": Text(),
+    **{dotted: rule for dotted, (_, rule) in PROJECT_KEYS.items()},
+}
+"""The rule of every engine key (Dassl's tree and ``PROJECT_KEYS``); registry names (trainer, dataset, evaluator)
+are checked when they are built, with a "did you mean"."""
 
 
 def get_cfg_default() -> CN:

@@ -18,6 +18,11 @@ DATA_ROLES = ("standard", "distill_all", "seen_unseen")
 CoOp's few-shot dataset; ``distill_all`` = every train image of all classes, for label-free distillation;
 ``seen_unseen`` = labelled seen-class images + unlabelled unseen-class images (and the router's images)."""
 
+PROTOCOLS = ("base2novel", "cross", "dg")
+"""The evaluation protocols (``TRAINER.MODAL``): base-to-novel, cross-dataset, domain generalisation."""
+SUBSAMPLES = ("all", "base", "new")
+"""The class halves a split keeps (``DATASET.SUBSAMPLE_CLASSES``)."""
+
 
 class Datum:
     """One image record; ``impath`` must be an existing file, as in Dassl."""

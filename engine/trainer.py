@@ -31,6 +31,7 @@ from .checkpoint import (
     check_plain,
     get_rng_state,
     load_checkpoint,
+    load_model_state,
     pointed_checkpoint,
     resume_from_checkpoint,
     save_checkpoint,
@@ -49,6 +50,7 @@ from .distributed import (
     set_sampler_epoch,
     wrap_trainable_models,
 )
+from .errors import InvalidInputError
 from .evaluator import build_evaluator
 from .meters import AverageMeter, MetricMeter
 from .precision import autocast, make_grad_scaler, resolve_precision
@@ -72,6 +74,7 @@ class TrainerBase:
         self._ddp: list = []  # DDP wrappers of the trainable models under torchrun (engine/distributed.py)
         self.scaler: torch.amp.GradScaler | None = None
         self.resume_step: dict | None = None  # a step-level resume state's position, used by the next run_epoch
+        self.selected_on: str | None = None  # the split the deployed model was selected on (best_val): val or test
 
     # ----- models -----------------------------------------------------------------------------------------
     def register_model(self, name: str = "model", model: nn.Module | None = None, optim=None, sched=None) -> None:
@@ -143,6 +146,8 @@ class TrainerBase:
                 "val_result": val_result,
                 "rng_state": rng_state,
             }
+            if val_result is not None:
+                state["selected_on"] = self.selected_on
             save_checkpoint(state, os.path.join(directory, name), is_best=is_best, model_name=model_name)
         barrier()
 
@@ -174,11 +179,11 @@ class TrainerBase:
         state = load_checkpoint(path)
         names = self.get_model_names()
         if sorted(state["models"]) != sorted(names):
-            raise ValueError(f"{path} holds the models {sorted(state['models'])}, this trainer has {sorted(names)}; "
-                             "use another OUTPUT_DIR or delete it")
+            raise InvalidInputError(f"{path} holds the models {sorted(state['models'])}, this trainer has "
+                                    f"{sorted(names)}; use another OUTPUT_DIR or move the file away")
         for name in names:
             saved = state["models"][name]
-            self._models[name].load_state_dict(saved["state_dict"])
+            load_model_state(self._models[name], saved, f"{path} ({name})")
             if self._optims[name] is not None and saved["optimizer"] is not None:
                 self._optims[name].load_state_dict(saved["optimizer"])
             if self._scheds[name] is not None and saved["scheduler"] is not None:
@@ -231,10 +236,12 @@ class TrainerBase:
                 hint = " (pass --load-epoch N to load model.pth.tar-N, or --load-epoch last)" if epoch is None else ""
                 raise FileNotFoundError(f'Model not found at "{path}"{hint}')
             checkpoint = load_checkpoint(path)
+            load_model_state(self._models[name], checkpoint, path)
+            if epoch is None and "selected_on" in checkpoint:  # model-best.pth.tar: chosen on the split it records
+                self.selected_on = checkpoint["selected_on"]
             val_result = checkpoint.get("val_result")
             extra = f", val_result={val_result:.2f}" if val_result is not None else ""
-            print(f'Load {path} to {name} (epoch={checkpoint["epoch"]}{extra})')
-            self._models[name].load_state_dict(checkpoint["state_dict"])
+            print(f'Load {path} to {name} (epoch={checkpoint.get("epoch")}{extra})')
 
     # ----- tensorboard (optional) -------------------------------------------------------------------------
     def init_writer(self, log_dir: str) -> None:
@@ -438,6 +445,12 @@ class SimpleTrainer(TrainerBase):
         self.start_epoch = self.resume_model_if_exist(directory)
         if self.start_epoch > 0:
             self._restore_best_result(directory)
+        if self.cfg.TEST.FINAL_MODEL == "best_val" and not self.cfg.TEST.NO_TEST:
+            self.selected_on = self.selection_split()
+            if self.selected_on == "test":
+                print(f"Note: TEST.FINAL_MODEL best_val, but {self.cfg.DATASET.NAME} has no val split: the model is "
+                      "selected on the test split, as Dassl does (results.json records selected_on: test; "
+                      "TEST.FINAL_MODEL last_step keeps test data out of the choice)")
         self.init_writer(os.path.join(self.output_dir, "tensorboard"))
         self.time_start = time.time()
         self._state_time = time.monotonic()
@@ -510,6 +523,12 @@ class SimpleTrainer(TrainerBase):
         self.after_test()
         return result
 
+    def selection_split(self) -> str:
+        """The split best_val selects on: "val", or "test" when the dataset has no val split (no val loader, or its
+        val is its test list, as CoOp's ImageNet)."""
+        dataset = self.dm.dataset
+        return "val" if self.val_loader is not None and dataset.val is not dataset.test else "test"
+
     def split_loader(self, split: str) -> tuple[str, DataLoader]:
         """The split actually evaluated and its loader ("val" falls back to test when there is no val set)."""
         if split == "val" and self.val_loader is not None:
@@ -556,6 +575,7 @@ class SimpleTrainer(TrainerBase):
             "accuracy": float(results["accuracy"]),
             "error": float(results["error_rate"]),
             "macro_f1": float(results["macro_f1"]),
+            "selected_on": self.selected_on,
         }
         if "perclass_accuracy" in results:
             record["perclass_accuracy"] = float(results["perclass_accuracy"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import tempfile
+import uuid
 import warnings
 from collections.abc import Callable
 from typing import IO, Any
@@ -44,11 +44,13 @@ def read_json(fpath: str) -> Any:
 def atomic_write(fpath: str, write: Callable[[IO], None], binary: bool = False) -> None:
     """Call ``write(file)`` on a temporary file in ``fpath``'s folder, then rename it over ``fpath``.
 
-    Readers never see half a file, and a failed write leaves the previous file (if any) untouched.
+    Readers never see half a file, and a failed write leaves the previous file (if any) untouched. The file gets the
+    permissions ``open()`` gives a new file (0666 minus the umask), so results can be shared in a group.
     """
     dirname = os.path.dirname(os.path.abspath(fpath))
     mkdir_if_missing(dirname)
-    fd, tmp = tempfile.mkstemp(dir=dirname, prefix=".tmp-", suffix=os.path.basename(fpath))
+    tmp = os.path.join(dirname, f".tmp-{uuid.uuid4().hex[:12]}{os.path.basename(fpath)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)
@@ -77,14 +79,33 @@ def listdir_nohidden(path: str, sort: bool = False) -> list[str]:
     return items
 
 
+SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+"""Pillow's modes of 16-bit grayscale images (PNG, TIFF; "I" in older Pillow), which ``convert("RGB")`` clips to
+white."""
+_noted: set[str] = set()
+
+
+def _to_rgb(img: Image.Image, path: str) -> Image.Image:
+    """``img`` as 8-bit RGB; 16-bit grayscale is scaled (v / 257, so 65535 → 255) instead of clipped, noted once."""
+    if img.mode not in SIXTEEN_BIT_MODES:
+        return img.convert("RGB")
+    if "16-bit" not in _noted:
+        _noted.add("16-bit")
+        print(f"Note: {path} is a 16-bit grayscale image: its values are scaled to 8 bits (v / 257); so are those of "
+              "any other (noted once)")
+    values = np.asarray(img).astype(np.float64) / 257.0
+    return Image.fromarray(np.clip(np.rint(values), 0, 255).astype(np.uint8)).convert("RGB")
+
+
 def read_image(path: str) -> Image.Image:
-    """Open an image as RGB; a missing or corrupt file raises an error naming it and the fix."""
+    """Open an image as RGB (16-bit grayscale scaled to 8 bits); a missing or corrupt file raises an error naming it
+    and the fix."""
     if not os.path.exists(path):
         raise InputNotFoundError(f"Image not found: {path} (restore it from the dataset's archive, or fix the split "
                                  "file that lists it)")
     try:
         with Image.open(path) as img:
-            return img.convert("RGB")
+            return _to_rgb(img, path)
     except (UnidentifiedImageError, OSError) as e:
         raise CorruptFileError(f"Cannot read image {path} (corrupt or not an image: {e}); restore it from the "
                                "dataset's archive, or fix the split file that lists it") from None

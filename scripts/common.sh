@@ -1,6 +1,7 @@
 # Shared helpers for scripts/<method>/*.sh; sourced (not run) from the repository root.
 #
-# Environment read here (all optional except DATA):
+# Environment read here (all optional except DATA); relative paths in DATA, OUTPUT_ROOT, TEACHER_DIR and
+# TEACHER_CKPT are taken from the directory the script was called from:
 #   DATA          datasets folder (CoOp layout, see DATASETS.md)            [required]
 #   PYTHON        interpreter (default: the active virtual environment's python, else the project's .venv made by
 #                 `make demo` / `make test`, else python3)
@@ -30,7 +31,29 @@ if [ -z "${PYTHON:-}" ]; then
         PYTHON=python3
     fi
 fi
+# The scripts run `cd "$(dirname "$0")/../.."` right before sourcing this file, so OLDPWD is the directory they
+# were called from (a shell that sources this file itself keeps its own directory).
+if [ -f "$0" ] && [ -n "${OLDPWD:-}" ]; then
+    CALLER_DIR=$OLDPWD
+else
+    CALLER_DIR=$PWD
+fi
+
+# caller_path PATH: PATH taken from the caller's directory when relative ("" and absolute paths unchanged).
+caller_path() {
+    case "$1" in
+        "" | /*) echo "$1" ;;
+        *) echo "$CALLER_DIR/$1" ;;
+    esac
+}
+
+DATA=$(caller_path "${DATA:-}")
+OUTPUT_ROOT=$(caller_path "${OUTPUT_ROOT:-}")
 OUTPUT_ROOT=${OUTPUT_ROOT:-output}
+TEACHER_DIR=$(caller_path "${TEACHER_DIR:-}")
+if [ "${TEACHER_CKPT:-}" != none ]; then
+    TEACHER_CKPT=$(caller_path "${TEACHER_CKPT:-}")
+fi
 
 # train.py's exit status after a preemption signal (SIGTERM, SIGUSR1 or SIGHUP): it finished its step and saved a
 # resume state; rerunning the same command continues the run.
@@ -108,7 +131,7 @@ kd_weight() {
 
 # require_data: DATA must name an existing folder.
 require_data() {
-    : "${DATA:?set DATA=/path/to/datasets (see DATASETS.md)}"
+    [ -n "$DATA" ] || die "DATA is not set: set DATA=/path/to/datasets (see DATASETS.md)"
     [ -d "$DATA" ] || die "DATA=$DATA is not a folder (see DATASETS.md for the dataset layout)"
 }
 

@@ -8,18 +8,25 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import pickle
+import random
+import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 from tabulate import tabulate
 
 import clip.clip as clip_module
+import engine.utils
 import train
+from engine.checkpoint import get_rng_state, save_checkpoint
 from tests.helpers_datasets import write_image
 from tests.helpers_petr import petr_argv, write_eurosat
-from tests.helpers_run import HANG_GUARD_S
+from tests.helpers_run import HANG_GUARD_S, read_only
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATRIX: list[list[str]] = []
@@ -61,7 +68,7 @@ def _unknown_dataset(tmp, data, tree, clip_file, mp):
 
 def _unknown_key(tmp, data, tree, clip_file, mp):
     return (coop_argv(data, tmp / "run", clip_file, "OPTIM.LRR", "0.1"),
-            "error: command-line opts: unknown config key 'OPTIM.LRR' (declare it in trainers/config.py extend_cfg "
+            "error: command-line opts: unknown config key 'OPTIM.LRR' (declare it with its rule in trainers/config.py "
             "or fix the typo)")
 
 
@@ -122,7 +129,7 @@ def _truncated_resume_state(tmp, data, tree, clip_file, mp):
 
 def _unknown_protocol(tmp, data, tree, clip_file, mp):
     return (coop_argv(data, tmp / "run", clip_file, "TRAINER.MODAL", "base2new"),
-            "error: TRAINER.MODAL is 'base2new'; expected one of ...")
+            "error: TRAINER.MODAL is 'base2new'; it must be one of base2novel, cross, dg")
 
 
 def _bad_split_file(tmp, data, tree, clip_file, mp):
@@ -171,6 +178,148 @@ def _value(key: str, value: str, rule: str):
     return setup
 
 
+def _choice(key: str, value: str, choices: str):
+    return _value(key, repr(value), f"one of {choices}")
+
+
+def _opts(*opts: str, expected: str):
+    def setup(tmp, data, tree, clip_file, mp):
+        return coop_argv(data, tmp / "run", clip_file, *opts), expected
+    return setup
+
+
+def _config_file(text: str, expected: str):
+    """A trainer config yaml holding ``text``; ``expected`` with {path} for the file."""
+    def setup(tmp, data, tree, clip_file, mp):
+        path = tmp / "bad.yaml"
+        path.write_text(text)
+        argv = coop_argv(data, tmp / "run", clip_file)
+        argv[argv.index("configs/trainers/CoOp/vit_b16_ctxv1.yaml")] = str(path)
+        return argv, expected.format(path=path)
+    return setup
+
+
+def _output_is_a_file(tmp, data, tree, clip_file, mp):
+    (tmp / "run").write_text("a file, not a folder\n")
+    return (coop_argv(data, tmp / "run", clip_file),
+            f"error: OUTPUT_DIR {tmp / 'run'} is a file; choose another --output-dir")
+
+
+def _output_under_a_file(tmp, data, tree, clip_file, mp):
+    (tmp / "run").write_text("a file, not a folder\n")
+    return (coop_argv(data, tmp / "run" / "seed1", clip_file),
+            f"error: OUTPUT_DIR {tmp / 'run' / 'seed1'} lies under the file {tmp / 'run'}; choose another --output-dir")
+
+
+def promptkd_argv(data, out, clip_file: str, *opts: str) -> list[str]:
+    """A tiny PromptKD run (2 shots, the tiny CLIP as student and teacher)."""
+    return ["--root", str(data), "--seed", "1", "--trainer", "PromptKD",
+            "--dataset-config-file", "configs/datasets/eurosat.yaml",
+            "--config-file", "configs/trainers/PromptKD/vit_b16_c2_ep20_batch8_4+4ctx.yaml", "--output-dir", str(out),
+            "MODEL.BACKBONE.NAME", clip_file, "TRAINER.PROMPTKD.TEACHER_NAME", clip_file, "INPUT.SIZE", "(32, 32)",
+            "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False", "OPTIM.MAX_EPOCH", "1", "DATASET.NUM_SHOTS", "2",
+            *opts]
+
+
+NO_PROMPTS = ("holds no PromptSRC prompts (keys text_prompts.prompts.N and vision_prompts.prompts.N); give a "
+              "PromptSRC checkpoint or a file written by tools/import_promptkd_teacher.py")
+
+
+def _teacher_is_clip_weights(tmp, data, tree, clip_file, mp):
+    return (promptkd_argv(data, tmp / "run", clip_file, "TRAINER.PROMPTKD.TEACHER_CKPT", clip_file),
+            f"error: {clip_file} {NO_PROMPTS}")
+
+
+def _teacher_is_a_student(tmp, data, tree, clip_file, mp):
+    student = save_checkpoint({"state_dict": {"ctx": torch.zeros(16, 64)}, "epoch": 1}, str(tmp / "coop"))
+    return (promptkd_argv(data, tmp / "run", clip_file, "TRAINER.PROMPTKD.TEACHER_CKPT", student),
+            f"error: {student} {NO_PROMPTS}")
+
+
+def _teacher_is_random_bytes(tmp, data, tree, clip_file, mp):
+    path = tmp / "teacher.pth"
+    path.write_bytes(random.Random(0).randbytes(4096))
+    return (promptkd_argv(data, tmp / "run", clip_file, "TRAINER.PROMPTKD.TEACHER_CKPT", str(path)),
+            f"error: {path} cannot be read as a checkpoint (...")
+
+
+def _model_dir(tmp, state) -> str:
+    """A run folder whose prompt_learner/model.pth.tar-1 holds ``state`` (torch.save), for --eval-only."""
+    folder = tmp / "trained" / "prompt_learner"
+    folder.mkdir(parents=True)
+    torch.save(state, folder / "model.pth.tar-1")
+    return str(folder / "model.pth.tar-1")
+
+
+def _eval_argv(data, tmp, clip_file):
+    return coop_argv(data, tmp / "run", clip_file, flags=("--eval-only", "--model-dir", str(tmp / "trained"),
+                                                         "--load-epoch", "1"))
+
+
+def _checkpoint_other_backbone(tmp, data, tree, clip_file, mp):
+    path = _model_dir(tmp, {"state_dict": {"ctx": torch.zeros(16, 48)}, "epoch": 1})
+    return (_eval_argv(data, tmp, clip_file),
+            f"error: {path}: CoOp checkpoint 'ctx' is a generic context of 16 tokens of width 48, but this run builds "
+            "a generic context of 4 tokens of width 64; use the N_CTX / CTX_INIT / CSC settings the context was "
+            "trained with")
+
+
+def _checkpoint_other_trainer(tmp, data, tree, clip_file, mp):
+    path = _model_dir(tmp, {"state_dict": {"prompts.0": torch.zeros(4, 64)}, "epoch": 1})
+    return (_eval_argv(data, tmp, clip_file),
+            f"error: {path}: CoOp prompt-learner checkpoint has keys ['prompts.0']; expected only 'ctx'")
+
+
+def _resume_state(tmp, models: dict) -> str:
+    (tmp / "run").mkdir()
+    path = tmp / "run" / "resume.pth.tar"
+    torch.save({"epoch": 1, "models": models, "scaler": None, "rng_state": get_rng_state(), "best_result": None},
+               path)
+    return str(path)
+
+
+def _resume_other_trainer(tmp, data, tree, clip_file, mp):
+    path = _resume_state(tmp, {"seen_student": {"state_dict": {}, "optimizer": None, "scheduler": None}})
+    return (coop_argv(data, tmp / "run", clip_file),
+            f"error: {path} holds the models ['seen_student'], this trainer has ['prompt_learner']; use another "
+            "OUTPUT_DIR or move the file away")
+
+
+def _resume_other_backbone(tmp, data, tree, clip_file, mp):
+    path = _resume_state(tmp, {"prompt_learner": {"state_dict": {"ctx": torch.zeros(16, 48)}, "optimizer": None,
+                                                  "scheduler": None}})
+    return (coop_argv(data, tmp / "run", clip_file),
+            f"error: {path} (prompt_learner): CoOp checkpoint 'ctx' is a generic context of 16 tokens of width 48, "
+            "but this run builds ...")
+
+
+class SystemCall:
+    """Pickles as ``os.system(command)``: what a hostile checkpoint holds."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+def _pickled_os_system(tmp, data, tree, clip_file, mp):
+    path = _model_dir(tmp, {"state_dict": {"ctx": SystemCall(f"touch {tmp / 'ran'}")}, "epoch": 1})
+    return (_eval_argv(data, tmp, clip_file),
+            f"error: {path}: its state_dict holds pickled objects ({os.system.__module__}.system), not only tensors; "
+            "refused, nothing was run")
+
+
+def _raw_pickle(tmp, data, tree, clip_file, mp):
+    folder = tmp / "trained" / "prompt_learner"
+    folder.mkdir(parents=True)
+    path = folder / "model.pth.tar-1"
+    path.write_bytes(pickle.dumps({"state_dict": {"ctx": SystemCall(f"touch {tmp / 'ran'}")}, "epoch": 1}))
+    return (_eval_argv(data, tmp, clip_file),
+            f"error: {path} cannot be read as a checkpoint (RuntimeError: Invalid magic number; corrupt file?); "
+            "nothing in it was run: restore a good copy or point to another file")
+
+
 # case -> (setup, files left in the output folder, few-shot file written)
 CASES = {
     "unknown trainer": (_unknown_trainer, ["log.txt"], False),
@@ -190,7 +339,8 @@ CASES = {
     "batch size -1": (_value("DATALOADER.TRAIN_X.BATCH_SIZE", "-1", "an integer >= 1"), ["log.txt"], False),
     "test batch size 0": (_value("DATALOADER.TEST.BATCH_SIZE", "0", "an integer >= 1"), ["log.txt"], False),
     "epochs -1": (_value("OPTIM.MAX_EPOCH", "-1", "an integer >= 0"), ["log.txt"], False),
-    "shots -3": (_value("DATASET.NUM_SHOTS", "-3", "an integer >= 1, or 0 / -1 for every image"), ["log.txt"], False),
+    "shots -3": (_value("DATASET.NUM_SHOTS", "-3", "an integer >= -1 (images per class; 0 or -1: every image)"),
+                 ["log.txt"], False),
     "learning rate 0": (_value("OPTIM.LR", "0.0", "a number > 0"), ["log.txt"], False),
     "λ -1.4": (_value("TRAINER.PETR.LAMBDA", "-1.4", "a number > 0"), ["log.txt"], False),
     "percentile 150": (_value("TRAINER.PETR.PERCENTILE", "150.0", "a number in (0, 100]"), ["log.txt"], False),
@@ -201,6 +351,50 @@ CASES = {
                                                                  "run.json"], True),
     "output folder in use by a live run": (_in_use, ["run.lock"], False),
     "--eval-only without --model-dir": (_eval_without_model, ["log.txt"], True),
+    "PREC fp8": (_choice("TRAINER.COOP.PREC", "fp8", "fp32, amp, fp16, bf16"), ["log.txt"], False),
+    "OPTIM.NAME adamw2": (_choice("OPTIM.NAME", "adamw2", "adam, amsgrad, sgd, rmsprop, radam, adamw"), ["log.txt"],
+                          False),
+    "OPTIM.LR_SCHEDULER bogus": (_choice("OPTIM.LR_SCHEDULER", "bogus", "single_step, multi_step, cosine"),
+                                 ["log.txt"], False),
+    "unknown INPUT.TRANSFORMS name": (_opts("INPUT.TRANSFORMS", "['random_flip', 'normalise']", expected=(
+        "error: INPUT.TRANSFORMS is ('random_flip', 'normalise'); it must be a list, each one of random_flip, "
+        "random_resized_crop, ...")), ["log.txt"], False),
+    "TEACHER_CACHE bogus": (_choice("TRAINER.PETR.TEACHER_CACHE", "bogus", "none, fixed, views"), ["log.txt"], False),
+    "TRAIN.COMPILE bogus": (_choice("TRAIN.COMPILE", "bogus", "none, compile, cudagraphs"), ["log.txt"], False),
+    "TEST.FINAL_MODEL bogus": (_choice("TEST.FINAL_MODEL", "bogus", "last_step, best_val"), ["log.txt"], False),
+    "router name typo": (_choice("TRAINER.PETR.ROUTER", "mahalanobis2", "mahalanobis, average, max_conf, entropy, "
+                                 "energy, iforest, lof, ocsvm, oracle"), ["log.txt"], False),
+    "sampler bogus": (_choice("DATALOADER.TRAIN_X.SAMPLER", "bogus", "RandomSampler, SequentialSampler"),
+                      ["log.txt"], False),
+    "INPUT.SIZE (32,)": (_opts("INPUT.SIZE", "(32,)", expected=(
+        "error: INPUT.SIZE is (32,); it must be two equal integers >= 1, e.g. (224, 224) (height, width: CLIP takes "
+        "square images)")), ["log.txt"], False),
+    "INPUT.SIZE (32, 48)": (_opts("INPUT.SIZE", "(32, 48)", expected=(
+        "error: INPUT.SIZE is (32, 48); it must be two equal integers >= 1, e.g. (224, 224) (height, width: CLIP "
+        "takes square images)")), ["log.txt"], False),
+    "INPUT.SIZE (48, 48) on a 32 px CLIP": (_opts("INPUT.SIZE", "(48, 48)", expected=(
+        "error: images of size (48, 48) give 36 patches; this CLIP expects 32x32 inputs: set INPUT.SIZE (32, 32)")),
+        ["log.txt"], True),
+    "yaml with a tab": (_config_file("OPTIM:\n\tLR: 0.1\n", "error: trainer config file {path}: line 2, column 1: "
+                                     "found character '\\t' that cannot start any token; indent with spaces, not "
+                                     "tabs"), [], False),
+    "yaml syntax error": (_config_file("OPTIM:\n  LR: [0.1\n", "error: trainer config file {path}: line 3, column 1: "
+                                       "expected ',' or ']', but got '<stream end>'; fix the YAML syntax"), [], False),
+    "yaml list at the top": (_config_file("- OPTIM\n- LR\n", "error: trainer config file {path} holds a list at the "
+                                          "top; a config file is a mapping of KEY: value lines"), [], False),
+    "empty yaml": (_config_file("# nothing yet\n", "error: trainer config file {path} is empty; give its KEY: value "
+                                "lines (see configs/) or leave it out"), [], False),
+    "output folder is a file": (_output_is_a_file, [], False),
+    "output folder under a file": (_output_under_a_file, [], False),
+    "TEACHER_CKPT = CLIP weights": (_teacher_is_clip_weights, ["log.txt"], True),
+    "TEACHER_CKPT = a student checkpoint": (_teacher_is_a_student, ["log.txt"], True),
+    "TEACHER_CKPT = random bytes": (_teacher_is_random_bytes, ["log.txt"], True),
+    "checkpoint of another backbone": (_checkpoint_other_backbone, ["log.txt"], True),
+    "checkpoint of another trainer": (_checkpoint_other_trainer, ["log.txt"], True),
+    "resume state of another trainer": (_resume_other_trainer, ["log.txt", "resume.pth.tar"], True),
+    "resume state of another backbone": (_resume_other_backbone, ["log.txt", "resume.pth.tar"], True),
+    "checkpoint with a pickled os.system": (_pickled_os_system, ["log.txt"], True),
+    "raw pickle as checkpoint": (_raw_pickle, ["log.txt"], True),
 }
 UNTOUCHED = {"rerun with another config (finished run)", "output folder in use by a live run"}
 """Cases that stop before the run's log opens: what the folder held stays byte for byte (its log included)."""
@@ -255,8 +449,8 @@ def test_bad_input_matrix(case, tmp_path, tiny_clip_file, monkeypatch, capsys):
         assert open(out / "log.txt").read().rstrip().endswith(line)
     has_fewshot = os.path.isdir(os.path.join(tree.dataset_dir, "split_fewshot"))
     assert has_fewshot == fewshot
-    MATRIX.append([case, line if len(line) < 110 else line[:107] + "...", status, ", ".join(left) or "(nothing)",
-                   "written (valid)" if has_fewshot else "none"])
+    assert not (tmp_path / "ran").exists()  # no pickled command ran
+    _row(case, status, line, out, "written (valid)" if has_fewshot else "none")
 
 
 def test_debug_shows_the_traceback(tmp_path, tiny_clip_file, capsys, monkeypatch):
@@ -296,19 +490,20 @@ def test_python_train_py_exits_2_with_one_line_and_help_is_light(tmp_path):
 
 
 def test_every_shipped_config_passes_the_value_checks():
-    """The range checks reject no yaml the project ships (trainer and dataset configs merged as the scripts do)."""
-    from engine.validation import check_config_values
+    """The schema rejects no yaml the project ships (trainer and dataset configs merged as the scripts do: every
+    trainer config with two dataset configs, every dataset config with one trainer config)."""
+    from engine.schema import check_config
+    from trainers.config import config_schema
 
     trainers = sorted(os.path.join(d, f) for d, _, fs in os.walk(os.path.join(REPO, "configs", "trainers"))
                       for f in fs if f.endswith(".yaml"))
     datasets = sorted(os.path.join(REPO, "configs", "datasets", f)
                       for f in os.listdir(os.path.join(REPO, "configs", "datasets")))
     assert len(trainers) >= 25 and len(datasets) >= 15
-    for trainer_yaml in trainers:
-        for dataset_yaml in (datasets[0], datasets[-1]):
-            args = train.build_parser().parse_args(["--config-file", trainer_yaml, "--dataset-config-file",
-                                                    dataset_yaml])
-            check_config_values(train.setup_cfg(args))
+    pairs = [(t, d) for t in trainers for d in (datasets[0], datasets[-1])] + [(trainers[0], d) for d in datasets]
+    for trainer_yaml, dataset_yaml in pairs:
+        args = train.build_parser().parse_args(["--config-file", trainer_yaml, "--dataset-config-file", dataset_yaml])
+        check_config(train.setup_cfg(args), config_schema())
 
 
 def test_eval_only_without_model_dir_stops_every_trainer_with_learned_weights(tmp_path, tiny_clip_file,
@@ -324,3 +519,82 @@ def test_eval_only_without_model_dir_stops_every_trainer_with_learned_weights(tm
         "pass --model-dir <its training run folder> (and --load-epoch N or last when that run kept no "
         "model-best.pth.tar)"]
     assert _files(tmp_path / "run") == ["log.txt"]
+
+
+def _row(case: str, status: int, line: str, out, fewshot: str) -> None:
+    """A matrix row; paths under pytest's temporary folder are shown from <tmp>."""
+    line = re.sub(r"/\S*/pytest-of-[^/]+/pytest-\d+/[^/\s]+", "<tmp>", line)
+    MATRIX.append([case, line if len(line) < 150 else line[:147] + "...", status, ", ".join(_files(out)) or
+                   "(nothing)", fewshot])
+
+
+def test_read_only_folders(tmp_path, tiny_clip_file):
+    """Through ``python train.py`` with the folder really read-only (a read-only mount, as on clusters): the dataset
+    folder (the few-shot file goes to the output folder, with a note, and the run finishes), an OUTPUT_DIR and a
+    DATASET.FEWSHOT_DIR (one error line each, nothing written)."""
+    tree = write_eurosat(tmp_path / "data", train_per_class=3)
+
+    def run(prefix: list[str], out, *opts: str) -> subprocess.CompletedProcess:
+        cmd = [*prefix, sys.executable, "train.py", *coop_argv(tmp_path / "data", out, tiny_clip_file, *opts)]
+        return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
+
+    out = tmp_path / "run"
+    with read_only(tree.dataset_dir) as prefix:
+        done = run(prefix, out)
+    fallback = out / "split_fewshot" / "eurosat" / "shot_2-seed_1.json"
+    note = (f"Note: {tree.dataset_dir}/split_fewshot is read-only; wrote the few-shot file to {fallback} instead (set "
+            "DATASET.FEWSHOT_DIR to share one folder across runs)")
+    assert done.returncode == 0 and note in done.stdout.splitlines(), done.stderr[-3000:]
+    assert fallback.is_file() and "results.json" in _files(out) and not os.path.exists(
+        os.path.join(tree.dataset_dir, "split_fewshot"))
+    _row("read-only dataset folder", done.returncode, note, out, "in the output folder")
+
+    (tmp_path / "locked").mkdir()
+    with read_only(str(tmp_path / "locked")) as prefix:
+        done = run(prefix, tmp_path / "locked" / "run")
+    line = f"error: OUTPUT_DIR {tmp_path / 'locked' / 'run'} cannot be written (Read-only file system); choose " \
+           "another --output-dir"
+    if not prefix:  # chmod, not a read-only mount: the OS says so in its own words
+        line = line.replace("Read-only file system", "Permission denied")
+    assert (done.returncode, done.stderr) == (2, line + "\n") and _files(tmp_path / "locked") == []
+    _row("output folder not writable", done.returncode, line, tmp_path / "locked", "none")
+
+    shots = tmp_path / "shots"
+    shots.mkdir()
+    with read_only(str(shots)) as prefix:
+        done = run(prefix, tmp_path / "run2", "DATASET.FEWSHOT_DIR", str(shots))
+    reason = "Read-only file system" if prefix else "Permission denied"
+    line = (f"error: Cannot write the few-shot file {shots}/eurosat/shot_2-seed_1.json ({reason}); set "
+            "DATASET.FEWSHOT_DIR to a writable folder")
+    assert (done.returncode, done.stderr) == (2, line + "\n") and _files(tmp_path / "run2") == ["log.txt"]
+    assert _files(shots) == [] and not os.path.exists(os.path.join(tree.dataset_dir, "split_fewshot"))
+    _row("DATASET.FEWSHOT_DIR not writable", done.returncode, line, tmp_path / "run2", "none")
+
+
+def test_repeated_split_entries_and_16_bit_images_are_handled_with_a_note(tmp_path, tiny_clip_file, capsys,
+                                                                          monkeypatch):
+    """A split listing images twice (each used once) and 16-bit grayscale images (scaled, not clipped): the run
+    finishes and says so in one line each."""
+    tree = write_eurosat(tmp_path / "data", train_per_class=3)
+    with open(tree.split_file) as f:
+        split = json.load(f)
+    split["train"] += split["train"][:2]
+    with open(tree.split_file, "w") as f:
+        json.dump(split, f)
+    for path in train_images(tree):
+        Image.fromarray(np.arange(64, dtype=np.uint16).reshape(8, 8) * 1000).save(path, format="PNG")
+    monkeypatch.setattr(engine.utils, "_noted", set())
+    capsys.readouterr()
+    status = train.cli(coop_argv(tmp_path / "data", tmp_path / "run", tiny_clip_file))
+    out = capsys.readouterr().out
+    notes = [line for line in out.splitlines() if line.startswith("Note: ")]
+    repeated = next(line for line in notes if "more than once" in line)
+    sixteen = next(line for line in notes if "16-bit" in line)
+    assert status == 0 and repeated == (f"Note: {tree.split_file} lists 2 images (2750/{split['train'][0][0]}, "
+                                        f"2750/{split['train'][1][0]}) more than once in its train split; each is "
+                                        "used once")
+    assert sixteen.endswith("is a 16-bit grayscale image: its values are scaled to 8 bits (v / 257); so are those of "
+                            "any other (noted once)")
+    fewshot = "written (valid)" if os.path.isdir(os.path.join(tree.dataset_dir, "split_fewshot")) else "none"
+    _row("image listed twice in a split", status, repeated, tmp_path / "run", fewshot)
+    _row("16-bit grayscale images", status, sixteen, tmp_path / "run", fewshot)

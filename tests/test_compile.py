@@ -81,6 +81,6 @@ def test_train_compile_key_compiles_the_frozen_clips(tmp_path, tiny_clip_file, t
     eager = train.main(promptkd_argv(tmp_path / "data", tmp_path / "eager", tiny_clip_file, tiny_teacher_clip_file,
                                      flags=("--no-train",)))
     assert "encode_image" not in eager.clip_model.__dict__  # the default stays eager
-    with pytest.raises(ValueError, match="TRAIN.COMPILE is 'fast'; choose one of none, compile, cudagraphs"):
+    with pytest.raises(ValueError, match="TRAIN.COMPILE is 'fast'; it must be one of none, compile, cudagraphs"):
         train.main(promptkd_argv(tmp_path / "data", tmp_path / "bad", tiny_clip_file, tiny_teacher_clip_file,
                                  "TRAIN.COMPILE", "fast", flags=("--no-train",)))

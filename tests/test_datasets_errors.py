@@ -1,6 +1,7 @@
 """Bad input: missing folders, split files, native files and images are named with a pointer to DATASETS.md."""
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -8,6 +9,7 @@ import pytest
 
 import datasets  # noqa: F401  (registers the readers)
 from engine.dataset_base import build_dataset
+from engine.errors import InvalidInputError
 from engine.registry import DATASET_REGISTRY
 from tests.helpers_datasets import ALL_DATASETS, WRITERS, make_cfg, write_tree
 from train import registered_names
@@ -116,3 +118,60 @@ def test_help_lists_every_trainer_and_dataset():
     for package, registry in (("trainers", TRAINER_REGISTRY), ("datasets", DATASET_REGISTRY)):
         ours = sorted(n for n in registry.registered_names() if registry.get(n).__module__.startswith(package + "."))
         assert len(ours) >= 6 and registered_names(package, f"{package[:-1].upper()}_REGISTRY") == ours
+
+
+def _edit_split(tree, edit) -> dict:
+    with open(tree.split_file) as f:
+        split = json.load(f)
+    edit(split)
+    with open(tree.split_file, "w") as f:
+        json.dump(split, f)
+    return split
+
+
+def test_label_out_of_range_names_the_label(tmp_path):
+    tree = write_tree("EuroSAT", tmp_path, "json")  # 5 classes, labels 0..4
+
+    def relabel(split):
+        for entry in split["train"] + split["val"] + split["test"]:
+            if entry[1] == 3:
+                entry[1] = 7
+    _edit_split(tree, relabel)
+    name = tree.classnames[3]
+    message = (f"EuroSAT: labels in {tree.split_file} must be 0..4 without gaps (5 classes), but it has label 7 "
+               f"({name!r}) and none 3; fix the labels")
+    with pytest.raises(InvalidInputError, match=f"^{re.escape(message)}$"):
+        build_dataset(make_cfg(tmp_path, "EuroSAT"))
+
+
+def test_repeated_entries_are_used_once_with_a_note(tmp_path, capsys):
+    """A split listing an image twice: each image counts once (a 2-shot sample holds two different images)."""
+    tree = write_tree("EuroSAT", tmp_path, "json")
+    split = _edit_split(tree, lambda s: s["train"].extend([e for e in s["train"] if e[1] == 0] * 3))
+    first = [e[0] for e in split["train"] if e[1] == 0]
+    ds = build_dataset(make_cfg(tmp_path, "EuroSAT", **{"DATASET.NUM_SHOTS": 2}))
+    out = capsys.readouterr().out
+    note = (f"Note: {tree.split_file} lists 3 images (2750/{first[0]}, 2750/{first[1]}, 2750/{first[2]}) more than "
+            "once in its train split; each is used once")
+    assert note in out
+    per_label = [[d.impath for d in ds.train_x if d.label == label] for label in range(tree.n)]
+    assert all(len(paths) == 2 and len(set(paths)) == 2 for paths in per_label)
+
+
+def test_same_image_with_two_labels_is_an_error(tmp_path):
+    tree = write_tree("EuroSAT", tmp_path, "json")
+    split = _edit_split(tree, lambda s: s["train"].append([s["train"][0][0], 1, s["train"][3][2]]))
+    with pytest.raises(InvalidInputError, match=re.escape(f"lists 2750/{split['train'][0][0]} in its train split "
+                                                          "with labels 0 and 1")):
+        build_dataset(make_cfg(tmp_path, "EuroSAT"))
+
+
+def test_overlapping_splits_name_the_file_and_images(tmp_path):
+    tree = write_tree("EuroSAT", tmp_path, "json")
+    split = _edit_split(tree, lambda s: s["test"].extend(s["train"][:2]))
+    rel = [f"2750/{e[0]}" for e in split["train"][:2]]
+    message = (f"{tree.split_file} lists 2 images ({', '.join(sorted(rel))}) in both its train and test splits; an "
+               "image belongs to one split: fix or re-download the split file (expected layout for EuroSAT: see "
+               "DATASETS.md#eurosat)")
+    with pytest.raises(InvalidInputError, match=f"^{re.escape(message)}$"):
+        build_dataset(make_cfg(tmp_path, "EuroSAT"))

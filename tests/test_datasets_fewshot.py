@@ -4,7 +4,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -12,9 +15,12 @@ import datasets  # noqa: F401  (registers the readers)
 from datasets.fewshot import fewshot_path, fewshot_splits
 from datasets.splits import SplitData
 from engine.dataset_base import Datum, build_dataset
+from engine.errors import InvalidInputError
 from tests.helpers_datasets import ALL_DATASETS, MODES, TEST_ONLY, make_cfg, write_tree
+from tests.helpers_run import HANG_GUARD_S, read_only
 from tests.test_datasets_readers import check_items, per_class
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K = 2
 TRAIN_DATASETS = [name for name in ALL_DATASETS if name not in TEST_ONLY]
 
@@ -111,3 +117,106 @@ def test_stale_cache_is_reported(tmp_path):
     data.lab2cname = {0: "c0", 1: "renamed", 2: "c2"}
     with pytest.raises(ValueError, match="does not match"):
         fewshot_splits(data, 2, seed=1)
+
+
+def _split_paths(tree, split: str) -> set[str]:
+    with open(tree.split_file) as f:
+        return {os.path.join(tree.dataset_dir, "2750", rel) for rel, _, _ in json.load(f)[split]}
+
+
+def test_changed_split_never_trains_on_test_images(tmp_path):
+    """A 2-shot sample is cached; then the split file changes so that those shots are test images. The stale cache
+    must not be used: the run stops with one line naming the file, and the old file stays."""
+    tree = write_tree("EuroSAT", tmp_path, "json")
+    cfg = make_cfg(tmp_path, "EuroSAT", **{"DATASET.NUM_SHOTS": 2})
+    shots = {d.impath for d in build_dataset(cfg).train_x}
+    cache = fewshot_path(tree.dataset_dir, 2, 1)
+    before = open(cache).read()
+    with open(tree.split_file) as f:
+        split = json.load(f)
+    moved = [e for e in split["train"] if os.path.join(tree.dataset_dir, "2750", e[0]) in shots]
+    split["train"] = [e for e in split["train"] if e not in moved] + split["test"]
+    split["test"] = moved
+    with open(tree.split_file, "w") as f:
+        json.dump(split, f)
+    assert shots <= _split_paths(tree, "test")  # the cached shots are test images now
+    with pytest.raises(InvalidInputError) as info:
+        build_dataset(cfg)
+    message = str(info.value)
+    assert message.startswith(f"Few-shot file {cache} was sampled from other data than {tree.split_file} holds now")
+    assert "\n" not in message and open(cache).read() == before  # one line; nothing deleted or rewritten
+    os.rename(cache, cache + ".old")  # moved away: sampled again from the current split, no test image in train
+    again = build_dataset(cfg)
+    assert {d.impath for d in again.train_x}.isdisjoint(_split_paths(tree, "test"))
+    assert {d.impath for d in again.train_x} <= _split_paths(tree, "train")
+
+
+def test_fewshot_file_with_a_test_image_is_refused_one_without_digest_is_noted(tmp_path, capsys):
+    tree = write_tree("EuroSAT", tmp_path, "json")
+    cfg = make_cfg(tmp_path, "EuroSAT", **{"DATASET.NUM_SHOTS": 2})
+    build_dataset(cfg)
+    cache = fewshot_path(tree.dataset_dir, 2, 1)
+    with open(cache) as f:
+        content = json.load(f)
+    with open(tree.split_file) as f:
+        rel, label, name = json.load(f)["test"][0]
+    test_entry = [f"2750/{rel}", label, name]
+    edited = dict(content, train=[test_entry, *content["train"][1:]])  # the right digest, one shot is a test image
+    with open(cache, "w") as f:
+        json.dump(edited, f)
+    message = (f"Few-shot file {cache} lists 1 image ({test_entry[0]}) in train, which {tree.split_file} has "
+               "in its test split; move the file away to sample again")
+    with pytest.raises(InvalidInputError, match=f"^{re.escape(message)}$"):
+        build_dataset(cfg)
+    with open(cache, "w") as f:
+        json.dump(dict(edited, digest=None), f)  # no digest (an earlier version): still checked
+    with pytest.raises(InvalidInputError, match=f"^{re.escape(message)}$"):
+        build_dataset(cfg)
+    with open(cache, "w") as f:
+        json.dump({"train": content["train"], "val": content["val"]}, f)
+    capsys.readouterr()
+    assert relpaths(build_dataset(cfg).train_x, tree.dataset_dir) == [tuple(e) for e in content["train"]]
+    assert (f"Note: few-shot file {cache} records no digest of its split (an earlier version wrote it); its images "
+            "all lie in the current train and val splits, so it is used") in capsys.readouterr().out
+
+
+def test_fewshot_dir_holds_the_files(tmp_path, capsys):
+    tree = write_tree("EuroSAT", tmp_path / "data", "json")
+    shots = tmp_path / "shots"
+    cfg = make_cfg(tmp_path / "data", "EuroSAT", **{"DATASET.NUM_SHOTS": 2, "DATASET.FEWSHOT_DIR": str(shots)})
+    first = relpaths(build_dataset(cfg).train_x, tree.dataset_dir)
+    cache = shots / "eurosat" / "shot_2-seed_1.json"
+    assert cache.is_file() and not os.path.exists(os.path.join(tree.dataset_dir, "split_fewshot"))
+    capsys.readouterr()
+    assert relpaths(build_dataset(cfg).train_x, tree.dataset_dir) == first
+    assert f"Loading few-shot data from {cache}" in capsys.readouterr().out
+
+
+READ_SHOTS = """import sys
+import datasets
+from engine.dataset_base import build_dataset
+from tests.helpers_datasets import make_cfg
+build_dataset(make_cfg(sys.argv[1], "EuroSAT", **{"DATASET.NUM_SHOTS": 2, "OUTPUT_DIR": sys.argv[2]}))
+"""
+
+
+def test_read_only_dataset_folder_falls_back_to_the_output_folder(tmp_path, capsys):
+    """On a read-only dataset folder (a shared mount) the few-shot file goes to <OUTPUT_DIR>/split_fewshot/<dataset>
+    with a note; the shots are those of a writable copy, and a rerun reads the file back."""
+    tree = write_tree("EuroSAT", tmp_path / "data", "json")
+    shutil.copytree(tmp_path / "data", tmp_path / "copy")
+    copy = build_dataset(make_cfg(tmp_path / "copy", "EuroSAT", **{"DATASET.NUM_SHOTS": 2}))
+    out = tmp_path / "run"
+    fallback = out / "split_fewshot" / "eurosat" / "shot_2-seed_1.json"
+    with read_only(tree.dataset_dir) as prefix:
+        done = subprocess.run([*prefix, sys.executable, "-c", READ_SHOTS, str(tmp_path / "data"), str(out)],
+                              cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    note = (f"Note: {tree.dataset_dir}/split_fewshot is read-only; wrote the few-shot file to {fallback} instead "
+            "(set DATASET.FEWSHOT_DIR to share one folder across runs)")
+    assert note in done.stdout and not os.path.exists(os.path.join(tree.dataset_dir, "split_fewshot"))
+    capsys.readouterr()
+    again = build_dataset(make_cfg(tmp_path / "data", "EuroSAT", **{"DATASET.NUM_SHOTS": 2, "OUTPUT_DIR": str(out)}))
+    assert f"Loading few-shot data from {fallback}" in capsys.readouterr().out
+    assert relpaths(again.train_x, tree.dataset_dir) == relpaths(copy.train_x, os.path.join(tmp_path, "copy",
+                                                                                              "eurosat"))

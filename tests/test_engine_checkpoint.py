@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 import os
-import pickle
 import random
+import stat
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from engine import load_checkpoint, load_pretrained_weights, save_checkpoint
-from engine.checkpoint import get_rng_state, resume_from_checkpoint, set_rng_state
+from engine import load_checkpoint, load_pretrained_weights, save_checkpoint, write_json
+from engine.checkpoint import get_rng_state, load_model_state, resume_from_checkpoint, set_rng_state
+from engine.errors import InvalidInputError
 
 
 def _state(epoch: int, value: float) -> dict:
@@ -57,7 +58,7 @@ def test_pickled_objects_are_never_run_unless_trusted(tmp_path, capsys):
     trusted = load_checkpoint(str(path), trust_pickle=True)
     assert trusted["scheduler"]["successor"].T_max == 5
     torch.save(nn.Linear(2, 2), path)  # a whole pickled object is not a checkpoint
-    with pytest.raises(pickle.UnpicklingError, match=r"pickled torch\.nn\.modules\.linear\.Linear object"):
+    with pytest.raises(InvalidInputError, match=r"pickled torch\.nn\.modules\.linear\.Linear object"):
         load_checkpoint(str(path))
     with pytest.raises(FileNotFoundError, match="missing.pth"):
         load_checkpoint(str(tmp_path / "missing.pth"))
@@ -118,3 +119,35 @@ def test_resume_without_scheduler_state_continues_the_cosine_schedule(tmp_path):
         scheduler.step()
         resumed.append(optimizer.param_groups[0]["lr"])
     assert resumed == pytest.approx(reference[9:], rel=1e-12)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_written_files_get_the_mode_open_gives(tmp_path, umask):
+    """Results, checkpoints (and the pointer file) and JSON files such as few-shot files: 0666 minus the umask."""
+    previous = os.umask(umask)
+    try:
+        write_json({"accuracy": 1.0}, str(tmp_path / "results.json"))
+        save_checkpoint(_state(1, 1.0), str(tmp_path / "prompt_learner"), is_best=True)
+        with open(tmp_path / "by_open.txt", "w"):
+            pass
+    finally:
+        os.umask(previous)
+    files = ["results.json", "prompt_learner/model.pth.tar-1", "prompt_learner/checkpoint",
+             "prompt_learner/model-best.pth.tar", "by_open.txt"]
+    modes = {name: oct(stat.S_IMODE(os.stat(tmp_path / name).st_mode)) for name in files}
+    assert modes == {name: oct(0o666 & ~umask) for name in files}
+
+
+def test_load_model_state_names_the_file_and_the_first_difference():
+    model = nn.Linear(3, 2)
+    with pytest.raises(InvalidInputError, match=r"^run/m\.pth does not fit this Linear \(size mismatch for weight: "
+                                                r"copying a param with shape torch\.Size\(\[2, 4\]\) from checkpoint.*"
+                                                r"\): it was saved by another trainer, backbone or prompt size"):
+        load_model_state(model, {"state_dict": {"weight": torch.zeros(2, 4), "bias": torch.zeros(2)}}, "run/m.pth")
+    with pytest.raises(InvalidInputError, match=r"^run/m\.pth does not fit this Linear \(Missing key\(s\) in "
+                                                r"state_dict: \"bias\"\."):
+        load_model_state(model, {"state_dict": {"weight": torch.zeros(2, 3)}}, "run/m.pth")
+    with pytest.raises(InvalidInputError, match=r"^run/m\.pth holds no state_dict"):
+        load_model_state(model, {"epoch": 1}, "run/m.pth")
+    load_model_state(model, {"state_dict": {"weight": torch.ones(2, 3), "bias": torch.ones(2)}}, "run/m.pth")
+    assert torch.equal(model.weight, torch.ones(2, 3))

@@ -6,7 +6,8 @@ import pytest
 import torch
 from PIL import Image
 
-from engine import DataManager, DatasetWrapper, build_data_loader, build_transform, get_cfg_default
+import engine.utils
+from engine import DataManager, DatasetWrapper, build_data_loader, build_transform, get_cfg_default, read_image
 from tests.helpers_engine import EngineTinyDataset, write_image_tree
 from trainers.config import extend_cfg
 
@@ -107,3 +108,18 @@ def test_data_manager_loaders_summary_and_extra_loader(tiny_root, capsys):
     b = torch.cat([b["img"] for b in stats])
     assert a.shape == (12, 3, 8, 8) and torch.equal(a, b)
     assert len(dm.build_loader(dm.dataset.train_x, is_train=True, batch_size=6)) == 2
+
+
+def test_sixteen_bit_grayscale_is_scaled_not_clipped(tmp_path, capsys, monkeypatch):
+    """A 16-bit PNG holding v * 257 (v = 0..255) reads as the 8-bit image of v, not as near-white, with a note."""
+    monkeypatch.setattr(engine.utils, "_noted", set())  # the note is printed once per process
+    values = np.arange(256, dtype=np.uint16).reshape(16, 16)
+    Image.fromarray(values * 257).save(tmp_path / "gray16.png")
+    Image.fromarray(values.astype(np.uint8)).save(tmp_path / "gray8.png")
+    assert Image.open(tmp_path / "gray16.png").mode == "I;16"
+    image = read_image(str(tmp_path / "gray16.png"))
+    assert image.mode == "RGB"
+    np.testing.assert_array_equal(np.asarray(image), np.repeat(values.astype(np.uint8)[..., None], 3, axis=2))
+    np.testing.assert_array_equal(np.asarray(image), np.asarray(read_image(str(tmp_path / "gray8.png"))))
+    assert capsys.readouterr().out == (f"Note: {tmp_path / 'gray16.png'} is a 16-bit grayscale image: its values are "
+                                       "scaled to 8 bits (v / 257); so are those of any other (noted once)\n")

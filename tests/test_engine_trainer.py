@@ -238,3 +238,44 @@ def test_public_hooks_run_in_order(tiny_root, tmp_path, final_model, no_test):
     assert trainer.calls == [*validation, "deploy", *reload, *final]
     assert trainer.validating is False
     assert os.path.isfile(os.path.join(tmp_path, "results.json")) != no_test
+
+
+class EngineTinyNoVal(EngineTinyDataset):
+    """The tiny tree without a val split."""
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self._val = None
+
+
+class EngineTinyValIsTest(EngineTinyDataset):
+    """The tiny tree validating on its test list, as CoOp's ImageNet does (val is test)."""
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self._val = self._test
+
+
+for _cls in (EngineTinyNoVal, EngineTinyValIsTest):
+    DATASET_REGISTRY.register(_cls, force=True)
+
+
+@pytest.mark.parametrize("dataset,final_model,expected", [
+    ("EngineTinyDataset", "best_val", "val"), ("EngineTinyNoVal", "best_val", "test"),
+    ("EngineTinyValIsTest", "best_val", "test"), ("EngineTinyNoVal", "last_step", None)])
+def test_results_say_which_split_selected_the_model(tiny_root, tmp_path, dataset, final_model, expected):
+    """best_val selects on the val split, or (no val split, as Dassl) on the test split: the log says so, and
+    results.json and model-best.pth.tar record it, also for an eval-only run of the saved model."""
+    out = str(tmp_path / "run")
+    train.main(tiny_argv(tiny_root, out, epochs=2, opts=["DATASET.NAME", dataset, "TEST.FINAL_MODEL", final_model]))
+    assert json.load(open(os.path.join(out, "results.json")))["selected_on"] == expected
+    note = (f"Note: TEST.FINAL_MODEL best_val, but {dataset} has no val split: the model is selected on the test "
+            "split, as Dassl does")
+    assert (note in open(os.path.join(out, "log.txt")).read()) == (expected == "test")
+    if final_model == "best_val":
+        best = torch.load(os.path.join(out, "linear_probe", "model-best.pth.tar"), weights_only=True)
+        assert best["selected_on"] == expected
+        evaluated = str(tmp_path / "eval")
+        train.main(tiny_argv(tiny_root, evaluated, extra_args=["--eval-only", "--model-dir", out],
+                             opts=["DATASET.NAME", dataset]))
+        assert json.load(open(os.path.join(evaluated, "results.json")))["selected_on"] == expected

@@ -310,7 +310,30 @@ def test_promptkd_upstream_tree_is_marked_test_selected(tmp_path, capsys):
                              ("average", "CoOp"): "-", ("average", "PromptKD"): "base test"}
         kd = next(r for r in rows if r[1] == "PromptKD" and r[0] == "eurosat")
         assert kd[3:5] == [f"{np.mean([97.2, 97.8]):.2f}", f"{np.mean([82.5, 81.1]):.2f}"]
-        assert "selection 'base test': upstream PromptKD tree" in (out if fmt == "github" else err)
+        assert "selection 'base test': the checkpoint was chosen on the base test set: upstream PromptKD's tree" in (
+            out if fmt == "github" else err)
+
+
+def test_runs_selected_on_test_are_flagged(tmp_path, capsys):
+    """results.json ``selected_on: test`` (best_val without a val split): the DIR summary names those runs and the
+    b2n table marks the method's rows, as for upstream PromptKD's tree."""
+    exp = tmp_path / "exp"
+    for seed, (acc, split) in enumerate([(90.0, "test"), (91.0, "val"), (92.0, None)], 1):
+        write_results_json(str(exp / f"seed{seed}"), acc, selected_on=split)
+    assert ptr.main([str(exp)]) == 0
+    out = capsys.readouterr().out
+    assert ("Note: 1 of 3 runs selected their model on the test split (results.json selected_on: test; "
+            "TEST.FINAL_MODEL best_val without a val split): seed1; not comparable") in out
+    root = str(tmp_path / "base2new")
+    make_b2n_tree(root, "PETR", "cfg", {"eurosat": PETR["eurosat"]})
+    make_b2n_tree(root, "CoOp", "vit_b16_ctxv1", {"eurosat": COOP["eurosat"]})
+    write_results_json(run_dir(root, "train_base", "eurosat", "CoOp", "vit_b16_ctxv1", 2), COOP["eurosat"][0][1],
+                       dataset="eurosat", trainer="CoOp", selected_on="test")
+    assert ptr.main(["b2n", root, "--methods", "PETR", "CoOp", "--format", "github"]) == 0
+    rows = md_rows(capsys.readouterr().out)
+    assert rows[0][-1] == "selection"
+    assert {(r[0], r[1]): r[-1] for r in rows[2:]} == {("eurosat", "PETR"): "-", ("eurosat", "CoOp"): "base test",
+                                                        ("average", "PETR"): "-", ("average", "CoOp"): "base test"}
 
 
 def test_script_runs_from_the_command_line(tmp_path):

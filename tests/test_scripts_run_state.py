@@ -193,3 +193,24 @@ def test_publish_teacher_copies_the_checkpoint_the_pointer_names(tmp_path):
     assert sorted(p.name for p in (dest / "VLPromptLearner").iterdir()) == ["checkpoint", "model.pth.tar-2"]
     assert (dest / "VLPromptLearner" / "model.pth.tar-2").read_bytes() == b"epoch 2"
     assert (dest / "teacher_text_features.pt").read_bytes() == b"features"
+
+
+def test_data_unset_is_an_error_line_and_relative_paths_are_the_callers(tmp_path):
+    """The scripts cd to the repository root; DATA and OUTPUT_ROOT given relative are still the caller's."""
+    script = os.path.join(REPO, "scripts", "coop", "base2new_train.sh")
+    env = {k: v for k, v in os.environ.items() if k not in ("DATA", "OUTPUT_ROOT", "TEACHER_DIR", "TEACHER_CKPT")}
+
+    def run(**extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", script, "eurosat", "1"], cwd=tmp_path, env={**env, **extra},
+                              capture_output=True, text=True, timeout=HANG_GUARD_S)
+
+    done = run()
+    assert (done.returncode, done.stderr) == (1, "error: DATA is not set: set DATA=/path/to/datasets (see "
+                                                 "DATASETS.md)\n")
+    done = run(DATA="datasets")
+    assert done.stderr == (f"error: DATA={tmp_path}/datasets is not a folder (see DATASETS.md for the dataset "
+                           "layout)\n")
+    (tmp_path / "datasets").mkdir()
+    done = run(DATA="datasets", OUTPUT_ROOT="out", PYTHON="false")  # stops at the Python check, after the paths
+    run_folder = tmp_path / "out" / "base2new" / "train_base" / "eurosat" / "shots_16" / "CoOp" / "vit_b16_ctxv1"
+    assert f"-> {run_folder}/seed1\n" in done.stdout and done.stderr.startswith("error: PYTHON=false has no torch")

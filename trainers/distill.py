@@ -32,10 +32,13 @@ class DistillMixin(ClipWeightsCheck):
         """The student CLIP and the teacher's CLIP."""
         return [*super().clip_weight_names(cfg), cfg.TRAINER[self.NS].TEACHER_NAME]
 
+    def check_cfg(self, cfg) -> None:
+        super().check_cfg(cfg)
+        check_cache_mode(cfg, cfg.TRAINER[self.NS].TEACHER_CACHE)
+
     def build_distill_parts(self, classnames: list[str]) -> None:
         """Load the frozen student CLIP and the teacher for ``classnames`` (the task's full label space)."""
         cfg, ns = self.cfg, self.ns
-        check_cache_mode(cfg, ns.TEACHER_CACHE, f"TRAINER.{self.NS}.TEACHER_CACHE")
         self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, self.prec, role="student CLIP")
         require_vit(self.clip_model, cfg.MODEL.BACKBONE.NAME, "MODEL.BACKBONE.NAME", type(self).__name__)
         self.logit_scale = float(self.clip_model.logit_scale.exp())

@@ -26,8 +26,6 @@ from .distill import DistillMixin
 from .routed import BranchScorer, RoutedTrainerMixin
 from .student import batched_features
 
-CE_SCOPES = ("all", "base")
-
 
 @TRAINER_REGISTRY.register()
 class PETR(RoutedTrainerMixin, DistillMixin, TrainerXU):
@@ -35,12 +33,6 @@ class PETR(RoutedTrainerMixin, DistillMixin, TrainerXU):
 
     DATA_ROLE = "seen_unseen"
     NS = "PETR"
-
-    def check_cfg(self, cfg) -> None:
-        super().check_cfg(cfg)
-        ns = cfg.TRAINER.PETR
-        if ns.CE_SCOPE not in CE_SCOPES:
-            raise ConfigError(f"TRAINER.PETR.CE_SCOPE is {ns.CE_SCOPE!r}; choose one of {', '.join(CE_SCOPES)}")
 
     def build_model(self) -> None:
         ds = self.dm.dataset

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from engine import TRAINER_REGISTRY, build_lr_scheduler, build_optimizer, count_num_param, load_checkpoint
+from engine.checkpoint import load_model_state
 from engine.dataset_base import UNLABELED
 from engine.errors import ConfigError
 
@@ -74,7 +75,7 @@ class PETRCoOp(RoutedTrainerMixin, CoOp):
         """θ_s from a CoOp run directory (the plug-in): its ``prompt_learner`` context of ``epoch`` (0 = last)."""
         self.plugin_source = coop_checkpoint_path(directory, epoch)
         checkpoint = load_checkpoint(self.plugin_source)
-        self.prompt_learner.load_state_dict(checkpoint["state_dict"])
+        load_model_state(self.prompt_learner, checkpoint, self.plugin_source)
         self.coop_epoch = int(checkpoint.get("epoch") or epoch or 1)
         print(f"Loaded the CoOp context of {self.plugin_source} (epoch {self.coop_epoch})")
 

@@ -29,7 +29,7 @@ from engine import TRAINER_REGISTRY, TrainerX, build_lr_scheduler, build_optimiz
 from engine.checkpoint import atomic_torch_save
 from engine.compile import compile_clip
 from engine.distributed import is_main
-from engine.errors import ConfigError
+from engine.errors import ConfigError, InvalidInputError
 
 from .backbone import ClipWeightsCheck, load_backbone
 from .scoring import ClassScorer, ClassScoring
@@ -126,12 +126,12 @@ class VLPromptLearner(nn.Module):
         """Prompts (shapes read off the tensors) from a PromptSRC state dict; ``where`` names it in errors."""
         text, vision = _layers(state_dict, TEXT_KEY), _layers(state_dict, VISION_KEY)
         if not text or not vision:
-            raise ValueError(f"{where} holds no PromptSRC prompts (keys {TEXT_KEY}N and {VISION_KEY}N); give a "
-                             "PromptSRC checkpoint or a file written by tools/import_promptkd_teacher.py")
+            raise InvalidInputError(f"{where} holds no PromptSRC prompts (keys {TEXT_KEY}N and {VISION_KEY}N); give "
+                                    "a PromptSRC checkpoint or a file written by tools/import_promptkd_teacher.py")
         for kind, layers in (("text", text), ("vision", vision)):
             if any(t.dim() != 2 or t.shape != layers[0].shape for t in layers):
-                raise ValueError(f"{where}: {kind} prompts have shapes {[tuple(t.shape) for t in layers]}; every "
-                                 "layer must be [n_ctx, width] with the same shape")
+                raise InvalidInputError(f"{where}: {kind} prompts have shapes {[tuple(t.shape) for t in layers]}; "
+                                        "every layer must be [n_ctx, width] with the same shape")
         learner = cls(DeepPrompts(*text[0].shape, depth=len(text)), DeepPrompts(*vision[0].shape, depth=len(vision)))
         own = {k: v for k, v in state_dict.items() if k.startswith((TEXT_KEY, VISION_KEY))}
         own["_extra_state"] = state_dict.get("_extra_state", {})

@@ -22,6 +22,7 @@ import clip
 from clip.classifier import prompted_text_features, zeroshot_text_features
 from clip.model import CLIP, require_vit
 from engine.checkpoint import POINTER_FILE, checkpoint_epoch, load_checkpoint, pointed_checkpoint
+from engine.errors import InvalidInputError
 
 from .backbone import Autocast
 from .promptsrc import MODEL_NAME, VLPromptLearner
@@ -122,7 +123,7 @@ def read_teacher_prompts(path: str) -> VLPromptLearner:
     checkpoint = load_checkpoint(path)
     state = checkpoint.get("state_dict", checkpoint) if isinstance(checkpoint, dict) else None
     if not isinstance(state, dict):
-        raise ValueError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dict; {HOW_TO_GET}")
+        raise InvalidInputError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dict; {HOW_TO_GET}")
     if is_upstream_layout(state):
         prompts, _, rows, ignored = upstream_teacher_prompts(checkpoint, path)
         print(f"Upstream teacher {path}: {len(rows)} prompt tensors mapped onto ours; ignored "
@@ -143,11 +144,11 @@ def check_teacher_fits(prompts: VLPromptLearner, clip_model: CLIP, name: str, pa
             ("vision", clip_model.vision_width, clip_model.vision_layers, sizes["depth_vision"]),
             ("text", clip_model.text_width, clip_model.text_layers, sizes["depth_text"])):
         if sizes[f"{tower}_width"] != width:
-            raise ValueError(f"{what} checkpoint {path} was trained on a CLIP with {tower} width "
+            raise InvalidInputError(f"{what} checkpoint {path} was trained on a CLIP with {tower} width "
                              f"{sizes[f'{tower}_width']}, but {setting}={name} has {width}; set {setting} to the "
                              f"{what}'s backbone{hint}")
         if depth > layers:
-            raise ValueError(f"{what} checkpoint {path} has {depth} {tower} prompt layers, but {setting}={name} "
+            raise InvalidInputError(f"{what} checkpoint {path} has {depth} {tower} prompt layers, but {setting}={name} "
                              f"has only {layers} {tower} blocks; set {setting} to the {what}'s backbone{hint}")
     if trained_on and trained_on != name:
         print(f"Note: {what} {path} was trained with backbone {trained_on!r}; {setting} is {name!r} "
@@ -166,14 +167,14 @@ def check_teacher_classes(meta: dict, classnames: Sequence[str], dataset_name: s
         return
     n, base = len(classnames), math.ceil(len(classnames) / 2)
     if n_trained not in (n, base):
-        raise ValueError(f"teacher checkpoint {path} was trained on {n_trained} classes of {source}, but the dataset "
-                         f"here has {n} classes ({base} base): its class list differs from the teacher's; train or "
-                         f"import a teacher for this dataset version")
+        raise InvalidInputError(f"teacher checkpoint {path} was trained on {n_trained} classes of {source}, but the "
+                                f"dataset here has {n} classes ({base} base): its class list differs from the "
+                                "teacher's; train or import a teacher for this dataset version")
     if trained and list(classnames[:n_trained]) != list(trained):
         diff = next(i for i, (a, b) in enumerate(zip(classnames, trained)) if a != b)
-        raise ValueError(f"teacher checkpoint {path} was trained on classes that differ from {dataset_name}'s here "
-                         f"(class {diff}: teacher {trained[diff]!r}, dataset {classnames[diff]!r}); train or import "
-                         f"a teacher for this dataset version")
+        raise InvalidInputError(f"teacher checkpoint {path} was trained on classes that differ from {dataset_name}'s "
+                                f"here (class {diff}: teacher {trained[diff]!r}, dataset {classnames[diff]!r}); train "
+                                "or import a teacher for this dataset version")
 
 
 def build_teacher(name: str, ckpt: str, classnames: Sequence[str], device: torch.device | str,

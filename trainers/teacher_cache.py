@@ -37,6 +37,7 @@ from engine.checkpoint import atomic_torch_save
 from engine.data_manager import build_data_loader
 from engine.data_stream import sample_context
 from engine.dataset_base import Datum
+from engine.errors import ConfigError
 from engine.preemption import ignore_in_worker
 from engine.transforms import INTERPOLATION_MODES
 from engine.utils import read_image, write_json
@@ -88,11 +89,11 @@ class ViewTransform:
 
     @classmethod
     def from_cfg(cls, cfg) -> ViewTransform:
-        """The view transform of ``cfg.INPUT``; transforms that cannot be stored raise ValueError."""
+        """The view transform of ``cfg.INPUT``; transforms that cannot be stored raise ConfigError."""
         choices = list(cfg.INPUT.TRANSFORMS)
         other = [c for c in choices if c not in VIEW_TRANSFORMS]
         if other:
-            raise ValueError(f"TEACHER_CACHE views stores crops and flips only, but INPUT.TRANSFORMS has {other}; "
+            raise ConfigError(f"TEACHER_CACHE views stores crops and flips only, but INPUT.TRANSFORMS has {other}; "
                              f"use {list(VIEW_TRANSFORMS)} or TEACHER_CACHE none/fixed")
         return cls(tuple(cfg.INPUT.SIZE), cfg.INPUT.INTERPOLATION, tuple(cfg.INPUT.PIXEL_MEAN),
                    tuple(cfg.INPUT.PIXEL_STD), tuple(cfg.INPUT.RRCROP_SCALE), "random_resized_crop" in choices,
@@ -113,10 +114,9 @@ class ViewTransform:
         return TF.normalize(tensor, list(self.mean), list(self.std)) if self.normalize else tensor
 
 
-def check_cache_mode(cfg, mode: str, key: str) -> None:
-    """Raise ValueError naming ``key`` for an unknown mode, or for views with transforms that cannot be stored."""
-    if mode not in CACHE_MODES:
-        raise ValueError(f"{key} is {mode!r}; choose one of {', '.join(CACHE_MODES)}")
+def check_cache_mode(cfg, mode: str) -> None:
+    """For ``views``: raise ConfigError when INPUT.TRANSFORMS holds transforms that cannot be stored (the mode itself
+    is one of ``CACHE_MODES``: the config schema checks it)."""
     if mode == "views":
         ViewTransform.from_cfg(cfg)
 

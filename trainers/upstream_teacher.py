@@ -14,6 +14,8 @@ from collections import Counter
 
 import torch
 
+from engine.errors import InvalidInputError
+
 from .promptsrc import TEXT_KEY, VISION_KEY, VLPromptLearner
 
 # PromptKD's teacher_model/README.md spells two folder names differently from DATASET.NAME.
@@ -46,15 +48,15 @@ def map_promptkd_state(state: dict, where: str) -> tuple[dict[str, torch.Tensor]
     """Our prompt keys (fp32) from a PromptKD/PromptSRC state dict, the mapped rows and the ignored-key counts."""
     missing = [k for k in REQUIRED if k not in state]
     if missing:
-        raise ValueError(f"{where} lacks required key(s) {missing}: not a PromptSRC/PromptKD teacher checkpoint "
-                         f"(its keys start with {sorted({k.split('.')[0] for k in state})[:6]})")
+        raise InvalidInputError(f"{where} lacks required key(s) {missing}: not a PromptSRC/PromptKD teacher "
+                                f"checkpoint (its keys start with {sorted({k.split('.')[0] for k in state})[:6]})")
     mapped, rows, ignored = {}, [], Counter()
     for key, value in state.items():
         for pattern, prefix, fixed in _PROMPT_PATTERNS:
             match = pattern.fullmatch(key)
             if match:
                 if not torch.is_tensor(value):
-                    raise ValueError(f"{where}: {key} is {value!r}, not a tensor")
+                    raise InvalidInputError(f"{where}: {key} is {value!r}, not a tensor")
                 target = f"{prefix}{fixed if fixed is not None else int(match.group(1))}"
                 mapped[target] = value.detach().float().clone()
                 rows.append([key, target, "x".join(map(str, value.shape)), str(value.dtype).replace("torch.", "")])
@@ -64,8 +66,8 @@ def map_promptkd_state(state: dict, where: str) -> tuple[dict[str, torch.Tensor]
     for prefix in (TEXT_KEY, VISION_KEY):
         layers = sorted(int(k[len(prefix):]) for k in mapped if k.startswith(prefix))
         if layers != list(range(len(layers))):
-            raise ValueError(f"{where}: {prefix.split('_')[0]} prompt layers {layers} are not 0..{len(layers) - 1} "
-                             "(a VPT_shallow layer is missing)")
+            raise InvalidInputError(f"{where}: {prefix.split('_')[0]} prompt layers {layers} are not "
+                                    f"0..{len(layers) - 1} (a VPT_shallow layer is missing)")
     rows.sort(key=lambda r: (r[1].split(".")[0], int(r[1].rsplit(".", 1)[1])))
     return mapped, rows, ignored
 
@@ -78,8 +80,9 @@ def check_frozen_shapes(state: dict, clip_model, name: str, where: str, setting:
                         ("text_encoder.text_projection", "text_projection")):
         value = state.get(theirs)
         if torch.is_tensor(value) and tuple(value.shape) != tuple(ours[key].shape):
-            raise ValueError(f"{where} was trained on a different CLIP: {theirs} has shape {tuple(value.shape)} but "
-                             f"{setting} {name} has {tuple(ours[key].shape)}; pass the teacher's backbone as {setting}")
+            raise InvalidInputError(f"{where} was trained on a different CLIP: {theirs} has shape "
+                                    f"{tuple(value.shape)} but {setting} {name} has {tuple(ours[key].shape)}; pass the "
+                                    f"teacher's backbone as {setting}")
 
 
 def dataset_of(path: str) -> str:
