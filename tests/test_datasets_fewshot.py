@@ -8,12 +8,14 @@ import shutil
 
 import pytest
 
-import datasets  # noqa: F401  (registers the readers)
+from datasets.catalog import register_datasets
 from datasets.fewshot import fewshot_path, fewshot_splits
 from datasets.splits import SplitData
 from engine.dataset_base import Datum, build_dataset
 from tests.helpers_datasets import ALL_DATASETS, MODES, TEST_ONLY, make_cfg, write_tree
 from tests.test_datasets_readers import check_items, per_class
+
+register_datasets()
 
 K = 2
 TRAIN_DATASETS = [name for name in ALL_DATASETS if name not in TEST_ONLY]

@@ -7,8 +7,8 @@ from __future__ import annotations
 from yacs.config import CfgNode as CN
 
 from engine.config import add_project_keys
-from engine.registry import TRAINER_REGISTRY
 
+from .catalog import TRAINERS
 from .routing import DEFAULT_LAMBDA, DEFAULT_PERCENTILE
 
 # Config namespaces of upstream trainers this project does not implement, and the trainer each belongs to.
@@ -121,7 +121,7 @@ def extend_cfg(cfg: CN) -> CN:
     cfg.TRAINER.PETRCOOP.PREC = "fp16"
     cfg.TRAINER.PETRCOOP.update(ROUTER_KEYS)
 
-    # ---- Datasets (added by the datasets issue; see datasets/protocols.py) ----
+    # ---- Datasets (datasets/protocols.py) ----
     # Labelled source dataset of PETR's cross-dataset and dg protocols, read from the same DATASET.ROOT.
     cfg.DATASET.SOURCE_DATASET = "ImageNet"
     return cfg
@@ -142,4 +142,4 @@ def foreign_trainer_message(key: str) -> str:
     if len(parts) < 2 or parts[0] != "TRAINER" or parts[1] not in FOREIGN_TRAINERS:
         return ""
     return (f"'{key}' configures upstream's {FOREIGN_TRAINERS[parts[1]]} trainer, which this project does not have; "
-            f"trainers here: {', '.join(sorted(TRAINER_REGISTRY.registered_names()))}")
+            f"trainers here: {', '.join(sorted(TRAINERS))}")
