@@ -30,6 +30,8 @@ from engine.utils import write_json
 
 from .routing import (
     FIT_DUMP_NAME,
+    ROUTER_FILE,
+    ROUTER_JSON,
     TRAIN_U_DUMP_NAME,
     Router,
     build_router,
@@ -40,9 +42,6 @@ from .routing import (
     save_logits_dump,
     save_q_dump,
 )
-
-ROUTER_FILE = "router.pth.tar"
-ROUTER_JSON = "router.json"
 
 
 def restrict_to_labels(logits: torch.Tensor, eval_labels) -> torch.Tensor:
