@@ -40,8 +40,10 @@ class DemoShapesReader(ProtocolDataset):
 def _reader(name: str) -> type[DemoShapesReader]:
     """The registered reader class ``name`` of ``DEMO_DATASETS[name]``."""
     spec = DEMO_DATASETS[name]
-    cls = type(name, (DemoShapesReader,), {"__doc__": spec.description, "__module__": __name__,
-                                           "__qualname__": name, "dataset_dir": spec.folder})
+    doc = (f"The demo dataset ``{name}`` (kind {spec.kind}, style {spec.style}) under ``<root>/{spec.folder}``; "
+           "datasets/demo_specs.py describes it.")
+    cls = type(name, (DemoShapesReader,), {"__doc__": doc, "__module__": __name__, "__qualname__": name,
+                                           "dataset_dir": spec.folder})
     return DATASET_REGISTRY.register()(cls)
 
 

@@ -33,8 +33,6 @@ class DemoDataset:
     """Shapes of its classes (empty: all six)."""
     style: str = "downstream"
     """Rendering style (demo.shapes.STYLES)."""
-    description: str = ""
-    """What it holds, in a line: the docstring of its reader class."""
 
     @property
     def test_only(self) -> bool:
@@ -43,38 +41,22 @@ class DemoDataset:
 
 
 DEMO_DATASETS: dict[str, DemoDataset] = {
-    "DemoShapes": DemoDataset(
-        "demo_shapes", "b2n", 0,
-        description="48 coloured shapes; base/novel is a checkerboard over colour x shape (every attribute in both "
-                    "halves)."),
-    "DemoShapesHard": DemoDataset(
-        "demo_shapes_hard", "b2n", 0,
-        description="The DemoShapes images; base = every shape in red, orange, yellow, green; novel = the other "
-                    "colours."),
-    "DemoNet": DemoDataset(
-        "demonet", "source", 1, colours=WARM,
-        description="The toy ImageNet (cross-dataset / DG source): every shape in red, orange, yellow and green."),
-    "DemoCool": DemoDataset(
-        "democool", "xd", 2, colours=("blue", "purple"),
-        description="Cross-dataset target: every shape in blue and purple."),
-    "DemoSoft": DemoDataset(
-        "demosoft", "xd", 3, colours=("pink", "brown"),
-        description="Cross-dataset target: every shape in pink and brown."),
-    "DemoFancy": DemoDataset(
-        "demofancy", "xd", 4, shapes=("star", "cross", "heart"),
-        description="Cross-dataset target: star, cross and heart in every colour (half of them DemoNet classes)."),
-    "DemoNetV2": DemoDataset(
-        "demonetv2", "dg", 5, colours=WARM,
-        description="DG target (test only): DemoNet's classes, a fresh draw."),
-    "DemoNetSketch": DemoDataset(
-        "demonet_sketch", "dg", 6, colours=WARM, style="sketch",
-        description="DG target (test only): DemoNet's classes as outline drawings on a light background."),
-    "DemoNetA": DemoDataset(
-        "demonet_a", "dg", 7, colours=WARM, style="texture",
-        description="DG target (test only): DemoNet's classes as small striped shapes on busy backgrounds."),
-    "DemoNetR": DemoDataset(
-        "demonet_r", "dg", 8, colours=WARM, style="relit",
-        description="DG target (test only): DemoNet's classes under a cold, randomly varying light."),
+    # 48 coloured shapes; base/novel is a checkerboard over colour x shape (every attribute in both halves)
+    "DemoShapes": DemoDataset("demo_shapes", "b2n", 0),
+    # the DemoShapes images; base = every shape in red, orange, yellow, green; novel = the other colours
+    "DemoShapesHard": DemoDataset("demo_shapes_hard", "b2n", 0),
+    # the toy ImageNet (cross-dataset / DG source): every shape in the warm colours
+    "DemoNet": DemoDataset("demonet", "source", 1, colours=WARM),
+    # cross-dataset targets: other colours, or three shapes in every colour (half of them DemoNet classes)
+    "DemoCool": DemoDataset("democool", "xd", 2, colours=("blue", "purple")),
+    "DemoSoft": DemoDataset("demosoft", "xd", 3, colours=("pink", "brown")),
+    "DemoFancy": DemoDataset("demofancy", "xd", 4, shapes=("star", "cross", "heart")),
+    # DG targets (test only): DemoNet's classes as a fresh draw, outlines on a light background, small striped
+    # shapes on busy backgrounds, a cold randomly varying light
+    "DemoNetV2": DemoDataset("demonetv2", "dg", 5, colours=WARM),
+    "DemoNetSketch": DemoDataset("demonet_sketch", "dg", 6, colours=WARM, style="sketch"),
+    "DemoNetA": DemoDataset("demonet_a", "dg", 7, colours=WARM, style="texture"),
+    "DemoNetR": DemoDataset("demonet_r", "dg", 8, colours=WARM, style="relit"),
 }
 """Registered dataset name -> how it is drawn and read; the single table of the demo datasets (a new entry is a new
 registered dataset)."""
