@@ -9,29 +9,15 @@ import argparse
 import contextlib
 import io
 import os
-import re
 import shlex
 import signal
 import sys
 import traceback
 
-REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 EXIT_USER_ERROR = 2
 EXIT_PREEMPTED = 75  # sysexits' EX_TEMPFAIL: SIGTERM / SIGUSR1 / SIGHUP arrived, the state is saved; rerun to continue
 EXIT_INTERRUPTED = 130
 DEBUG_ENV = "PETR_DEBUG"
-
-
-def registered_names(package: str, registry: str) -> list[str]:
-    """Class names decorated with ``@<registry>.register()`` in ``<package>/*.py``, read without importing torch."""
-    folder = os.path.join(REPO_ROOT, package)
-    pattern = re.compile(rf"^@{registry}\.register\(\)\s*\nclass (\w+)", re.MULTILINE)
-    names = []
-    for fname in sorted(os.listdir(folder)):
-        if fname.endswith(".py"):
-            with open(os.path.join(folder, fname), encoding="utf-8") as f:
-                names.extend(pattern.findall(f.read()))
-    return sorted(names)
 
 
 def load_epoch(value: str) -> int | str:
@@ -45,8 +31,11 @@ def load_epoch(value: str) -> int | str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The CoOp/PromptKD argument set (plus --env-info and --debug); --help lists the trainers and datasets."""
-    epilog = (f"trainers: {', '.join(registered_names('trainers', 'TRAINER_REGISTRY'))}\n"
-              f"datasets: {', '.join(registered_names('datasets', 'DATASET_REGISTRY'))}\n"
+    from datasets.catalog import DATASETS
+    from trainers.catalog import TRAINERS
+
+    epilog = (f"trainers: {', '.join(sorted(TRAINERS))}\n"
+              f"datasets: {', '.join(sorted(DATASETS))}\n"
               f"A user error (bad name, value or file) prints one 'error:' line and exits with status "
               f"{EXIT_USER_ERROR}; --debug or {DEBUG_ENV}=1 also prints its traceback.\n"
               f"SIGTERM, SIGUSR1 or SIGHUP (a preemption) finish the current training step, save a step-level resume "
@@ -156,9 +145,12 @@ def reset_cfg(cfg, args: argparse.Namespace) -> None:
 
 
 def register_project() -> None:
-    """Import the trainers and datasets so they register themselves (imports torch, so not done for --help)."""
-    import datasets  # noqa: F401
-    import trainers  # noqa: F401
+    """Register every trainer and dataset of the catalogs (imports torch, so not done for --help)."""
+    from datasets.catalog import register_datasets
+    from trainers.catalog import register_trainers
+
+    register_datasets()
+    register_trainers()
 
 
 def setup_cfg(args: argparse.Namespace):

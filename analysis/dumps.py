@@ -18,11 +18,11 @@ import torch
 from analysis.errors import ResultsError
 from analysis.layout import dataset_sort_key, parse_run_path, seed_key, seed_of
 from engine.utils import read_json
-from trainers.evaluation import ROUTER_JSON
 from trainers.routing import (
     DEFAULT_LAMBDA,
     DEFAULT_PERCENTILE,
     FIT_DUMP_NAME,
+    ROUTER_JSON,
     TRAIN_U_DUMP_NAME,
     build_router,
     load_logits_dump,

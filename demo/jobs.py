@@ -3,10 +3,10 @@
 Each job is one command (a ``train.py`` run or a ``scripts/<method>/*.sh`` call) with the environment a user would
 set; its output goes to ``<log_dir>/<job>.log`` and one line is printed when it starts and ends. A job whose
 results file exists is skipped, so a rerun only does what is missing. ``python train.py ...`` jobs run as
-``train.cli(argv)`` in warm worker processes that imported torch and the project once (a new Python pays about
-2 s of imports, as long as a small demo run itself); scripts run as subprocesses. Torch threads per job: the demo's
-``--threads`` (``OMP_NUM_THREADS`` for subprocesses): on a small CPU, one thread per run with one run per core keeps
-the machine responsive and is faster than one multi-threaded run (README, "Demo").
+``train.cli(argv)`` in warm worker processes that imported torch and the project once (a new Python process per
+run would pay those imports every time, as long as a small demo run itself); scripts run as subprocesses. Torch
+threads per job: the demo's ``--threads`` (``OMP_NUM_THREADS`` for subprocesses): on a small CPU, one thread per
+run with one run per core keeps the machine responsive and is faster than one multi-threaded run (README, "Demo").
 """
 from __future__ import annotations
 
@@ -65,8 +65,10 @@ def is_train_py(job: Job) -> bool:
     return job.argv[:2] == (sys.executable, "train.py") and not job.env
 
 
-def _warm_worker(threads: int) -> None:
-    """Process-pool initializer: the torch thread count, and train.py's imports paid once per worker."""
+def _warm_worker(threads: int, cwd: str) -> None:
+    """Process-pool initializer: the working folder train.py's relative paths start from, the torch thread count,
+    and train.py's imports paid once per worker."""
+    os.chdir(cwd)
     import torch
 
     torch.set_num_threads(threads)
@@ -109,7 +111,8 @@ def _tail(path: str, lines: int = 15) -> str:
 
 def run_jobs(jobs: Sequence[Job], workers: int, threads: int, log_dir: str, clock: Callable[[], float],
              cwd: str) -> dict[str, Timing]:
-    """Run ``jobs`` with up to ``workers`` at once (each with ``threads`` torch threads); returns their timings.
+    """Run ``jobs`` in ``cwd`` with up to ``workers`` at once (each with ``threads`` torch threads); returns their
+    timings.
 
     ``clock()`` gives the seconds since the demo started (for the printed times). Stops at the first failure
     (running jobs are finished first) with a :class:`JobError`.
@@ -152,7 +155,7 @@ def run_jobs(jobs: Sequence[Job], workers: int, threads: int, log_dir: str, cloc
     workers = max(1, workers)
     with ThreadPoolExecutor(max_workers=workers) as shell, ProcessPoolExecutor(
             max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=_warm_worker,
-            initargs=(threads,)) as warm:
+            initargs=(threads, cwd)) as warm:
         while pending or running:
             done_names = set(timings)
             for job in list(pending):

@@ -26,6 +26,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+if __name__ == "__main__":  # process-wide, so only as a program; read when torch loads, hence before the imports below
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import parse_test_res
 from analysis.dumps import find_units, unit_scores
 from demo import report
@@ -47,8 +50,8 @@ DG_TARGETS = ("demonetv2", "demonet_sketch", "demonet_a", "demonet_r")
 TRANSFER_METHODS = ("ZeroshotCLIP", "PromptKD", "PETR")
 PRETRAIN_THREADS = 2
 """Torch threads of the tiny CLIPs' pretraining (it runs alone, in this process). Fixed, because the float sums and
-so the cached CLIPs (and every number after them) depend on the thread count; OMP_WAIT_POLICY=PASSIVE (set in
-``demo/__init__.py``) keeps the two threads from spinning on a busy machine (README, "Demo": 10x slower without)."""
+so the cached CLIPs (and every number after them) depend on the thread count; OMP_WAIT_POLICY=PASSIVE (set when this
+module runs as a program) keeps the two threads from spinning on a busy machine (README, "Demo")."""
 
 
 @dataclass(frozen=True)
@@ -425,11 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="runs at once (default: 2, or 1 on a one-core machine)")
     args = parser.parse_args(argv)
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     paths = default_paths(os.path.abspath(args.workdir), args.data, args.output, args.cache)
-    os.chdir(repo)  # configs/ paths are relative to the repository root, as for train.py
-    if repo not in sys.path:
-        sys.path.insert(0, repo)
     plan = QUICK if args.quick else FULL
     if args.seeds:
         plan = replace(plan, seeds=tuple(args.seeds))

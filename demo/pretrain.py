@@ -22,6 +22,9 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
+if __name__ == "__main__":  # process-wide, so only as a program; read when torch loads, hence before the imports below
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle threads sleep instead of spinning on a busy machine
+
 import numpy as np
 import open_clip
 import torch

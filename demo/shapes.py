@@ -14,7 +14,7 @@ in novel, so novel classes hold colours that base training never shows (the pret
 A third order, novel shapes (circle, square, triangle in base), was tried for the demo and dropped: the tiny CLIPs
 recognise shape too poorly for any router to tell a novel shape from a base one (AUROC 80%, README "Demo").
 
-Cross-dataset transfer and domain generalisation have their own datasets (``datasets.demo_shapes.DEMO_DATASETS``):
+Cross-dataset transfer and domain generalisation have their own datasets (``datasets.demo_specs.DEMO_DATASETS``):
 the source ``DemoNet`` (24 classes: every shape in red, orange, yellow, green), cross-dataset targets with other
 classes (``DemoCool``, ``DemoSoft``, ``DemoFancy``) and test-only shifted renderings of the source's classes, the toy
 ImageNet-V2/-Sketch/-A/-R: a fresh draw (``DemoNetV2``), outline drawings (``SKETCH``), striped shapes on busy
@@ -39,7 +39,7 @@ import torch
 from PIL import Image, ImageDraw
 from tqdm import tqdm
 
-from datasets.demo_shapes import DATASET_DIRS, DEMO_DATASETS, IMAGE_DIR, DemoDataset, split_file
+from datasets.demo_specs import DATASET_DIRS, DEMO_DATASETS, IMAGE_DIR, DemoDataset, split_file
 from engine.utils import mkdir_if_missing, read_json, write_json
 
 GENERATOR_VERSION = 2

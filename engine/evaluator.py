@@ -119,7 +119,7 @@ class Classification(EvaluatorBase):
         return mean_acc
 
     def _save_cmat(self) -> None:
-        from sklearn.metrics import confusion_matrix  # only here: sklearn adds 0.6 s to every train.py start
+        from sklearn.metrics import confusion_matrix  # only here: importing sklearn would slow every train.py start
 
         from .checkpoint import atomic_torch_save
 

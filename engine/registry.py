@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable
+import importlib
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import ConfigError
@@ -21,16 +22,25 @@ def check_availability(requested: str, available: Iterable[str], kind: str = "na
 
 
 class Registry:
-    """Maps class names to objects; usable as ``@REG.register()`` or ``REG.register(obj)``."""
+    """Maps class names to objects; usable as ``@REG.register()`` or ``REG.register(obj)``.
 
-    def __init__(self, name: str) -> None:
+    ``shared_with_dassl``: every registration also goes to Dassl's registry of the same kind when Dassl is importable
+    (``engine/dassl_bridge.py``), so a class is in Dassl's registry as soon as its module is imported.
+    """
+
+    def __init__(self, name: str, shared_with_dassl: bool = False) -> None:
         self._name = name
         self._obj_map: dict[str, Any] = {}
+        self._shared_with_dassl = shared_with_dassl
 
     def _do_register(self, name: str, obj: Any, force: bool = False) -> None:
         if name in self._obj_map and not force:
             raise KeyError(f'An object named "{name}" was already registered in "{self._name}" registry')
         self._obj_map[name] = obj
+        if self._shared_with_dassl:
+            from .dassl_bridge import share_with_dassl  # deferred: the bridge imports this module
+
+            share_with_dassl(self, name, obj)
 
     def register(self, obj: Any = None, force: bool = False) -> Callable | None:
         if obj is None:
@@ -46,6 +56,18 @@ class Registry:
             raise KeyError(f'Object name "{name}" does not exist in "{self._name}" registry')
         return self._obj_map[name]
 
+    def load(self, table: Mapping[str, str]) -> None:
+        """Import the module of every name in ``table`` (name -> module), whose classes register themselves here.
+
+        A name its module did not register raises ImportError, so a table entry cannot silently point nowhere.
+        """
+        for module in dict.fromkeys(table.values()):
+            importlib.import_module(module)
+        for name, module in table.items():
+            if name not in self._obj_map:
+                raise ImportError(f"{module} did not register {name!r} in the {self._name} registry; "
+                                  "fix the name in the table or the module's @register() class")
+
     def registered_names(self) -> list[str]:
         return list(self._obj_map.keys())
 
@@ -56,6 +78,6 @@ class Registry:
         return f"Registry({self._name!r}, {sorted(self._obj_map)})"
 
 
-TRAINER_REGISTRY = Registry("TRAINER")
-DATASET_REGISTRY = Registry("DATASET")
+TRAINER_REGISTRY = Registry("TRAINER", shared_with_dassl=True)
+DATASET_REGISTRY = Registry("DATASET", shared_with_dassl=True)
 EVALUATOR_REGISTRY = Registry("EVALUATOR")

@@ -125,7 +125,7 @@ def count_num_param(model: torch.nn.Module, trainable_only: bool = False) -> int
 
 
 def collect_env_info() -> str:
-    """torch's environment report plus the Pillow version (slow: about a second)."""
+    """torch's environment report plus the Pillow version (slow: it queries the system and the GPU driver)."""
     import PIL
     from torch.utils.collect_env import get_pretty_env_info
 

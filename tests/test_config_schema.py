@@ -6,7 +6,6 @@ import math
 
 import pytest
 
-import trainers  # noqa: F401  (registers the trainers)
 from engine.config import get_cfg_default
 from engine.errors import ConfigError
 from engine.schema import Bool, Choice, Int, Number, Seq, SquareSize, Text, check_config, config_leaves

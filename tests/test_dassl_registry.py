@@ -1,5 +1,5 @@
-"""With the real Dassl importable, PETR (and our datasets) are in Dassl's registries without any call, and
-``dassl.engine.build_trainer(cfg)`` on a Dassl config tree trains the same run as ``train.py``."""
+"""With the real Dassl importable, importing ``trainers.petr`` puts PETR in Dassl's registry (``register_datasets()``
+our datasets), and ``dassl.engine.build_trainer(cfg)`` on a Dassl config tree trains the same run as ``train.py``."""
 from __future__ import annotations
 
 import json
@@ -19,17 +19,18 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = """
 import json, sys
-import trainers
-from dassl.engine import TRAINER_REGISTRY, build_trainer
 from trainers.petr import PETR
-assert TRAINER_REGISTRY.get("PETR") is PETR, "importing trainers did not register PETR into Dassl"
+from dassl.engine import TRAINER_REGISTRY, build_trainer
+assert TRAINER_REGISTRY.get("PETR") is PETR, "importing trainers.petr did not register PETR into Dassl"
+from datasets.catalog import register_datasets
+register_datasets()
 import train
 from dassl.config import get_cfg_default
 from dassl.data.datasets import DATASET_REGISTRY
 from datasets.eurosat import EuroSAT
 from engine import set_random_seed
 from trainers.config import extend_cfg
-assert DATASET_REGISTRY.get("EuroSAT") is EuroSAT, "importing train did not register our datasets into Dassl"
+assert DATASET_REGISTRY.get("EuroSAT") is EuroSAT, "register_datasets() did not register our datasets into Dassl"
 argv = json.loads(sys.argv[1])
 args = train.build_parser().parse_args(argv)
 cfg = extend_cfg(get_cfg_default())  # Dassl's own config tree

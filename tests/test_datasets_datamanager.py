@@ -10,10 +10,12 @@ from PIL import Image
 from torchvision import transforms as T
 from torchvision.transforms import functional as TF
 
-import datasets  # noqa: F401  (registers the readers)
+from datasets.catalog import register_datasets
 from engine.data_manager import DataManager
 from engine.dataset_base import UNLABELED
 from tests.helpers_datasets import make_cfg, write_image, write_tree
+
+register_datasets()
 
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-import datasets  # noqa: F401  (registers the readers)
+from datasets.catalog import register_datasets
 from datasets.fewshot import fewshot_path, fewshot_splits
 from datasets.splits import SplitData
 from engine.dataset_base import Datum, build_dataset
@@ -21,6 +21,8 @@ from tests.helpers_run import HANG_GUARD_S, read_only
 from tests.test_datasets_readers import check_items, per_class
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+register_datasets()
+
 K = 2
 TRAIN_DATASETS = [name for name in ALL_DATASETS if name not in TEST_ONLY]
 

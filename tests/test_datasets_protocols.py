@@ -6,12 +6,15 @@ from collections import Counter
 
 import pytest
 
-import datasets  # noqa: F401  (registers the readers)
-import trainers  # noqa: F401  (registers the trainers, whose DATA_ROLE Dassl-style construction reads)
+from datasets.catalog import register_datasets
 from engine.dataset_base import UNLABELED, build_dataset
 from engine.registry import DATASET_REGISTRY
 from tests.helpers_datasets import ALL_DATASETS, MODES, TEST_ONLY, make_cfg, write_tree
 from tests.test_datasets_readers import check_items, paths, per_class
+from trainers.catalog import register_trainers
+
+register_datasets()
+register_trainers()
 
 TRAIN_DATASETS = [name for name in ALL_DATASETS if name not in TEST_ONLY]
 

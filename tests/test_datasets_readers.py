@@ -8,10 +8,12 @@ from collections import Counter
 
 import pytest
 
-import datasets  # noqa: F401  (registers the readers)
+from datasets.catalog import register_datasets
 from datasets.protocols import class_subset, subsample_classes
 from engine.dataset_base import Datum, build_dataset
 from tests.helpers_datasets import ALL_DATASETS, DEFAULT_N, MODES, TEST_ONLY, Tree, make_cfg, write_tree
+
+register_datasets()
 
 CASES = [pytest.param(name, mode, id=f"{name}-{mode}") for name in ALL_DATASETS for mode in MODES[name]]
 

@@ -10,10 +10,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from datasets.catalog import register_datasets
 from demo import shapes
 from demo.captions import EVAL_ENSEMBLE, PRETRAIN_TEMPLATES, caption, pretraining_captions
 from engine.dataset_base import build_dataset
 from tests.helpers_datasets import make_cfg
+
+register_datasets()
 
 TINY = shapes.GenParams(train_per_class=2, val_per_class=1, test_per_class=1, size=32, seed=3, xd_train_per_class=1,
                         xd_val_per_class=1, xd_test_per_class=1)

@@ -120,7 +120,7 @@ def _transfer(work, tree: str, dataset: str, trainer: str, seed: int = 1) -> dic
 
 @pytest.mark.slow
 def test_quick_demo_shows_the_effects(quick_demo):
-    """The effects the full demo shows that a 2-minute version reproduces over its two seeds (README "Demo").
+    """The effects the full demo shows that the reduced version (--quick) reproduces over its two seeds (README "Demo").
 
     Its 150-step tiny CLIP knows colour but not yet shape, so zero-shot novel accuracy sits near the colour-only
     level (1/6 of the classes of a colour) and CoOp's loss on novel classes, which needs shape knowledge to lose,

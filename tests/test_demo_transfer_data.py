@@ -12,11 +12,14 @@ import yaml
 from PIL import Image
 from scipy import ndimage
 
-from datasets.demo_shapes import DEMO_DATASETS
+from datasets.catalog import register_datasets
+from datasets.demo_specs import DEMO_DATASETS
 from demo import shapes
 from engine import DATASET_REGISTRY
 from engine.dataset_base import build_dataset
 from tests.helpers_datasets import make_cfg
+
+register_datasets()
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = shapes.GenParams(train_per_class=1, val_per_class=1, test_per_class=1, seed=5, xd_train_per_class=3,

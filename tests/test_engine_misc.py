@@ -109,7 +109,8 @@ def test_bridge_with_a_dassl_package(stand_in_dassl):
     cfg.DATASET.NAME = "DasslOnlySet"
     assert isinstance(build_dataset(cfg), cls)
     theirs_tr.register(type("EngineXURecorderClash", (), {}))
-    TRAINER_REGISTRY.register(type("EngineXURecorderClash", (), {}), force=True)
+    with pytest.warns(UserWarning, match=r"already hold other objects named \['EngineXURecorderClash'\]; kept"):
+        TRAINER_REGISTRY.register(type("EngineXURecorderClash", (), {}), force=True)
     try:
         with pytest.raises(KeyError, match="different object named 'EngineXURecorderClash'"):
             dassl_bridge.register_into_dassl()
@@ -117,6 +118,24 @@ def test_bridge_with_a_dassl_package(stand_in_dassl):
             assert dassl_bridge.register_into_dassl(strict=False) == []  # the automatic registration keeps theirs
     finally:
         TRAINER_REGISTRY._obj_map.pop("EngineXURecorderClash")
+
+
+def test_every_registration_is_shared_with_dassl(stand_in_dassl):
+    """A class registered in our registry (what importing its module does) is in Dassl's at once; a name Dassl
+    holds for another object keeps Dassl's, with a warning."""
+    from dassl.engine import TRAINER_REGISTRY as theirs
+
+    shared, clash, dassl_own = (type(name, (), {}) for name in ("EngineShared", "EngineClash", "EngineClash"))
+    theirs.register(dassl_own)
+    try:
+        TRAINER_REGISTRY.register(shared)
+        assert theirs.get("EngineShared") is shared
+        with pytest.warns(UserWarning, match=r"named \['EngineClash'\]; kept"):
+            TRAINER_REGISTRY.register(clash)
+        assert theirs.get("EngineClash") is dassl_own and TRAINER_REGISTRY.get("EngineClash") is clash
+    finally:
+        for name in ("EngineShared", "EngineClash"):
+            TRAINER_REGISTRY._obj_map.pop(name, None)
 
 
 def test_bridge_without_dassl(monkeypatch):

@@ -9,10 +9,12 @@ import pytest
 import torch
 
 import train
-import trainers  # noqa: F401  (registers the trainers)
 from engine import TRAINER_REGISTRY, get_cfg_default
 from tests.helpers_petr import write_eurosat
+from trainers.catalog import register_trainers
 from trainers.config import extend_cfg
+
+register_trainers()
 
 PROJECT_TRAINERS = sorted(name for name in TRAINER_REGISTRY.registered_names()
                           if TRAINER_REGISTRY.get(name).__module__.startswith("trainers."))

@@ -9,7 +9,7 @@ projection.
   peak GPU memory.
 * epoch: ``train.py`` (PETR, the paper's config) on a generated 224 px EuroSAT-layout JPEG tree, timed per epoch
   with its data-loading share (train.py's ``data`` meter against its ``time`` meter), with the data loader's
-  persistent workers off (before) and on (the default).
+  persistent workers off and on (the default).
 * projection: one ImageNet base-to-novel epoch (every train image: PromptKD distils all 1,281,167, PETR steps over
   the ~640,584 labelled base images, each step also taking 8 unlabelled novel ones) from the measured step times.
 """

@@ -14,9 +14,9 @@ from yacs.config import CfgNode as CN
 from engine.config import ENGINE_SCHEMA, add_project_keys
 from engine.dataset_base import PROTOCOLS, SUBSAMPLES
 from engine.precision import PRECISIONS
-from engine.registry import TRAINER_REGISTRY
 from engine.schema import NON_NEGATIVE, POSITIVE, Bool, Choice, Int, Number, Rule, Text
 
+from .catalog import TRAINERS
 from .coop import CLASS_TOKEN_POSITIONS
 from .routing import DEFAULT_LAMBDA, DEFAULT_PERCENTILE, ROUTERS
 from .teacher_cache import CACHE_MODES
@@ -209,4 +209,4 @@ def foreign_trainer_message(key: str) -> str:
     if len(parts) < 2 or parts[0] != "TRAINER" or parts[1] not in FOREIGN_TRAINERS:
         return ""
     return (f"'{key}' configures upstream's {FOREIGN_TRAINERS[parts[1]]} trainer, which this project does not have; "
-            f"trainers here: {', '.join(sorted(TRAINER_REGISTRY.registered_names()))}")
+            f"trainers here: {', '.join(sorted(TRAINERS))}")

@@ -14,9 +14,6 @@ from tabulate import tabulate
 
 from .routing import Router, restricted_argmax, routing_metrics
 
-ROUTER_FILE = "router.pth.tar"
-ROUTER_JSON = "router.json"
-
 
 def restrict_to_labels(logits: torch.Tensor, eval_labels) -> torch.Tensor:
     """Copy of ``logits`` [B, C] with every column outside ``eval_labels`` set to -inf (argmax stays all-class ids)."""

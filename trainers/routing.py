@@ -29,6 +29,7 @@ plot_routing_scores.py read them, so routing studies need no model):
   subset; predictions are the argmax restricted to them)}``;
 - ``router_fit_logits.pt``: ``{"q": Float[N, 2C]}``, ``q̃`` of the seen (base) train images, test transform;
 - ``train_u_logits.pt``: ``{"q": Float[Nu, 2C]}``, ``q̃`` of the unseen (novel) train images.
+Beside them, ``router.pth.tar`` (the fitted router, tensors only) and ``router.json`` (its settings and summary).
 """
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ DEFAULT_PERCENTILE = 99.0
 LOGITS_DUMP_KEYS = ("q_s", "q_u", "labels", "is_seen", "eval_labels")
 FIT_DUMP_NAME = "router_fit_logits.pt"
 TRAIN_U_DUMP_NAME = "train_u_logits.pt"
+ROUTER_FILE = "router.pth.tar"
+ROUTER_JSON = "router.json"
 QUANTILES = {"min": 0.0, "p50": 0.5, "p90": 0.9, "p99": 0.99, "max": 1.0}
 _CHUNK = 4096  # rows per matrix product in the Mahalanobis distance (bounds memory on large test sets)
 

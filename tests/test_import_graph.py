@@ -1,0 +1,129 @@
+"""The import graph docs/ARCHITECTURE.md draws holds in the code, read with ``ast`` (tools/import_graph.py).
+
+The document's table of import rules is parsed here and is the only declaration of the allowed edges: every import
+between packages must be allowed by it, every entry of it must be used, the graph has no cycle, the light package
+``__init__`` files import nothing, and no module changes process-wide state at import time.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+from graphlib import TopologicalSorter
+
+import pytest
+
+from tools.import_graph import Import, graph, loads, project_imports, project_modules
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARCHITECTURE = os.path.join(REPO, "docs", "ARCHITECTURE.md")
+LIGHT_PACKAGES = ("trainers", "datasets", "analysis", "tools", "demo")
+ENTRY_GUARDS = {ast.unparse(ast.parse(test, mode="eval").body)
+                for test in ('__name__ == "__main__"', "not __package__")}
+"""Module-level ``if`` tests whose block runs only when the file is run as a program."""
+
+
+def documented_rules() -> dict[str, list[str]]:
+    """The ``| package | imports of the project |`` table of ARCHITECTURE.md: row -> allowed names ([] = nothing)."""
+    with open(ARCHITECTURE, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    start = lines.index("| package | imports of the project |") + 2
+    rules = {}
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        rules[cells[0].strip("`")] = re.findall(r"`([\w.]+)`", cells[1])
+    return rules
+
+
+RULES = documented_rules()
+IMPORTS = project_imports(REPO)
+
+
+def allowed(imp: Import) -> bool:
+    return any(imp.imported == name or imp.imported.startswith(name + ".") for name in RULES[imp.edge[0]])
+
+
+def test_every_package_has_one_rule():
+    assert sorted(RULES) == sorted({name.split(".")[0] for name in project_modules(REPO)})
+
+
+def test_every_import_between_packages_is_documented():
+    crossing = [imp for imp in IMPORTS if imp.edge[0] != imp.edge[1]]
+    assert len(crossing) > 50
+    assert [f"{imp.importer} imports {imp.imported}" for imp in crossing if not allowed(imp)] == []
+
+
+def test_every_documented_edge_is_used():
+    edges = graph(IMPORTS)
+    for package, names in RULES.items():
+        documented = {name.split(".")[0] for name in names}
+        assert set(edges.get(package, {})) == documented, package
+        for name in names:  # a module named on its own (e.g. trainers.routing) is imported
+            assert any(imp.imported == name or imp.imported.startswith(name + ".") for imp in IMPORTS
+                       if imp.edge[0] == package), (package, name)
+
+
+def test_arrows_point_down_only():
+    order = list(TopologicalSorter({package: set(targets) for package, targets in graph(IMPORTS).items()})
+                 .static_order())
+    assert order.index("engine") == 0 and order[-1] == "demo"
+
+
+def test_the_reading_of_imports():
+    """Hand-read imports of three files: relative imports resolved, ``from pkg import module`` named as the module,
+    deferred (function-level) imports flagged."""
+    def of(module: str) -> dict[str, bool]:
+        return {imp.imported: imp.deferred for imp in IMPORTS if imp.importer == module}
+
+    assert of("analysis.dumps") == {"analysis.errors": False, "analysis.layout": False, "engine.utils": False,
+                                    "trainers.routing": False}
+    assert of("trainers.evaluation") == {"engine.checkpoint": False, "engine.distributed": False,
+                                         "engine.errors": False, "engine.utils": False, "trainers.routing": False}
+    assert of("demo.report") == {"analysis.stats": False}  # `from analysis import stats` names the module
+    train = of("train")
+    assert train["datasets.catalog"] and train["trainers.catalog"] and train["engine.errors"]  # all deferred
+    assert not any(imp.edge[0] == "tests" for imp in IMPORTS)
+
+
+@pytest.mark.parametrize("package", LIGHT_PACKAGES)
+def test_package_init_imports_nothing(package):
+    assert loads(package, IMPORTS) == []
+
+
+def _state_changes(tree: ast.Module) -> list[str]:
+    """Module-level statements (outside functions and entry-point guards) that chdir, or edit os.environ or
+    sys.path."""
+    found = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ENTRY_GUARDS:
+            return
+        text = ast.unparse(node) if isinstance(node, (ast.Expr, ast.Assign, ast.AugAssign)) else ""
+        if re.search(r"os\.(chdir|putenv)\(|os\.environ\b.*(=|\.(setdefault|update|pop)\()|"
+                     r"sys\.path\b.*(=|\.(insert|append|extend)\()", text):
+            found.append(f"line {node.lineno}: {text}")
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def test_the_state_check_sees_what_it_should():
+    tree = ast.parse('import os, sys\nos.environ.setdefault("X", "1")\nsys.path.insert(0, "x")\n'
+                     'if __name__ == "__main__":\n    os.chdir("/")\ndef f():\n    os.chdir("/")\n')
+    assert [line.split(":")[0] for line in _state_changes(tree)] == ["line 2", "line 3"]
+
+
+def test_no_module_changes_process_state_when_imported():
+    changes = {}
+    for module, path in project_modules(REPO).items():
+        with open(path, encoding="utf-8") as f:
+            found = _state_changes(ast.parse(f.read()))
+        if found:
+            changes[module] = found
+    assert changes == {}
