@@ -61,8 +61,8 @@ class Report:
     """Job name -> why, with the tail of its log."""
     skipped: dict[str, str] = field(default_factory=dict)
     """Job name -> the failed job it depended on."""
-    seconds: dict[str, float] = field(default_factory=dict)
-    """Run time of every job that ran."""
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Start and end (seconds since the sweep started) of every job that ran to its end."""
 
     @property
     def ok(self) -> bool:
@@ -137,6 +137,7 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
     pending = [j for j in jobs if j.name not in finished]
     report.finished_before = [j.name for j in jobs if j.name in finished]
     running: dict[Any, tuple[Job, float]] = {}
+    """handle -> (job, monotonic start)"""
     requeues: dict[str, int] = {}
     succeeded = set(finished)
     live = sys.stderr.isatty()  # a redrawn status line on a terminal; in a log file, one line per event
@@ -182,7 +183,8 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
             return
         succeeded.add(job.name)
         report.done.append(job.name)
-        report.seconds[job.name] = seconds
+        end = time.monotonic() - started
+        report.spans[job.name] = (end - seconds, end)
         eta.observe(job, seconds)
         bar.update(1)
         say(f"done {job.name} in {format_seconds(seconds)}")
