@@ -198,7 +198,8 @@ def print_report(report, jobs: Sequence[Job]) -> None:
           f"{len(report.failed)} failed, {len(report.skipped)} not run because a job they need failed")
     for name, why in report.failed.items():
         blocked = [s for s, cause in report.skipped.items() if cause == name]
-        print(f"FAILED {name}: {why.rstrip()}")
+        reason, *tail = why.rstrip().splitlines()
+        print(f"FAILED {name}: {reason}" + "".join(f"\n    | {line}" for line in tail))
         if blocked:
             print(f"  not run because of it: {', '.join(blocked)}")
 

@@ -85,9 +85,9 @@ def bf16_opts(ns: str, has_bf16: bool) -> list[str]:
 
 
 def launch_env(env: dict[str, str], bf16_ns: str, has_bf16: bool | None = None) -> dict[str, str]:
-    """``env`` with the bf16 override appended to EXTRA_OPTS when this machine's card has bf16 (asked once when
-    ``has_bf16`` is None); called on the machine that runs the job."""
+    """``env`` with the bf16 override put first in EXTRA_OPTS (the user's overrides after it still win) when this
+    machine's card has bf16 (asked once when ``has_bf16`` is None); called on the machine that runs the job."""
     if not bf16_ns:
         return dict(env)
     opts = bf16_opts(bf16_ns, card_has_bf16() if has_bf16 is None else has_bf16)
-    return {**env, "EXTRA_OPTS": " ".join(filter(None, [env.get("EXTRA_OPTS", ""), *opts]))}
+    return {**env, "EXTRA_OPTS": " ".join(filter(None, [*opts, env.get("EXTRA_OPTS", "")]))}

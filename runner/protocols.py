@@ -43,7 +43,7 @@ class Sweep:
     """Training images per class of the cross-dataset / DG students (0: all)."""
     profile: Profile = PAPER
     extra_opts: str = ""
-    """User ``KEY VALUE`` overrides for every run (EXTRA_OPTS)."""
+    """User ``KEY VALUE`` overrides for every run (EXTRA_OPTS), after the profile's (so they win)."""
     knobs: Mapping[str, str] = field(default_factory=dict)
     """Other script knobs (:data:`PASSED_KNOBS`) passed to every job."""
     gpus_per_job: int = 1
@@ -80,7 +80,7 @@ class Planner:
         if sweep.gpus_per_job > 1:
             env["NPROC"] = str(sweep.gpus_per_job)
         env.update(sweep.knobs)
-        extra = " ".join(filter(None, [sweep.extra_opts, *sweep.profile.opts(method.ns, sweep.output)]))
+        extra = " ".join(filter(None, [*sweep.profile.opts(method.ns, sweep.output), sweep.extra_opts]))
         if extra:
             env["EXTRA_OPTS"] = extra
         return env

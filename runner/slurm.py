@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import submitit
+from tqdm import tqdm
 
 from runner import unit
 from runner.jobs import Job
@@ -152,6 +153,7 @@ class SlurmExecutor:
     def start(self, job: Job, log: str) -> submitit.SlurmJob:
         previous = self.record.get(job.name)
         if previous and squeue_states().get(previous) in ACTIVE_STATES:
+            tqdm.write(f"following SLURM job {previous} ({job.name}), submitted by an earlier run of the runner")
             return submitit.SlurmJob(folder=os.path.join(self.folder, "%j"), job_id=previous)
         self.executor.update_parameters(job_name=re.sub(r"[^\w.+-]+", "_", job.name))
         submitted = self.executor.submit(UnitJob(job, log, self.threads, self.grace_s))

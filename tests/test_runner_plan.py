@@ -161,16 +161,18 @@ def test_fast_profile_overrides(tmp_path):
                  extra_opts="OPTIM.MAX_EPOCH 2")
     jobs = by_name(Planner(plan).plan())
     cache = str(tmp_path / "out" / "teacher_cache")
+    # the profile's overrides first, the user's after them (they win), bf16 first of all at launch
     assert jobs["PETR train dtd seed1"].env["EXTRA_OPTS"].split() == [
-        "OPTIM.MAX_EPOCH", "2", "DATALOADER.PERSISTENT_WORKERS", "True", "TRAIN.COMPILE", "compile",
-        "TRAINER.PETR.TEACHER_CACHE", "views", "TRAINER.PETR.TEACHER_CACHE_DIR", cache]
+        "DATALOADER.PERSISTENT_WORKERS", "True", "TRAIN.COMPILE", "compile", "TRAINER.PETR.TEACHER_CACHE", "views",
+        "TRAINER.PETR.TEACHER_CACHE_DIR", cache, "OPTIM.MAX_EPOCH", "2"]
     assert jobs["CoOp train dtd seed1"].env["EXTRA_OPTS"].split() == [
-        "OPTIM.MAX_EPOCH", "2", "DATALOADER.PERSISTENT_WORKERS", "True"]
-    assert jobs["teacher dtd"].env["EXTRA_OPTS"].split() == ["OPTIM.MAX_EPOCH", "2", "DATALOADER.PERSISTENT_WORKERS",
-                                                             "True"]
+        "DATALOADER.PERSISTENT_WORKERS", "True", "OPTIM.MAX_EPOCH", "2"]
+    assert jobs["teacher dtd"].env["EXTRA_OPTS"].split() == ["DATALOADER.PERSISTENT_WORKERS", "True",
+                                                             "OPTIM.MAX_EPOCH", "2"]
     assert jobs["teacher dtd"].bf16_ns == "" and jobs["CoOp train dtd seed1"].bf16_ns == "COOP"
     petr = jobs["PETR train dtd seed1"]
-    assert launch_env(dict(petr.env), petr.bf16_ns, has_bf16=True)["EXTRA_OPTS"].endswith("TRAINER.PETR.PREC bf16")
+    assert launch_env(dict(petr.env), petr.bf16_ns, has_bf16=True)["EXTRA_OPTS"].startswith(
+        "TRAINER.PETR.PREC bf16 DATALOADER.PERSISTENT_WORKERS True")
     assert launch_env(dict(petr.env), petr.bf16_ns, has_bf16=False) == petr.env  # fp16 kept without bf16
     assert jobs["ZeroshotCLIP zero-shot dtd"].bf16_ns == ""  # evaluates in fp32
     paper = by_name(Planner(sweep("base2new", ("PETR",), ("dtd",), tmp_path, seeds=(1,), profile=PAPER)).plan())
