@@ -29,6 +29,8 @@ DEFAULT_METHODS = {"base2new": ("PETR", "PromptKD", "CoOp", "PETR+CoOp", "Zerosh
 COMMON_ENV = ("DATA", "OUTPUT_ROOT", "TEACHER_DIR", "PYTHON", *PASSED_KNOBS, "NPROC")
 """Environment the plan prints once instead of on every command (the same for every job)."""
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+SUMMARY_TAIL = 5
+"""Log lines of each failed job in the final summary (the full tail was printed when it failed)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,13 +195,13 @@ def make_executor(args: argparse.Namespace, log_dir: str):
 
 
 def print_report(report, jobs: Sequence[Job]) -> None:
-    """Counts by outcome; each failure with its reason and log tail; the jobs skipped because of each."""
+    """Counts by outcome; each failure with its reason and its log's last lines; the jobs it kept from running."""
     print(f"\nJobs: {len(report.done)} done, {len(report.finished_before)} finished before (skipped), "
           f"{len(report.failed)} failed, {len(report.skipped)} not run because a job they need failed")
     for name, why in report.failed.items():
         blocked = [s for s, cause in report.skipped.items() if cause == name]
         reason, *tail = why.rstrip().splitlines()
-        print(f"FAILED {name}: {reason}" + "".join(f"\n    | {line}" for line in tail))
+        print(f"FAILED {name}: {reason}" + "".join(f"\n    | {line}" for line in tail[-SUMMARY_TAIL:]))
         if blocked:
             print(f"  not run because of it: {', '.join(blocked)}")
 
