@@ -217,6 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run:
         print_plan(sweep, jobs)
         return 0
+    if not os.path.isdir(sweep.data):
+        print(f"error: --data {sweep.data} is not a folder (see DATASETS.md for the dataset layout)", file=sys.stderr)
+        return EXIT_USAGE
     from runner.costs import projected_seconds as project
     from runner.schedule import run_plan
     from runner.tables import table_path, write_tables
@@ -236,9 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "resume)", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        close = getattr(executor, "close", None)
-        if close:
-            close()
+        executor.close()
     print_report(report, jobs)
     status, text = write_tables(sweep)
     print(f"\n{text.rstrip()}")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from runner.jobs import Job, check_graph
-from runner.layout import dataset_name, run_dir
+from runner.layout import REPO, dataset_name, run_dir
 from runner.methods import COOP, PLUGIN_SUFFIX, TEACHER, ZERO_SHOT, Method
 from runner.profiles import PAPER, Profile
 
@@ -90,6 +90,9 @@ class Planner:
             deps: tuple[str, ...] = (), name: str = "") -> str:
         """Add one job (once: a job several methods need is shared); returns its name."""
         name = name or " ".join(filter(None, [method.name, kind, dataset, f"seed{seed}" if seed is not None else ""]))
+        config_file = os.path.join(REPO, "configs", "trainers", method.trainer, f"{config}.yaml")
+        if not os.path.isfile(config_file):
+            raise ValueError(f"no config {os.path.relpath(config_file, REPO)} for {method.name}: check --config")
         if name not in self.jobs:
             self.jobs[name] = Job(
                 name=name, kind=kind, method=method.name, dataset=dataset,

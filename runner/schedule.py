@@ -50,6 +50,12 @@ class Executor(Protocol):
     def stop(self) -> None:
         """The runner is interrupted: stop or release what runs (each executor says which)."""
 
+    def close(self) -> None:
+        """The sweep is over: release what the executor holds."""
+
+    def describe(self) -> str:
+        """One line saying where jobs run."""
+
 
 @dataclass
 class Report:

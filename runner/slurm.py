@@ -191,6 +191,9 @@ class SlurmExecutor:
                 return Outcome(int(found.group(1)), f"SLURM job {handle.job_id}: exit status {found.group(1)}")
             return Outcome(1, f"SLURM job {handle.job_id} failed: {str(e).strip().splitlines()[-1]}")
 
+    def close(self) -> None:
+        """Nothing to release: the jobs are SLURM's."""
+
     def stop(self) -> None:
         """The runner is interrupted: queued and running jobs stay in SLURM; a rerun of the runner reattaches."""
         active = [i for i in self.record.values() if squeue_states().get(i) in ACTIVE_STATES]

@@ -226,6 +226,8 @@ def test_dry_run_prints_the_plan(tmp_path, capsys):
     (["base2new", "--datasets", "eurosatt"], "error: unknown dataset 'eurosatt'; use one of: caltech101"),
     (["xd", "--source", "demonet"], "error: no default cross-dataset targets for source 'demonet': name them"),
     (["base2new", "--cpu-jobs", "0"], "error: --cpu-jobs must be at least 1"),
+    (["base2new", "--config", "vit_b99"], "error: no config configs/trainers/PromptSRC/vit_b99.yaml for PromptSRC: "
+                                          "check --config"),
 ])
 def test_bad_arguments_are_one_line(tmp_path, args, message):
     done = subprocess.run([sys.executable, "-m", "runner", *args, "--data", str(tmp_path), "--dry-run"], cwd=REPO,
