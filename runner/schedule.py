@@ -66,7 +66,7 @@ class Report:
     failed: dict[str, str] = field(default_factory=dict)
     """Job name -> why, with the tail of its log."""
     skipped: dict[str, str] = field(default_factory=dict)
-    """Job name -> the failed job it depended on."""
+    """Job name -> the failed job it depended on (blocked: not run)."""
     spans: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Start and end (seconds since the sweep started) of every job that ran to its end."""
 
@@ -138,12 +138,10 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
     """Run every job of ``jobs`` (dependencies first) on ``executor``; returns what happened."""
     os.makedirs(log_dir, exist_ok=True)
     report, eta = Report(), Eta(projected)
-    by_name = {j.name: j for j in jobs}
     finished = finished_jobs(jobs)
     pending = [j for j in jobs if j.name not in finished]
     report.finished_before = [j.name for j in jobs if j.name in finished]
-    running: dict[Any, tuple[Job, float]] = {}
-    """handle -> (job, monotonic start)"""
+    running: dict[Any, tuple[Job, float]] = {}  # executor handle -> (job, monotonic start)
     requeues: dict[str, int] = {}
     succeeded = set(finished)
     live = sys.stderr.isatty()  # a redrawn status line on a terminal; in a log file, one line per event
@@ -155,7 +153,7 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
         queued = [j for j in pending if j.name not in report.skipped]
         remaining = eta.remaining(queued, {j.name: (j, s) for j, s in running.values()}, executor.slots)
         return (f"done {len(report.done) + len(report.finished_before)}/{len(jobs)}, running {len(running)}, "
-                f"queued {len(queued)}, failed {len(report.failed)}, skipped {len(report.skipped)}, "
+                f"queued {len(queued)}, failed {len(report.failed)}, blocked {len(report.skipped)}, "
                 f"ETA {format_seconds(remaining)}")
 
     def say(text: str) -> None:
@@ -186,6 +184,7 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
                 + "".join(f"    | {line}\n" for line in tail(log).splitlines()).rstrip("\n"))
             for name in dependents(jobs, job.name):
                 report.skipped.setdefault(name, job.name)
+            bar.update(1)
             return
         succeeded.add(job.name)
         report.done.append(job.name)
@@ -213,7 +212,7 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
             handles = list(running)
             for handle, outcome in executor.poll(handles).items():
                 job, start = running.pop(handle)
-                finish(by_name[job.name], outcome, time.monotonic() - start)
+                finish(job, outcome, time.monotonic() - start)
             status()
     except KeyboardInterrupt:
         bar.close()
