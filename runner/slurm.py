@@ -43,6 +43,10 @@ PREEMPT_SIGNAL = "USR1"
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
                  "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}
 """squeue states of a job that is not over."""
+SIGNAL_WAIT_S = 10.0
+"""When the unit command was stopped by a signal, how long the job waits for the signal SLURM sends the job's own
+process at the same moment (its handler, not the command's exit status, says whether SLURM ends or requeues the
+job)."""
 LOST_AFTER_S = 60.0
 """A job that SLURM has not run for this long and that left no result is lost (a requeue passes through
 inactive states for a moment only)."""
@@ -70,6 +74,10 @@ class UnitJob(submitit.helpers.Checkpointable):
         with unit.open_log(self.log, self.job, attempt) as log:
             self.proc = unit.start(self.job, env, log, new_group=True)
             code = self.proc.wait()
+            if code < 0 or code == EXIT_PREEMPTED:  # a signal stopped it: the job's own may still be on its way
+                deadline = time.monotonic() + SIGNAL_WAIT_S
+                while not self.ending and time.monotonic() < deadline:
+                    time.sleep(0.1)
             if self.ending:
                 unit.wait_group(self.proc, self.grace_s)
                 log.write(f"=== SLURM ended the job (SIGTERM) after exit {unit.exit_status(code)}: leaving without "
