@@ -12,9 +12,14 @@ Run from the repository root:
       ``test_new/<ds>/shots_K/<TRAINER>/<cfg>/seedS`` into Base / Novel / HM per dataset (HM of the seed means) and an
       Average row (HM of the average Base and Novel, as the papers do); methods side by side with Δ vs a baseline
       (``--baseline``; default: the first ``--methods`` entry, else the zero-shot CLIP runs, else no Δ columns).
+  python parse_test_res.py xd ROOT [--source S] [--targets T ...] [--methods M ...] [--keyword K] [--format ...]
+  python parse_test_res.py dg ROOT [--source S] [--targets T ...] [--methods M ...] [--keyword K] [--format ...]
+      Cross-dataset / domain-generalisation table in the papers' layout: per method the source, each target (mean
+      over seeds) and the average over the targets, from the output root holding xd/, dg/ and ZeroshotCLIP/ (where
+      each cell is read from: ``analysis/transfer.py``).
   python parse_test_res.py paper [TABLE]
       Print the published numbers stored in results/paper_results.json.
-  (A results folder literally named ``b2n`` or ``paper`` is given as ``./b2n`` / ``./paper``.)
+  (A results folder literally named ``b2n``, ``xd``, ``dg`` or ``paper`` is given as ``./b2n`` etc.)
 
 Statistics (``--stats``): ``upstream`` (default) = CoOp's / PromptKD's population std (np.std) and 1.96·std/√n;
 ``sample`` = sample std (ddof=1) and the Student-t interval (n-1 dof). The output names the one used. With
@@ -46,6 +51,7 @@ from analysis.layout import AVERAGE, dataset_sort_key, find_runs, require_dir
 from analysis.paper import METRICS, PAPER_FILE, load_paper
 from analysis.readers import selected_on, summarize_dir
 from analysis.tables import FORMATS, format_cell, print_note, render_table
+from analysis.transfer import collect_transfer, default_targets, transfer_table
 
 # ----------------------------------------------------------------------------------------------- default mode
 
@@ -142,6 +148,19 @@ def _uses_paper(args: argparse.Namespace) -> bool:
     return any(n.startswith("paper:") for n in names)
 
 
+# ----------------------------------------------------------------------------------------------- xd / dg
+
+
+def run_transfer(args: argparse.Namespace) -> None:
+    """xd / dg mode: the source, each target and the targets' average per method."""
+    targets = args.targets or default_targets(args.root, args.protocol, args.source)
+    values = collect_transfer(args.root, args.protocol, args.source, targets, args.keyword, args.methods)
+    headers, rows = transfer_table(values, args.source, targets, args.methods)
+    print(render_table(headers, rows, args.format))
+    print_note(f"{args.keyword} (%), mean over the seeds found; Average = mean over the targets (not the source), "
+               "'-' unless every target has a value.", args.format)
+
+
 # ----------------------------------------------------------------------------------------------- paper numbers
 
 
@@ -181,7 +200,7 @@ def _add_stats(p: argparse.ArgumentParser) -> None:
 def _default_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="Mean ± std of results across seed folders (CoOp usage). "
-                    "Other modes: 'parse_test_res.py b2n -h', 'parse_test_res.py paper -h'.")
+                    "Other modes: 'parse_test_res.py b2n -h', 'xd -h', 'dg -h', 'paper -h'.")
     p.add_argument("directory", help="folder of run folders (seed1, seed_2, ...), or of experiments with --multi-exp")
     p.add_argument("--ci95", action="store_true", help="report the 95%% interval half-width instead of the std")
     p.add_argument("--test-log", action="store_true", help="parse after '=> result' instead of 'Finish training'")
@@ -212,6 +231,21 @@ def _b2n_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _transfer_parser(protocol: str) -> argparse.ArgumentParser:
+    what = {"xd": "cross-dataset", "dg": "domain-generalisation"}[protocol]
+    p = argparse.ArgumentParser(prog=f"parse_test_res.py {protocol}",
+                                description=f"The {what} table: source, targets and their average per method.")
+    p.add_argument("root", help="output root holding xd/, dg/ and ZeroshotCLIP/ (e.g. output)")
+    p.add_argument("--source", default="imagenet", help="source dataset (short name, default imagenet)")
+    p.add_argument("--targets", nargs="+", help=f"target datasets in column order (default: the {protocol} targets "
+                                                "found under ROOT)")
+    p.add_argument("--methods", nargs="+", help="trainer names or TRAINER/config globs to include, in table order")
+    p.add_argument("--keyword", default="accuracy")
+    p.add_argument("--format", choices=list(FORMATS), default="plain")
+    p.set_defaults(protocol=protocol)
+    return p
+
+
 def _paper_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="parse_test_res.py paper", description="Print the stored published numbers.")
     p.add_argument("table", nargs="?", help="table name (default: all)")
@@ -220,7 +254,8 @@ def _paper_parser() -> argparse.ArgumentParser:
     return p
 
 
-MODES = {"b2n": (_b2n_parser, run_b2n), "paper": (_paper_parser, run_paper)}
+MODES = {"b2n": (_b2n_parser, run_b2n), "xd": (lambda: _transfer_parser("xd"), run_transfer),
+         "dg": (lambda: _transfer_parser("dg"), run_transfer), "paper": (_paper_parser, run_paper)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,132 @@
+"""Cross-dataset and domain-generalisation results in the papers' layout: one row per method, the source, each
+target and the average over the targets.
+
+Under an output root, a cell's runs are read from the first of these that holds any:
+
+* the source: ``xd/train/<source>/<shots>/<trainer>/<config>/<seed>`` (the cross-dataset run on the source itself);
+* a cross-dataset target: ``xd/train/<target>/...`` (a student trained for the target: PromptKD's and PETR's
+  ``xd_train.sh``), else ``xd/test/<target>/...`` (a source-trained model evaluated on it);
+* a DG target: ``dg/train/<target>/...`` (PETR's ``dg_train.sh``), else ``dg/test/<target>/...``, else
+  ``xd/test/<target>/...`` (the source-distilled PromptKD student evaluated on it, ``xd_test.sh``);
+* zero-shot CLIP: ``ZeroshotCLIP/<config>/<dataset>`` (one run: zero-shot evaluation is deterministic).
+
+A cell is the mean over the seeds found; the average is the mean of the target cells, and ``-`` unless every
+target has a value.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+
+from analysis import stats
+from analysis.errors import ResultsError
+from analysis.layout import is_run_dir, require_dir, seed_key
+from analysis.readers import read_run
+
+ZERO_SHOT_TRAINER = "ZeroshotCLIP"
+SEARCH = {"xd": {"source": ("xd/train",), "target": ("xd/train", "xd/test")},
+          "dg": {"source": ("xd/train",), "target": ("dg/train", "dg/test", "xd/test")}}
+"""Per protocol: the trees a source or target cell is read from, first match wins."""
+
+Values = dict[tuple[str, str, str], dict[str, dict[str, float]]]
+"""``{(trainer, config, shots): {dataset: {seed: value}}}``."""
+
+
+def _student_runs(root: str, tree: str, dataset: str) -> dict[tuple[str, str, str], dict[str, str]]:
+    """``{(trainer, config, shots): {seed: run folder}}`` under ``<root>/<tree>/<dataset>``."""
+    found: dict[tuple[str, str, str], dict[str, str]] = defaultdict(dict)
+    base = os.path.join(root, tree, dataset)
+    if not os.path.isdir(base):
+        return found
+    for shots in sorted(os.listdir(base)):
+        for trainer in sorted(_subdirs(os.path.join(base, shots))):
+            for config in sorted(_subdirs(os.path.join(base, shots, trainer))):
+                for seed in _subdirs(os.path.join(base, shots, trainer, config)):
+                    path = os.path.join(base, shots, trainer, config, seed)
+                    if is_run_dir(path):
+                        found[(trainer, config, shots)][seed_key(seed)] = path
+    return found
+
+
+def _subdirs(path: str) -> list[str]:
+    if not os.path.isdir(path):
+        return []
+    return [d for d in os.listdir(path) if not d.startswith(".") and os.path.isdir(os.path.join(path, d))]
+
+
+def default_targets(root: str, protocol: str, source: str) -> list[str]:
+    """The targets found under ``root`` (every dataset of the protocol's own trees but the source)."""
+    trees = ("xd/train",) if protocol == "xd" else ("dg/train", "dg/test")
+    found = sorted({d for t in trees for d in _subdirs(os.path.join(root, t))} - {source})
+    if not found:
+        raise ResultsError(f"no {protocol} targets under {root}; name them with --targets")
+    return found
+
+
+def collect_transfer(root: str, protocol: str, source: str, targets: Sequence[str], keyword: str = "accuracy",
+                     methods: Sequence[str] | None = None) -> Values:
+    """Every method's values per dataset and seed (``methods``: trainer names or ``TRAINER/config`` globs)."""
+    require_dir(root)
+    values: Values = defaultdict(dict)
+    for dataset in (source, *targets):
+        role = "source" if dataset == source else "target"
+        cells: dict[tuple[str, str, str], dict[str, str]] = {}
+        for tree in SEARCH[protocol][role]:
+            for key, runs in _student_runs(root, tree, dataset).items():
+                cells.setdefault(key, runs)
+        for config in _subdirs(os.path.join(root, ZERO_SHOT_TRAINER)):
+            path = os.path.join(root, ZERO_SHOT_TRAINER, config, dataset)
+            if is_run_dir(path):
+                cells[(ZERO_SHOT_TRAINER, config, "-")] = {"-": path}
+        for key, runs in cells.items():
+            if methods and not any(fnmatch.fnmatch(n, p) for p in methods for n in (key[0], f"{key[0]}/{key[1]}")):
+                continue
+            read = {seed: read_run(path, keyword) for seed, path in runs.items()}
+            values[key][dataset] = {seed: v for seed, v in read.items() if v is not None}
+    if not values:
+        raise ResultsError(f"no {protocol} runs of source '{source}' under {root} (expected {root}/xd/train/{source}/"
+                           "<shots>/<trainer>/<config>/<seed> and the target trees; see analysis/transfer.py)")
+    return values
+
+
+def labels(keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], str]:
+    """The trainer alone when it names one key, else trainer/config, else trainer/config/shots."""
+    out = {}
+    for key in keys:
+        same = [k for k in keys if k[0] == key[0]]
+        if len(same) == 1:
+            out[key] = key[0]
+        elif len({k[1] for k in same}) == len(same):
+            out[key] = f"{key[0]}/{key[1]}"
+        else:
+            out[key] = "/".join(key)
+    return out
+
+
+def order(keys: Sequence[tuple[str, str, str]], methods: Sequence[str] | None) -> list[tuple[str, str, str]]:
+    """Keys in ``--methods`` order (the first pattern each matches), zero-shot first otherwise."""
+    def rank(key: tuple[str, str, str]) -> tuple[int, tuple[str, str, str]]:
+        if methods:
+            names = (key[0], f"{key[0]}/{key[1]}")
+            return next((i for i, p in enumerate(methods) if any(fnmatch.fnmatch(n, p) for n in names)),
+                        len(methods)), key
+        return (0 if key[0] == ZERO_SHOT_TRAINER else 1), key
+
+    return sorted(keys, key=rank)
+
+
+def transfer_table(values: Values, source: str, targets: Sequence[str],
+                   methods: Sequence[str] | None = None) -> tuple[list[str], list[list]]:
+    """Headers and rows: method, seeds, the source, each target (seed means) and the targets' average."""
+    keys = order(list(values), methods)
+    names = labels(keys)
+    rows = []
+    for key in keys:
+        cells = [stats.mean(list(values[key].get(ds, {}).values())) for ds in (source, *targets)]
+        target_cells = cells[1:]
+        average = stats.mean(target_cells) if not any(c != c for c in target_cells) else float("nan")
+        seeds = max((len(v) for v in values[key].values()), default=0)
+        rows.append([names[key], seeds if key[0] != ZERO_SHOT_TRAINER else "-", *cells, average])
+    return ["method", "seeds", f"{source} (source)", *targets, "Average"], rows

@@ -1,0 +1,248 @@
+"""``python -m runner PROTOCOL ...``: a whole table (base-to-novel, cross-dataset or DG) with one command.
+
+Examples:
+  python -m runner base2new --methods PETR PromptKD CoOp --datasets all --seeds 1 2 3 --data /data --dry-run
+  python -m runner base2new --data /data --executor local --jobs-per-gpu 2
+  python -m runner xd --data /data --executor slurm --partition gpu --time 1440 --profile fast
+Exit status: 0 when every job finished and the table was written, 1 when a job failed (the others went on),
+2 for bad arguments (one ``error:`` line), 130 when interrupted (rerun the same command to continue).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from collections.abc import Sequence
+
+from tabulate import tabulate
+
+from runner.costs import STEP_MS, projected_seconds
+from runner.jobs import KINDS, Job, command_line
+from runner.layout import FINISHED_STATES, base2new_datasets, dg_targets, run_states, xd_targets
+from runner.methods import METHODS, find_method
+from runner.profiles import PROFILES
+from runner.protocols import PASSED_KNOBS, PROTOCOLS, Planner, Sweep
+
+DEFAULT_METHODS = {"base2new": ("PETR", "PromptKD", "CoOp", "PETR+CoOp", "ZeroshotCLIP"),
+                   "xd": ("PETR", "PromptKD", "ZeroshotCLIP"), "dg": ("PETR", "PromptKD", "ZeroshotCLIP")}
+COMMON_ENV = ("DATA", "OUTPUT_ROOT", "TEACHER_DIR", "PYTHON", *PASSED_KNOBS, "NPROC")
+"""Environment the plan prints once instead of on every command (the same for every job)."""
+EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+SUMMARY_TAIL = 5
+"""Log lines of each failed job in the final summary (the full tail was printed when it failed)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m runner", description=__doc__.splitlines()[0],
+                                epilog="\n".join(__doc__.splitlines()[2:]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("protocol", choices=PROTOCOLS, help="base2new, xd (cross-dataset) or dg (domain generalisation)")
+    p.add_argument("--methods", nargs="+",
+                   help=f"methods in table order (the first is the Δ baseline), from {', '.join(METHODS)}; default: "
+                        "every method the protocol has")
+    p.add_argument("--datasets", nargs="+", default=["all"],
+                   help="base-to-novel datasets, or the xd/dg targets (short names; 'all': the paper's)")
+    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    p.add_argument("--source", default="imagenet", help="xd/dg source dataset (default imagenet)")
+    p.add_argument("--shots", type=int, default=0, help="xd/dg students' train images per class (0: all)")
+    p.add_argument("--data", default=os.environ.get("DATA"), help="datasets folder (default $DATA)")
+    p.add_argument("--output", help="output root (default: the profile's, output or output-fast)")
+    p.add_argument("--teacher-dir", help="teachers folder (default $TEACHER_DIR, else the profile's)")
+    p.add_argument("--config", default="", help="one config name for every method (e.g. demo); default: each "
+                                                "method's paper config")
+    p.add_argument("--extra-opts", default=os.environ.get("EXTRA_OPTS", ""),
+                   help="'KEY VALUE ...' config overrides for every run (default $EXTRA_OPTS)")
+    p.add_argument("--profile", choices=list(PROFILES), default="paper",
+                   help="paper: the shipped configs (fp16, online teacher); fast: bf16 on bf16 cards, compile, "
+                        "teacher cache views, persistent workers (docs/RUNNER.md)")
+    p.add_argument("--executor", choices=("local", "slurm"), default="local")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (jobs, commands, GPU-hours) and stop")
+    p.add_argument("--log-dir", help="per-job logs (default <output>/logs/<protocol>)")
+    p.add_argument("--gpus-per-job", type=int, default=1,
+                   help="GPUs per run (NPROC: torchrun when > 1; 0: CPU jobs, as on a CPU-only SLURM partition)")
+    p.add_argument("--threads", type=int, help="torch CPU threads per job (OMP_NUM_THREADS)")
+    local = p.add_argument_group("local executor")
+    local.add_argument("--jobs-per-gpu", type=int, default=1, help="jobs sharing one GPU")
+    local.add_argument("--cpu-jobs", type=int, default=1, help="jobs at once without a GPU")
+    slurm = p.add_argument_group("slurm executor (submitit)")
+    slurm.add_argument("--partition")
+    slurm.add_argument("--account")
+    slurm.add_argument("--time", type=int, default=1440, help="time limit per job in minutes (default 1440)")
+    slurm.add_argument("--cpus-per-job", type=int, help="CPUs per job (default: the cluster's)")
+    slurm.add_argument("--max-jobs", type=int, default=256, help="jobs queued at once")
+    slurm.add_argument("--poll", type=float, default=5.0, help="seconds between two looks at the queue")
+    slurm.add_argument("--slurm-opt", nargs="+", default=[], metavar="KEY=VALUE",
+                       help="more sbatch options, e.g. qos=high constraint=a100")
+    return p
+
+
+def positive(args: argparse.Namespace, *names: str) -> None:
+    for name in names:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+
+
+def make_sweep(args: argparse.Namespace) -> Sweep:
+    """The sweep the arguments describe (ValueError with a one-line message when they do not fit)."""
+    if args.gpus_per_job < 0:
+        raise ValueError("--gpus-per-job must be 0 (CPU) or more")
+    positive(args, "threads", "jobs_per_gpu", "cpu_jobs", "time", "cpus_per_job", "max_jobs")
+    if not args.data:
+        raise ValueError("no datasets folder: pass --data DIR or set DATA (see DATASETS.md)")
+    profile = PROFILES[args.profile]
+    methods = tuple(dict.fromkeys(find_method(m) for m in args.methods or DEFAULT_METHODS[args.protocol]))
+    if args.datasets == ["all"]:
+        datasets = {"base2new": base2new_datasets, "xd": lambda: xd_targets(args.source),
+                    "dg": lambda: dg_targets(args.source)}[args.protocol]()
+    else:
+        datasets = args.datasets
+    output = args.output or profile.output
+    if profile.fast and any(c.isspace() for c in os.path.abspath(output)):
+        raise ValueError(f"--output {output!r}: the fast profile passes its teacher cache folder in EXTRA_OPTS, "
+                         "which cannot hold spaces; choose a path without spaces")
+    knobs = {k: os.environ[k] for k in PASSED_KNOBS if os.environ.get(k)}
+    return Sweep(protocol=args.protocol, methods=methods, datasets=tuple(datasets), seeds=tuple(args.seeds),
+                 data=os.path.abspath(args.data), output=os.path.abspath(output),
+                 teacher_dir=os.path.abspath(args.teacher_dir or os.environ.get("TEACHER_DIR") or profile.teachers),
+                 source=args.source, config=args.config, shots=args.shots, profile=profile,
+                 extra_opts=args.extra_opts, knobs=knobs, gpus_per_job=args.gpus_per_job)
+
+
+def job_states(jobs: Sequence[Job]) -> dict[str, str]:
+    """Per job what the run will do: finished (skipped), resume, retry (only a failed attempt's log), or new."""
+    states = run_states(sorted({r for j in jobs for r in j.runs}))
+    out = {}
+    for job in jobs:
+        runs = [states[r] for r in job.runs]
+        if all(s in FINISHED_STATES for s in runs) and all(os.path.exists(f) for f in job.files):
+            out[job.name] = "finished"
+        elif "resumable" in runs:
+            out[job.name] = "resume"
+        elif "failed" in runs:
+            out[job.name] = "retry"
+        else:
+            out[job.name] = "new"
+    return out
+
+
+def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = True) -> None:
+    """Jobs per kind with their states and projected GPU-hours, the step times used, and every command."""
+    states = job_states(jobs)
+    profile = sweep.profile.name
+    print(f"Plan: {sweep.protocol}, {len(sweep.datasets)} dataset(s) ({' '.join(sweep.datasets)}), seeds "
+          f"{' '.join(map(str, sweep.seeds))}, methods {' '.join(m.name for m in sweep.methods)}; profile {profile}"
+          + (f", source {sweep.source}" if sweep.protocol != "base2new" else ""))
+    rows, unknown = [], set()
+    for kind in KINDS:
+        of_kind = [j for j in jobs if j.kind == kind]
+        if not of_kind:
+            continue
+        count = Counter(states[j.name] for j in of_kind)
+        hours = 0.0
+        for job in of_kind:
+            seconds = projected_seconds(job, sweep.protocol, profile)
+            if seconds is None:
+                unknown.add(job.dataset)
+            elif states[job.name] != "finished":
+                hours += seconds / 3600
+        rows.append([kind, len(of_kind), count["new"], count["resume"], count["retry"], count["finished"], hours])
+    rows.append(["tables", 1, 1, 0, 0, 0, 0.0])
+    total = ["total", sum(r[1] for r in rows), *[sum(r[i] for r in rows) for i in range(2, 6)],
+             sum(r[6] for r in rows)]
+    print(tabulate([*rows, total], headers=["jobs", "count", "new", "resume", "retry", "finished (skipped)",
+                                            "GPU-h (H100)"], floatfmt=".1f"))
+    by_method = Counter()
+    for job in jobs:
+        seconds = projected_seconds(job, sweep.protocol, profile)
+        if seconds is not None and states[job.name] != "finished":
+            by_method[job.method] += seconds / 3600
+    if by_method:
+        print("GPU-hours to run, per method: " + ", ".join(f"{m} {h:.1f}" for m, h in by_method.items()))
+    if unknown:
+        print(f"No projection for {', '.join(sorted(unknown))} (no sizes in runner/costs.py): counted as 0 h.")
+    used = sorted({(j.trainer, profile) for j in jobs if j.kind in ("train", "teacher")} & set(STEP_MS))
+    print("Projection: steps from the dataset sizes and each config's epochs and batch, times per step:")
+    for key in used:
+        print(f"  {key[0]}: {STEP_MS[key].ms} ms ({STEP_MS[key].source})")
+    print("  + evaluation, start-up and (fast) compilation and teacher-cache estimates: runner/costs.py")
+    if not show_commands:
+        return
+    common = {k: v for k, v in jobs[0].env.items() if k in COMMON_ENV} if jobs else {}
+    print("\nEvery job runs in the repository root with " + " ".join(f"{k}={v}" for k, v in common.items()))
+    for job in jobs:
+        shown = Job(**{**job.__dict__, "env": {k: v for k, v in job.env.items() if k not in common}})
+        after = f" (after {', '.join(job.deps)})" if job.deps else ""
+        print(f"  [{states[job.name]}] {job.name}{after}\n      {command_line(shown)}")
+        if job.bf16_ns:
+            print(f"      + TRAINER.{job.bf16_ns}.PREC bf16 on a card with bf16 (compute capability 8.0+)")
+
+
+def make_executor(args: argparse.Namespace, log_dir: str):
+    if args.executor == "slurm":
+        from runner.slurm import SlurmExecutor
+
+        extra = dict(o.split("=", 1) for o in args.slurm_opt if "=" in o)
+        if len(extra) != len(args.slurm_opt):
+            raise ValueError("--slurm-opt takes KEY=VALUE pairs, e.g. --slurm-opt qos=high")
+        return SlurmExecutor(os.path.join(log_dir, "slurm"), args.partition, args.account, args.time,
+                             args.gpus_per_job, args.cpus_per_job, args.threads or args.cpus_per_job, args.max_jobs,
+                             extra=extra, poll_s=args.poll)
+    from runner.local import LocalExecutor, visible_gpus
+
+    gpus = visible_gpus() if args.gpus_per_job else []
+    return LocalExecutor(gpus, args.jobs_per_gpu, args.gpus_per_job, args.cpu_jobs, args.threads)
+
+
+def print_report(report, jobs: Sequence[Job]) -> None:
+    """Counts by outcome; each failure with its reason and its log's last lines; the jobs it kept from running."""
+    print(f"\nJobs: {len(report.done)} done, {len(report.finished_before)} finished before (skipped), "
+          f"{len(report.failed)} failed, {len(report.skipped)} not run because a job they need failed")
+    for name, why in report.failed.items():
+        blocked = [s for s, cause in report.skipped.items() if cause == name]
+        reason, *tail = why.rstrip().splitlines()
+        print(f"FAILED {name}: {reason}" + "".join(f"\n    | {line}" for line in tail[-SUMMARY_TAIL:]))
+        if blocked:
+            print(f"  not run because of it: {', '.join(blocked)}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        sweep = make_sweep(args)
+        jobs = Planner(sweep).plan()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.dry_run:
+        print_plan(sweep, jobs)
+        return 0
+    if not os.path.isdir(sweep.data):
+        print(f"error: --data {sweep.data} is not a folder (see DATASETS.md for the dataset layout)", file=sys.stderr)
+        return EXIT_USAGE
+    from runner.costs import projected_seconds as project
+    from runner.schedule import run_plan
+    from runner.tables import table_path, write_tables
+
+    log_dir = os.path.abspath(args.log_dir or os.path.join(sweep.output, "logs", sweep.protocol))
+    try:
+        executor = make_executor(args, log_dir)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print_plan(sweep, jobs, show_commands=False)
+    print(f"Executor: {executor.describe()}; logs in {log_dir}")
+    try:
+        report = run_plan(jobs, executor, log_dir, lambda job: project(job, sweep.protocol, sweep.profile.name))
+    except KeyboardInterrupt:
+        print("interrupted: rerun the same command to continue (finished runs are skipped, interrupted ones "
+              "resume)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        executor.close()
+    print_report(report, jobs)
+    status, text = write_tables(sweep)
+    print(f"\n{text.rstrip()}")
+    if status == 0:
+        print(f"Table written to {table_path(sweep, 'txt')} and {table_path(sweep, 'csv')}")
+    return 0 if report.ok and status == 0 else EXIT_FAILED

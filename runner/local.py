@@ -1,0 +1,202 @@
+"""Local executor: a pool of slots over the visible GPUs (N jobs per GPU, or one job over several GPUs), or CPU
+slots without a GPU.
+
+A slot pins its jobs to its GPUs with ``CUDA_VISIBLE_DEVICES``; CPU slots set ``OMP_NUM_THREADS`` (torch threads per
+job). Scripts run as child processes. ``python train.py ...`` jobs without extra environment run as
+``train.cli(argv)`` in a warm worker process of their slot, which imported torch and the project once (a new
+Python pays about 2 s of imports, as long as a small run); the worker is started with the spawn method, so every
+run starts from the state a new process has (the engine reseeds per run).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import IO
+
+from runner import unit
+from runner.jobs import Job
+from runner.profiles import card_has_bf16, launch_env
+from runner.schedule import Outcome
+
+STOP_WAIT_S = 30.0
+"""On Ctrl-C: how long the children (which got the SIGINT too) have to end before they are killed."""
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else every card torch counts (asked in a
+    child process, so the runner does not import torch)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d for d in visible.split(",") if d.strip()]
+    probe = "import torch; print(torch.cuda.device_count())"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    count = int(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip().isdigit() else 0
+    return [str(i) for i in range(count)]
+
+
+def is_train_py(job: Job) -> bool:
+    """Whether ``job`` is ``python train.py ...`` with no extra environment (it runs in a warm worker)."""
+    return job.argv[:2] in ((sys.executable, "train.py"), ("python", "train.py")) and not job.env
+
+
+def _warm_up(devices: str | None, threads: int | None) -> None:
+    """Worker initializer: the slot's GPUs and torch threads, and train.py's imports paid once."""
+    if devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = devices
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    import train
+
+    train.register_project()
+
+
+@contextmanager
+def _output_to(log: IO[str]) -> Iterator[None]:
+    """Standard output and error of this process, file descriptors included (C code and child processes write
+    there too), sent to ``log``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, old in zip((1, 2), saved):
+            os.dup2(old, fd)
+            os.close(old)
+
+
+def _train_py(job: Job, log_path: str) -> int:
+    """Run ``job`` (``python train.py ARGS``) as ``train.cli(ARGS)`` in this worker; its exit status."""
+    import train
+
+    with unit.open_log(log_path, job, "warm train.py worker") as log, _output_to(log):
+        sys.argv = ["train.py", *job.argv[2:]]  # argparse's program name, as on the command line
+        try:
+            return train.cli(list(job.argv[2:]))
+        except SystemExit as e:  # argparse: --help or a bad flag
+            return e.code if isinstance(e.code, int) else 1
+        except Exception:  # a bug: its traceback goes to the log
+            traceback.print_exc()
+            return 1
+
+
+@dataclass
+class Slot:
+    """Where one job runs at a time: GPUs (``CUDA_VISIBLE_DEVICES``) or none (CPU)."""
+
+    devices: str | None
+    busy: bool = False
+    warm: ProcessPoolExecutor | None = None
+
+
+@dataclass(eq=False)
+class Running:
+    """A started job: its slot and its child process or warm-worker future."""
+
+    slot: Slot
+    proc: subprocess.Popen | None = None
+    future: Future | None = None
+    log: IO[str] | None = None
+
+
+class LocalExecutor:
+    """Runs jobs on this machine, ``slots`` at once."""
+
+    poll_s = 0.5
+
+    def __init__(self, gpus: Sequence[str], jobs_per_gpu: int = 1, gpus_per_job: int = 1, cpu_jobs: int = 1,
+                 threads: int | None = None):
+        if gpus:
+            groups = [",".join(gpus[i:i + gpus_per_job]) for i in range(0, len(gpus) - gpus_per_job + 1, gpus_per_job)]
+            self.pool = [Slot(g) for g in groups for _ in range(jobs_per_gpu)]
+        else:
+            self.pool = [Slot(None) for _ in range(cpu_jobs)]
+        self.slots = len(self.pool)
+        self.threads = threads
+        self.has_bf16 = card_has_bf16() if gpus else False
+        self.running: set[Running] = set()
+
+    def describe(self) -> str:
+        if self.pool[0].devices is None:
+            return f"{self.slots} CPU slot(s), {self.threads or 'default'} torch thread(s) each"
+        return f"{self.slots} GPU slot(s): " + ", ".join(f"[{s.devices}]" for s in self.pool)
+
+    def start(self, job: Job, log: str) -> Running:
+        slot = next(s for s in self.pool if not s.busy)
+        slot.busy = True
+        if is_train_py(job):
+            if slot.warm is None:
+                slot.warm = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=_warm_up, initargs=(slot.devices, self.threads))
+            run = Running(slot, future=slot.warm.submit(_train_py, job, log))
+            self.running.add(run)
+            return run
+        env = launch_env(job.env, job.bf16_ns, self.has_bf16)
+        if slot.devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = slot.devices
+        if self.threads:
+            env["OMP_NUM_THREADS"] = str(self.threads)
+        handle = unit.open_log(log, job, f"local {slot.devices or 'CPU'} slot")
+        run = Running(slot, proc=unit.start(job, env, handle), log=handle)
+        self.running.add(run)
+        return run
+
+    def poll(self, handles: Sequence[Running]) -> dict[Running, Outcome]:
+        ended = {}
+        for run in handles:
+            outcome = self._outcome(run)
+            if outcome is not None:
+                run.slot.busy = False
+                self.running.discard(run)
+                if run.log is not None:
+                    run.log.close()
+                ended[run] = outcome
+        return ended
+
+    def _outcome(self, run: Running) -> Outcome | None:
+        if run.proc is not None:
+            code = run.proc.poll()
+            if code is None:
+                return None
+            reason = f"killed by signal {-code}" if code < 0 else ""
+            return Outcome(unit.exit_status(code), reason)
+        if not run.future.done():
+            return None
+        try:
+            return Outcome(run.future.result())
+        except Exception as e:  # the worker process died (BrokenProcessPool): a new one serves the next job
+            run.slot.warm = None
+            return Outcome(1, f"warm worker died: {e}")
+
+    def stop(self) -> None:
+        """Ctrl-C reached the children too: give them time to save their state and end, then kill the rest."""
+        deadline = time.monotonic() + STOP_WAIT_S
+        for slot in self.pool:
+            if slot.warm is not None:
+                slot.warm.shutdown(wait=False, cancel_futures=True)
+        for run in self.running:
+            if run.proc is None:
+                continue
+            try:
+                run.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                run.proc.kill()
+
+    def close(self) -> None:
+        for slot in self.pool:
+            if slot.warm is not None:
+                slot.warm.shutdown()

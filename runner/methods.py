@@ -1,0 +1,70 @@
+"""The methods a protocol can hold: which scripts run them, with which config, shots and dependencies.
+
+One row per method. The configs and shots are the scripts' own defaults (``tests/test_runner_plan.py`` checks that
+they agree); the runner passes them to every script explicitly (``CFG``, ``SHOTS``) so that it knows each run's
+folder before the run starts. A plug-in (``plugin_of``) is evaluated training-free on a finished run of another
+method; a distilled method needs the PromptSRC teacher of its dataset (or of the source, cross-dataset).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method of the tables and how its scripts are called."""
+
+    name: str
+    """Name on the command line and in the plan."""
+    trainer: str
+    """``TRAINER`` (run folders, ``configs/trainers/<trainer>/``, parse_test_res ``--methods``)."""
+    scripts: str
+    """Folder under ``scripts/``."""
+    ns: str
+    """Config namespace ``TRAINER.<ns>``."""
+    config: str
+    """Base-to-novel config (``CFG``)."""
+    imagenet_config: str = ""
+    """Base-to-novel config on ImageNet when it differs (CoOp's 50-epoch schedule)."""
+    xd_config: str = ""
+    """Cross-dataset / DG config; empty when the method has no cross-dataset scripts."""
+    shots: int = 0
+    """Training images per class of its base-to-novel runs (0: every train image)."""
+    distilled: bool = False
+    """Distils from the PromptSRC teacher."""
+    plugin_of: str = ""
+    """The method whose finished run this training-free plug-in is evaluated on."""
+    dg_script: str = ""
+    """Its domain-generalisation script per target: ``xd_test.sh`` evaluates the source-trained student,
+    ``dg_train.sh`` trains on the target's images; empty for methods without one."""
+
+    def b2n_config(self, dataset: str) -> str:
+        return self.imagenet_config if dataset == "imagenet" and self.imagenet_config else self.config
+
+
+ZERO_SHOT = Method("ZeroshotCLIP", "ZeroshotCLIP", "zsclip", "ZSCLIP", "vit_b16", xd_config="vit_b16")
+TEACHER = Method("PromptSRC", "PromptSRC", "teacher", "PROMPTSRC", "vit_l14_c2_ep20_batch8_4+4ctx",
+                 xd_config="vit_l14_c2_ep20_batch8_4+4ctx_cross_datasets", shots=16)
+COOP = Method("CoOp", "CoOp", "coop", "COOP", "vit_b16_ctxv1", imagenet_config="vit_b16_ep50_ctxv1", shots=16)
+PROMPTKD = Method("PromptKD", "PromptKD", "promptkd", "PROMPTKD", "vit_b16_c2_ep20_batch8_4+4ctx",
+                  xd_config="vit_b16_c2_ep20_batch8_4+4ctx_cross_datasets", distilled=True, dg_script="xd_test.sh")
+PETR = Method("PETR", "PETR", "petr", "PETR", "vit_b16_ep40_batch8_4ctx",
+              xd_config="vit_b16_ep40_batch8_4ctx_cross_datasets", distilled=True, dg_script="dg_train.sh")
+PETR_COOP = Method("PETR+CoOp", "PETRCoOp", "petr_coop", "PETRCOOP", "vit_b16_ctxv1",
+                   imagenet_config="vit_b16_ep50_ctxv1", shots=16, plugin_of="CoOp")
+
+METHODS = {m.name: m for m in (ZERO_SHOT, TEACHER, COOP, PROMPTKD, PETR, PETR_COOP)}
+ALIASES = {"zsclip": "ZeroshotCLIP", "clip": "ZeroshotCLIP", "teacher": "PromptSRC", "petrcoop": "PETR+CoOp",
+           "petr_coop": "PETR+CoOp"}
+"""Other spellings (lower case) of the names in :data:`METHODS`."""
+PLUGIN_SUFFIX = "_plugin"
+"""A plug-in run's config folder is ``<config>_plugin`` (scripts/petr_coop/plugin.sh)."""
+
+
+def find_method(name: str) -> Method:
+    """The method called ``name`` (any case, or an alias); ValueError listing the names otherwise."""
+    by_lower = {k.lower(): v for k, v in METHODS.items()}
+    key = ALIASES.get(name.lower(), name).lower()
+    if key not in by_lower:
+        raise ValueError(f"unknown method '{name}'; choose from {', '.join(METHODS)}")
+    return by_lower[key]

@@ -1,0 +1,93 @@
+"""Run profiles of a sweep: ``paper`` (the shipped configs as they are) and ``fast`` (throughput settings).
+
+``paper`` runs every config as shipped: fp16 CLIP weights and the online teacher, as upstream CoOp and PromptKD
+train and report. ``fast`` adds config overrides (``EXTRA_OPTS``) that change speed, not the recipe:
+
+* ``PREC bf16`` where the card has bf16 tensor cores (compute capability 8.0 or newer), in the students and CoOp
+  (shipped in fp16); elsewhere (older cards, CPU) the shipped precision stays;
+* ``TRAIN.COMPILE compile`` in the distilled students (PromptKD, PETR);
+* ``TEACHER_CACHE views`` for the distilled students, in one cache folder per sweep that every seed shares (the
+  views are drawn from the image's position, not the run's seed, so sharing changes no number);
+* ``DATALOADER.PERSISTENT_WORKERS True``.
+
+The PromptSRC teacher keeps its shipped fp16 eager step: on the README's H100 table its step is slower in bf16 and
+in bf16 with compilation. A profile also names its own output and teacher folders, so runs of the two profiles
+never share a run folder.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cache
+
+COMPILED_NS = ("PROMPTKD", "PETR")
+"""Config namespaces the fast profile compiles (``TRAIN.COMPILE``: their frozen CLIPs)."""
+CACHED_NS = ("PROMPTKD", "PETR")
+"""Config namespaces of the trainers with a teacher feature cache."""
+FP16_NS = ("COOP", "PROMPTKD", "PETR", "PETRCOOP")
+"""Config namespaces the fast profile moves from fp16 to bf16 on bf16 cards (zero-shot CLIP evaluates in fp32, the
+teacher keeps fp16)."""
+BF16_CAPABILITY = (8, 0)
+"""Compute capability from which a CUDA card has bf16 tensor cores (Ampere)."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named set of config overrides and the folders its runs go to."""
+
+    name: str
+    output: str
+    """Default output root (OUTPUT_ROOT)."""
+    teachers: str
+    """Default teacher folder (TEACHER_DIR)."""
+    fast: bool = False
+
+    def opts(self, ns: str, output_root: str) -> list[str]:
+        """``KEY VALUE`` overrides of this profile for a trainer of config namespace ``ns`` (bf16: see
+        :func:`bf16_opts`)."""
+        if not self.fast:
+            return []
+        opts = ["DATALOADER.PERSISTENT_WORKERS", "True"]
+        if ns in COMPILED_NS:
+            opts += ["TRAIN.COMPILE", "compile"]
+        if ns in CACHED_NS:
+            opts += [f"TRAINER.{ns}.TEACHER_CACHE", "views",
+                     f"TRAINER.{ns}.TEACHER_CACHE_DIR", os.path.join(os.path.abspath(output_root), "teacher_cache")]
+        return opts
+
+    def bf16_ns(self, ns: str) -> str:
+        """The namespace whose PREC becomes bf16 on a bf16 card, or "" when this profile keeps the precision."""
+        return ns if self.fast and ns in FP16_NS else ""
+
+
+PAPER = Profile("paper", output="output", teachers="teachers")
+FAST = Profile("fast", output="output-fast", teachers="teachers-fast", fast=True)
+PROFILES = {p.name: p for p in (PAPER, FAST)}
+
+
+@cache
+def card_has_bf16() -> bool:
+    """Whether the first visible CUDA card has bf16 tensor cores; asked of torch in a child process (the
+    runner itself does not import torch), False without a visible card."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return False
+    probe = ("import torch; ok = torch.cuda.is_available() and "
+             f"torch.cuda.get_device_capability(0) >= {BF16_CAPABILITY}; print(int(ok))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    return done.returncode == 0 and done.stdout.strip() == "1"
+
+
+def bf16_opts(ns: str, has_bf16: bool) -> list[str]:
+    """``TRAINER.<ns>.PREC bf16`` when ``ns`` is set and the card has bf16, else nothing."""
+    return [f"TRAINER.{ns}.PREC", "bf16"] if ns and has_bf16 else []
+
+
+def launch_env(env: dict[str, str], bf16_ns: str, has_bf16: bool | None = None) -> dict[str, str]:
+    """``env`` with the bf16 override put first in EXTRA_OPTS (the user's overrides after it still win) when this
+    machine's card has bf16 (asked once when ``has_bf16`` is None); called on the machine that runs the job."""
+    if not bf16_ns:
+        return dict(env)
+    opts = bf16_opts(bf16_ns, card_has_bf16() if has_bf16 is None else has_bf16)
+    return {**env, "EXTRA_OPTS": " ".join(filter(None, [*opts, env.get("EXTRA_OPTS", "")]))}

@@ -1,0 +1,222 @@
+"""Runs a plan's jobs on an executor in dependency order, with a live status line and an ETA.
+
+A job starts when every job it depends on has finished. A finished job (its runs and files, see
+:func:`runner.jobs.finished_jobs`) is skipped. A job that fails (non-zero exit, or exit 0 without its runs finished)
+is reported with the tail of its log; only the jobs that depend on it are skipped, the others go on. A job that
+exits with ``EXIT_PREEMPTED`` (train.py was stopped by a signal after saving its state) starts again and resumes,
+up to :data:`MAX_REQUEUES` times (under SLURM the job requeues itself first, see :mod:`runner.slurm`).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tqdm import tqdm
+
+from runner.jobs import Job, dependents, finished_jobs, log_name
+
+EXIT_PREEMPTED = 75
+"""train.py's exit status after a preemption signal (sysexits' EX_TEMPFAIL): rerun the same command to resume."""
+MAX_REQUEUES = 3
+TAIL_LINES = 15
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a job ended: its exit status (0: success) and, when it did not exit by itself, why."""
+
+    status: int
+    reason: str = ""
+
+
+class Executor(Protocol):
+    """Where jobs run: the local machine's GPU / CPU slots, or SLURM."""
+
+    slots: int
+    """Jobs running at once."""
+    poll_s: float
+    """Seconds between two looks at the running jobs."""
+
+    def start(self, job: Job, log: str) -> Any:
+        """Start ``job`` (output appended to ``log``); returns a handle for :meth:`poll`."""
+
+    def poll(self, handles: Sequence[Any]) -> dict[Any, Outcome]:
+        """The handles that ended since the last call, with how."""
+
+    def stop(self) -> None:
+        """The runner is interrupted: stop or release what runs (each executor says which)."""
+
+    def close(self) -> None:
+        """The sweep is over: release what the executor holds."""
+
+    def describe(self) -> str:
+        """One line saying where jobs run."""
+
+
+@dataclass
+class Report:
+    """What a sweep did."""
+
+    done: list[str] = field(default_factory=list)
+    finished_before: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    """Job name -> why, with the tail of its log."""
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Job name -> the failed job it depended on (blocked: not run)."""
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Start and end (seconds since the sweep started) of every job that ran to its end."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.skipped
+
+
+class Eta:
+    """Remaining time from the run times measured in this sweep: a job is expected to take as long as the finished
+    jobs of its method and kind did, else its projection scaled by how long finished jobs took against theirs."""
+
+    def __init__(self, projected: Callable[[Job], float | None]):
+        self.projected = projected
+        self.measured: dict[tuple[str, str], list[float]] = {}
+        self.ratio: list[tuple[float, float]] = []
+
+    def observe(self, job: Job, seconds: float) -> None:
+        self.measured.setdefault((job.method, job.kind), []).append(seconds)
+        projected = self.projected(job)
+        if projected:
+            self.ratio.append((seconds, projected))
+
+    def expected(self, job: Job) -> float | None:
+        same = self.measured.get((job.method, job.kind))
+        if same:
+            return sum(same) / len(same)
+        projected = self.projected(job)
+        if projected is not None:
+            scale = sum(s for s, _ in self.ratio) / sum(p for _, p in self.ratio) if self.ratio else 1.0
+            return projected * scale
+        every = [s for times in self.measured.values() for s in times]
+        return sum(every) / len(every) if every else None
+
+    def remaining(self, queued: Sequence[Job], running: dict[str, tuple[Job, float]], slots: int) -> float | None:
+        """Seconds until the queued and running jobs are done with ``slots`` at once; None when unknown."""
+        total = 0.0
+        for job in queued:
+            expected = self.expected(job)
+            if expected is None:
+                return None
+            total += expected
+        now = time.monotonic()
+        for job, start in running.values():
+            expected = self.expected(job)
+            if expected is None:
+                return None
+            total += max(0.0, expected - (now - start))
+        return total / max(1, min(slots, len(queued) + len(running)))
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def tail(path: str, lines: int = TAIL_LINES) -> str:
+    """The last lines of a log (empty when there is none)."""
+    if not os.path.isfile(path):
+        return ""
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])
+
+
+def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
+             projected: Callable[[Job], float | None] = lambda job: None) -> Report:
+    """Run every job of ``jobs`` (dependencies first) on ``executor``; returns what happened."""
+    os.makedirs(log_dir, exist_ok=True)
+    report, eta = Report(), Eta(projected)
+    finished = finished_jobs(jobs)
+    pending = [j for j in jobs if j.name not in finished]
+    report.finished_before = [j.name for j in jobs if j.name in finished]
+    running: dict[Any, tuple[Job, float]] = {}  # executor handle -> (job, monotonic start)
+    requeues: dict[str, int] = {}
+    succeeded = set(finished)
+    live = sys.stderr.isatty()  # a redrawn status line on a terminal; in a log file, one line per event
+    bar = tqdm(total=len(jobs), initial=len(finished), desc="jobs", unit="job", dynamic_ncols=True, disable=not live,
+               bar_format="{desc} {n_fmt}/{total_fmt} |{bar}| {elapsed} {postfix}")
+    started = time.monotonic()
+
+    def line() -> str:
+        queued = [j for j in pending if j.name not in report.skipped]
+        remaining = eta.remaining(queued, {j.name: (j, s) for j, s in running.values()}, executor.slots)
+        return (f"done {len(report.done) + len(report.finished_before)}/{len(jobs)}, running {len(running)}, "
+                f"queued {len(queued)}, failed {len(report.failed)}, blocked {len(report.skipped)}, "
+                f"ETA {format_seconds(remaining)}")
+
+    def say(text: str) -> None:
+        elapsed = format_seconds(time.monotonic() - started)
+        tqdm.write(f"[{elapsed}] {text}" + ("" if live else f"\n    ({line()})"))
+
+    def status() -> None:
+        bar.set_postfix_str(line())
+
+    def launch(job: Job) -> None:
+        log = os.path.join(log_dir, log_name(job))
+        running[executor.start(job, log)] = (job, time.monotonic())
+        say(f"started {job.name} (log {log})")
+
+    def finish(job: Job, outcome: Outcome, seconds: float) -> None:
+        log = os.path.join(log_dir, log_name(job))
+        if outcome.status == EXIT_PREEMPTED and requeues.get(job.name, 0) < MAX_REQUEUES:
+            requeues[job.name] = requeues.get(job.name, 0) + 1
+            say(f"preempted {job.name} (exit {EXIT_PREEMPTED}): starting it again to resume")
+            launch(job)
+            return
+        if outcome.status == 0 and job.name not in finished_jobs([job]):
+            outcome = Outcome(1, "exited 0, but its runs are not finished")
+        if outcome.status != 0:
+            why = outcome.reason or f"exit status {outcome.status}"
+            report.failed[job.name] = f"{why}; log {log}\n{tail(log)}"
+            say(f"FAILED {job.name} after {format_seconds(seconds)}: {why}; log {log}\n"
+                + "".join(f"    | {line}\n" for line in tail(log).splitlines()).rstrip("\n"))
+            for name in dependents(jobs, job.name):
+                report.skipped.setdefault(name, job.name)
+            bar.update(1)
+            return
+        succeeded.add(job.name)
+        report.done.append(job.name)
+        end = time.monotonic() - started
+        report.spans[job.name] = (end - seconds, end)
+        eta.observe(job, seconds)
+        bar.update(1)
+        say(f"done {job.name} in {format_seconds(seconds)}")
+
+    try:
+        while pending or running:
+            for job in list(pending):
+                if job.name in report.skipped:
+                    pending.remove(job)
+                    bar.update(1)
+                elif len(running) < executor.slots and all(d in succeeded for d in job.deps):
+                    pending.remove(job)
+                    launch(job)
+            status()
+            if not running:
+                if pending:  # unreachable for a checked graph; guards against waiting forever
+                    raise RuntimeError(f"jobs {[j.name for j in pending]} wait on jobs that never ran")
+                break
+            time.sleep(executor.poll_s)
+            handles = list(running)
+            for handle, outcome in executor.poll(handles).items():
+                job, start = running.pop(handle)
+                finish(job, outcome, time.monotonic() - start)
+            status()
+    except KeyboardInterrupt:
+        bar.close()
+        executor.stop()
+        raise
+    bar.close()
+    return report

@@ -1,0 +1,67 @@
+"""The local executor's two ways to run a job (``python train.py ...`` in a warm worker process of its slot, any
+other command as a child process) give the same results and logs; the fast profile end to end."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+from runner.jobs import Job
+from runner.local import LocalExecutor, is_train_py
+from runner.schedule import run_plan
+from tests.helpers_datasets import write_tree
+from tests.helpers_petr import write_eurosat
+from tests.helpers_run import HANG_GUARD_S
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL = ("INPUT.SIZE (32,32) OPTIM.MAX_EPOCH 1 DATALOADER.NUM_WORKERS 0 DATALOADER.TRAIN_X.BATCH_SIZE 8 "
+         "DATALOADER.TEST.BATCH_SIZE 8 USE_CUDA False")
+"""Tiny runs of the shipped configs (as tests/test_petr_scripts.py)."""
+
+
+def test_train_py_in_a_warm_worker_equals_a_child_process(tmp_path, tiny_clip_file):
+    write_tree("EuroSAT", tmp_path / "data", mode="json")
+
+    def job(name: str, env: dict[str, str]) -> Job:
+        out = tmp_path / name
+        argv = (sys.executable, "train.py", "--root", str(tmp_path / "data"), "--seed", "1", "--trainer",
+                "ZeroshotCLIP", "--dataset-config-file", "configs/datasets/eurosat.yaml", "--config-file",
+                "configs/trainers/ZeroshotCLIP/vit_b16.yaml", "--output-dir", str(out), "--eval-only",
+                "MODEL.BACKBONE.NAME", tiny_clip_file, "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0",
+                "USE_CUDA", "False")
+        return Job(name=name, kind="zero-shot", method="ZeroshotCLIP", dataset="eurosat", argv=argv, env=env,
+                   runs=(str(out),))
+
+    warm, child = job("warm", {}), job("child", {"PETR_DEBUG": "0"})
+    assert is_train_py(warm) and not is_train_py(child)
+    report = run_plan([warm, child], LocalExecutor([], cpu_jobs=2, threads=1), str(tmp_path / "logs"))
+    assert report.ok and sorted(report.done) == ["child", "warm"]
+    results = {name: json.loads((tmp_path / name / "results.json").read_text()) for name in ("warm", "child")}
+    assert results["warm"]["accuracy"] == results["child"]["accuracy"]
+    assert results["warm"]["macro_f1"] == results["child"]["macro_f1"]
+    for name, header in (("warm", "warm train.py worker"), ("child", "local CPU slot")):
+        log = (tmp_path / "logs" / f"{name}.log").read_text()
+        assert log.splitlines()[0].endswith(header)
+        assert f"* accuracy: {results[name]['accuracy']:.2f}%" in log  # train.py's own output, fds included
+
+
+def test_fast_profile_runs_end_to_end(tmp_path, tiny_clip_file, tiny_teacher_clip_file):
+    """PETR's base-to-novel jobs under ``--profile fast`` (compilation left out here: it is tested in
+    test_compile.py and takes minutes on a CPU): the runs use the shared views cache and persistent workers."""
+    write_eurosat(tmp_path / "data", train_per_class=6)
+    env = {k: v for k, v in os.environ.items() if k not in ("DATA", "TEACHER_DIR", "EXTRA_OPTS")}
+    env.update(BACKBONE=tiny_clip_file, TEACHER_NAME=tiny_teacher_clip_file, TEACHER_CKPT="none")
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "base2new", "--methods", "PETR", "--datasets", "eurosat", "--seeds", "1",
+         "--profile", "fast", "--data", str(tmp_path / "data"), "--output", str(out), "--threads", "1",
+         "--extra-opts", f"{SMALL} TRAIN.COMPILE none"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    log = (out / "base2new/train_base/eurosat/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed1/log.txt").read_text()
+    assert re.search(r"TEACHER_CACHE: views\b", log) and re.search(r"PERSISTENT_WORKERS: True\b", log)
+    assert re.search(r"COMPILE: none\b", log)  # the user's override comes after the profile's
+    assert [p.suffix for p in sorted((out / "teacher_cache").iterdir())].count(".pt") >= 1  # the sweep's shared cache
+    assert re.search(r"^eurosat +PETR ", done.stdout, re.MULTILINE), done.stdout[-2000:]

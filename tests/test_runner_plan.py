@@ -1,0 +1,240 @@
+"""The protocol runner's plan: jobs and dependencies of each protocol, run folders that agree with the scripts',
+run states, the projected GPU time, the dry-run printout, the fast profile's overrides and clear errors."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from runner.cli import main as runner_main
+from runner.costs import DATA_SIZES, projected_seconds
+from runner.jobs import finished_jobs
+from runner.methods import METHODS, find_method
+from runner.profiles import FAST, PAPER, bf16_opts, launch_env
+from runner.protocols import Planner, Sweep
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+B2N = ("imagenet", "caltech101", "oxford_pets", "stanford_cars", "oxford_flowers", "food101", "fgvc_aircraft",
+       "sun397", "dtd", "eurosat", "ucf101")
+
+
+def sweep(protocol: str, methods: tuple[str, ...], datasets: tuple[str, ...], tmp_path, **kw) -> Sweep:
+    return Sweep(protocol=protocol, methods=tuple(find_method(m) for m in methods), datasets=datasets,
+                 seeds=kw.pop("seeds", (1, 2, 3)), data=str(tmp_path / "data"), output=str(tmp_path / "out"),
+                 teacher_dir=str(tmp_path / "teachers"), **kw)
+
+
+def by_name(jobs):
+    return {j.name: j for j in jobs}
+
+
+def test_full_paper_base2new_plan(tmp_path):
+    jobs = Planner(sweep("base2new", ("PETR", "PromptKD", "CoOp", "PETR+CoOp", "ZeroshotCLIP"), B2N,
+                         tmp_path)).plan()
+    kinds = {k: sum(j.kind == k for j in jobs) for k in ("teacher", "zero-shot", "train", "test", "plug-in")}
+    # 11 teachers; per dataset and seed: PETR, PromptKD, CoOp train + test, PETR+CoOp plug-in; zero-shot once
+    assert kinds == {"teacher": 11, "zero-shot": 11, "train": 11 * 3 * 3, "test": 11 * 3 * 3, "plug-in": 11 * 3}
+    jobs = by_name(jobs)
+    assert jobs["PETR train eurosat seed2"].deps == ("teacher eurosat",)
+    assert jobs["PromptKD test dtd seed3"].deps == ("PromptKD train dtd seed3",)
+    assert jobs["PETR+CoOp plug-in sun397 seed1"].deps == ("CoOp train sun397 seed1",)
+    assert jobs["CoOp train eurosat seed1"].deps == ()
+    coop_imagenet = jobs["CoOp train imagenet seed1"]
+    assert coop_imagenet.env["CFG"] == "vit_b16_ep50_ctxv1" and jobs["CoOp train dtd seed1"].env["CFG"] == \
+        "vit_b16_ctxv1"
+    teacher = jobs["teacher eurosat"]
+    assert teacher.argv == ("bash", "scripts/teacher/base2new_train.sh", "eurosat", "1")
+    assert teacher.files == (str(tmp_path / "teachers" / "EuroSAT" / "VLPromptLearner" / "checkpoint"),)
+    assert jobs["PETR test eurosat seed2"].runs == (
+        str(tmp_path / "out/base2new/test_new/eurosat/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed2"),)
+
+
+def test_plugin_without_coop_and_teacher_given(tmp_path):
+    """PETR+CoOp alone still trains CoOp (not its novel test); TEACHER_CKPT replaces the teacher jobs."""
+    jobs = by_name(Planner(sweep("base2new", ("PETR+CoOp", "PETR"), ("dtd",), tmp_path, seeds=(1,),
+                                 knobs={"TEACHER_CKPT": "/t.pt"})).plan())
+    assert set(jobs) == {"CoOp train dtd seed1", "PETR+CoOp plug-in dtd seed1", "PETR train dtd seed1",
+                         "PETR test dtd seed1"}
+    assert jobs["PETR train dtd seed1"].deps == () and jobs["PETR train dtd seed1"].env["TEACHER_CKPT"] == "/t.pt"
+
+
+def test_cross_dataset_and_dg_plans(tmp_path):
+    xd = by_name(Planner(sweep("xd", ("PETR", "PromptKD", "ZeroshotCLIP"), ("dtd", "eurosat"), tmp_path,
+                               seeds=(1, 2))).plan())
+    assert sorted(xd) == sorted(["teacher imagenet", *[f"{m} train {d} seed{s}" for m in ("PETR", "PromptKD")
+                                                      for d in ("imagenet", "dtd", "eurosat") for s in (1, 2)],
+                                 *[f"ZeroshotCLIP zero-shot {d}" for d in ("imagenet", "dtd", "eurosat")]])
+    assert xd["teacher imagenet"].argv == ("bash", "scripts/teacher/xd_train.sh", "1")
+    assert xd["teacher imagenet"].files == (str(tmp_path / "teachers/ImageNet-xd/VLPromptLearner/checkpoint"),)
+    assert xd["PETR train dtd seed2"].env["SOURCE"] == "imagenet"
+    assert xd["PETR train dtd seed2"].env["CFG"] == "vit_b16_ep40_batch8_4ctx_cross_datasets"
+    dg = by_name(Planner(sweep("dg", ("PETR", "PromptKD"), ("imagenet_a",), tmp_path, seeds=(1,))).plan())
+    assert dg["PromptKD test imagenet_a seed1"].argv[1] == "scripts/promptkd/xd_test.sh"
+    assert set(dg["PromptKD test imagenet_a seed1"].deps) == {"PromptKD train imagenet seed1", "teacher imagenet"}
+    assert dg["PETR train imagenet_a seed1"].argv[1] == "scripts/petr/dg_train.sh"
+    assert dg["PETR train imagenet_a seed1"].runs == (
+        str(tmp_path / "out/dg/train/imagenet_a/shots_0/PETR/vit_b16_ep40_batch8_4ctx_cross_datasets/seed1"),)
+    with pytest.raises(ValueError, match="CoOp: no xd scripts"):
+        Planner(sweep("xd", ("CoOp",), ("dtd",), tmp_path)).plan()
+
+
+def script_default(path: str, var: str) -> str:
+    """``VAR=${VAR:-value}`` (or ``VAR=value``) in a script: the value."""
+    text = open(os.path.join(REPO, path)).read()
+    found = re.search(rf"^\s*{var}=\$\{{{var}:-([^}}]*)\}}|^{var}=(\S+)", text, re.MULTILINE)
+    return found.group(1) if found.group(1) is not None else found.group(2)
+
+
+def test_method_table_matches_the_scripts_defaults():
+    for method in METHODS.values():
+        train = "base2new_test.sh" if method.name == "ZeroshotCLIP" else (
+            "plugin.sh" if method.plugin_of else "base2new_train.sh")
+        script = f"scripts/{method.scripts}/{train}"
+        text = open(os.path.join(REPO, script)).read()
+        assert f"CFG=${{CFG:-{method.config}}}" in text, script
+        if method.imagenet_config:
+            assert f'if [ "$DATASET" = imagenet ]; then CFG=${{CFG:-{method.imagenet_config}}}' in text
+        if method.shots and method.name != "ZeroshotCLIP":
+            assert script_default(script, "SHOTS") == str(method.shots), script
+        if method.xd_config and method.name != "ZeroshotCLIP":
+            xd = "xd_train.sh"
+            assert f"CFG=${{CFG:-{method.xd_config}}}" in open(os.path.join(REPO, "scripts", method.scripts, xd)).read()
+        assert f"TRAINER={method.trainer}" in text
+    assert "CFG=${2:-vit_b16}" in open(os.path.join(REPO, "scripts/zsclip/zeroshot.sh")).read()
+
+
+def skipped_dirs(output: str) -> set[str]:
+    return {os.path.normpath(m) for m in re.findall(r"Run finished(?: \(upstream[^)]*\))?, skipping(?: training)?: "
+                                                    r"(\S+)", output)}
+
+
+@pytest.mark.parametrize("protocol,methods,datasets", [
+    ("base2new", ("PETR", "PromptKD", "CoOp", "PETR+CoOp", "ZeroshotCLIP", "PromptSRC"), ("demo_shapes_hard",)),
+    ("xd", ("PETR", "PromptKD", "ZeroshotCLIP"), ("democool",)),
+    ("dg", ("PETR", "PromptKD", "ZeroshotCLIP"), ("demonet_a",)),
+])
+def test_planned_run_folders_are_the_scripts_folders(tmp_path, protocol, methods, datasets):
+    """Mark every planned run finished (a results.json); each job's own script must then say it skips exactly
+    those folders, so the runner's idea of a finished job is the script's."""
+    plan = sweep(protocol, methods, datasets, tmp_path, seeds=(1,), source="demonet", config="demo")
+    (tmp_path / "data").mkdir()
+    jobs = Planner(plan).plan()
+    assert not finished_jobs(jobs)
+    for job in jobs:
+        for run in job.runs:
+            os.makedirs(run, exist_ok=True)
+            with open(os.path.join(run, "results.json"), "w") as f:
+                json.dump({"accuracy": 50.0}, f)
+        if job.method == "PETR+CoOp":  # plugin.sh checks that the CoOp run it plugs into exists
+            os.makedirs(os.path.join(job.runs[0].replace("PETRCoOp", "CoOp").replace("demo_plugin", "demo"),
+                                     "prompt_learner"), exist_ok=True)
+    for job in (j for j in jobs if j.runs):  # a teacher job without a run to check would train
+        done = subprocess.run(job.argv, cwd=REPO, env={**os.environ, **job.env}, capture_output=True, text=True)
+        said = skipped_dirs(done.stdout)
+        assert {os.path.normpath(r) for r in job.runs} <= said, (job.name, done.stdout, done.stderr)
+    assert finished_jobs(jobs) == {j.name for j in jobs if not j.files}  # teachers: nothing published yet
+
+
+def test_projected_seconds_by_hand(tmp_path):
+    jobs = by_name(Planner(sweep("base2new", ("PETR", "CoOp"), ("eurosat",), tmp_path, seeds=(1,))).plan())
+    # EuroSAT: 10 classes, 13,500 train / 8,100 test images; base = the first 5 classes, half of the images
+    petr = 60 + 4050 * 0.6 / 1000 + 40 * math.ceil(6750 / 8) * 38.4 / 1000
+    assert projected_seconds(jobs["PETR train eurosat seed1"], "base2new", "paper") == pytest.approx(petr)
+    fast = 60 + 4050 * 0.6 / 1000 + 40 * math.ceil(6750 / 8) * 20.4 / 1000 + 39 + 4 * 6750 * 0.57 / 1000
+    assert projected_seconds(jobs["PETR train eurosat seed1"], "base2new", "fast") == pytest.approx(fast)
+    coop = 60 + 4050 * 0.3 / 1000 + 200 * math.ceil(16 * 5 / 32) * 20.0 / 1000
+    assert projected_seconds(jobs["CoOp train eurosat seed1"], "base2new", "paper") == pytest.approx(coop)
+    assert projected_seconds(jobs["CoOp test eurosat seed1"], "base2new", "paper") == pytest.approx(60 + 4050 * 0.3
+                                                                                                    / 1000)
+    assert projected_seconds(jobs["teacher eurosat"], "base2new", "paper") == pytest.approx(
+        60 + 4050 * 1.0 / 1000 + 20 * math.ceil(80 / 8) * 43.3 / 1000)
+    assert DATA_SIZES["imagenet"].train == 1_281_167
+
+
+def test_fast_profile_overrides(tmp_path):
+    plan = sweep("base2new", ("PETR", "CoOp", "ZeroshotCLIP"), ("dtd",), tmp_path, seeds=(1,), profile=FAST,
+                 extra_opts="OPTIM.MAX_EPOCH 2")
+    jobs = by_name(Planner(plan).plan())
+    cache = str(tmp_path / "out" / "teacher_cache")
+    # the profile's overrides first, the user's after them (they win), bf16 first of all at launch
+    assert jobs["PETR train dtd seed1"].env["EXTRA_OPTS"].split() == [
+        "DATALOADER.PERSISTENT_WORKERS", "True", "TRAIN.COMPILE", "compile", "TRAINER.PETR.TEACHER_CACHE", "views",
+        "TRAINER.PETR.TEACHER_CACHE_DIR", cache, "OPTIM.MAX_EPOCH", "2"]
+    assert jobs["CoOp train dtd seed1"].env["EXTRA_OPTS"].split() == [
+        "DATALOADER.PERSISTENT_WORKERS", "True", "OPTIM.MAX_EPOCH", "2"]
+    assert jobs["teacher dtd"].env["EXTRA_OPTS"].split() == ["DATALOADER.PERSISTENT_WORKERS", "True",
+                                                             "OPTIM.MAX_EPOCH", "2"]
+    assert jobs["teacher dtd"].bf16_ns == "" and jobs["CoOp train dtd seed1"].bf16_ns == "COOP"
+    petr = jobs["PETR train dtd seed1"]
+    assert launch_env(dict(petr.env), petr.bf16_ns, has_bf16=True)["EXTRA_OPTS"].startswith(
+        "TRAINER.PETR.PREC bf16 DATALOADER.PERSISTENT_WORKERS True")
+    assert launch_env(dict(petr.env), petr.bf16_ns, has_bf16=False) == petr.env  # fp16 kept without bf16
+    assert jobs["ZeroshotCLIP zero-shot dtd"].bf16_ns == ""  # evaluates in fp32
+    paper = by_name(Planner(sweep("base2new", ("PETR",), ("dtd",), tmp_path, seeds=(1,), profile=PAPER)).plan())
+    assert "EXTRA_OPTS" not in paper["PETR train dtd seed1"].env and paper["PETR train dtd seed1"].bf16_ns == ""
+
+
+def test_fast_profile_options_are_config_keys(tmp_path):
+    """Every key the fast profile sets is declared, with one of the values its owner accepts."""
+    from engine import get_cfg_default
+    from engine.compile import COMPILE_MODES
+    from engine.precision import PRECISIONS
+    from trainers.config import extend_cfg
+    from trainers.teacher_cache import CACHE_MODES
+
+    for ns in ("COOP", "PROMPTSRC", "PROMPTKD", "PETR", "PETRCOOP"):
+        cfg = extend_cfg(get_cfg_default())
+        cfg.merge_from_list(FAST.opts(ns, str(tmp_path)) + bf16_opts(FAST.bf16_ns(ns), has_bf16=True))
+        trainer = cfg.TRAINER[ns]
+        assert cfg.DATALOADER.PERSISTENT_WORKERS is True and trainer.PREC in PRECISIONS
+        assert trainer.PREC == ("fp16" if ns == "PROMPTSRC" else "bf16")
+        assert cfg.TRAIN.COMPILE == ("compile" if ns in ("PROMPTKD", "PETR") else "none")
+        assert cfg.TRAIN.COMPILE in COMPILE_MODES
+        if ns in ("PROMPTKD", "PETR"):
+            assert trainer.TEACHER_CACHE == "views" in CACHE_MODES
+            assert trainer.TEACHER_CACHE_DIR == os.path.join(str(tmp_path), "teacher_cache")
+
+
+def test_dry_run_prints_the_plan(tmp_path, capsys):
+    (tmp_path / "out/base2new/train_base/dtd/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed1").mkdir(parents=True)
+    (tmp_path / "out/base2new/train_base/dtd/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed1/resume.pth.tar").touch()
+    status = runner_main(["base2new", "--methods", "PETR", "--datasets", "dtd", "eurosat", "--seeds", "1",
+                          "--data", str(tmp_path / "data"), "--output", str(tmp_path / "out"), "--teacher-dir",
+                          str(tmp_path / "teachers"), "--dry-run"])
+    out = capsys.readouterr().out
+    assert status == 0
+    table = {line.split()[0]: line.split()[1:] for line in out.splitlines()
+             if line.split() and line.split()[0] in ("teacher", "train", "test", "total")}
+    assert table["teacher"][:5] == ["2", "2", "0", "0", "0"] and table["train"][:5] == ["2", "1", "1", "0", "0"]
+    assert table["total"][:2] == ["7", "6"]  # + the tables step
+    expected_h = sum(projected_seconds(j, "base2new", "paper") for j in Planner(sweep(
+        "base2new", ("PETR",), ("dtd", "eurosat"), tmp_path, seeds=(1,))).plan()) / 3600
+    assert float(table["total"][-1]) == pytest.approx(expected_h, abs=0.05)
+    assert "[resume] PETR train dtd seed1 (after teacher dtd)" in out
+    assert "CFG=vit_b16_ep40_batch8_4ctx SHOTS=0 bash scripts/petr/base2new_train.sh eurosat 1" in out
+    assert "PETR: 38.4 ms (README GPU table" in out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["base2new", "--methods", "PETRX"], "error: unknown method 'PETRX'; choose from ZeroshotCLIP, PromptSRC"),
+    (["xd", "--methods", "CoOp"], "error: CoOp: no xd scripts; the xd protocol runs ZeroshotCLIP, PromptKD and PETR"),
+    (["base2new", "--datasets", "eurosatt"], "error: unknown dataset 'eurosatt'; use one of: caltech101"),
+    (["xd", "--source", "demonet"], "error: no default cross-dataset targets for source 'demonet': name them"),
+    (["base2new", "--cpu-jobs", "0"], "error: --cpu-jobs must be at least 1"),
+    (["base2new", "--config", "vit_b99"], "error: no config configs/trainers/PromptSRC/vit_b99.yaml for PromptSRC: "
+                                          "check --config"),
+])
+def test_bad_arguments_are_one_line(tmp_path, args, message):
+    done = subprocess.run([sys.executable, "-m", "runner", *args, "--data", str(tmp_path), "--dry-run"], cwd=REPO,
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1, \
+        done.stderr
+    no_data = {k: v for k, v in os.environ.items() if k != "DATA"}
+    done = subprocess.run([sys.executable, "-m", "runner", "base2new", "--dry-run"], cwd=REPO, env=no_data,
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith("error: no datasets folder: pass --data DIR or set DATA")

@@ -1,0 +1,101 @@
+"""The runner's scheduling on the local executor with small shell jobs: dependency order, a failure skips only
+its dependents and is reported with its log's tail, a preempted job (exit 75) runs again, finished jobs are not
+run, and the ETA from measured run times."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from runner.jobs import Job
+from runner.local import LocalExecutor
+from runner.schedule import EXIT_PREEMPTED, MAX_REQUEUES, Eta, run_plan
+
+
+def finishing(name: str, run: str, script: str = "", deps: tuple[str, ...] = ()) -> Job:
+    """A job that runs ``script`` and then marks ``run`` finished (a results.json), as a unit command would."""
+    body = f'{script}\nmkdir -p "{run}" && echo {{}} > "{run}/results.json"'
+    return Job(name=name, kind="train", method="M", dataset="d", argv=("bash", "-c", body), runs=(run,), deps=deps)
+
+
+def test_failure_skips_only_its_dependents(tmp_path):
+    order = tmp_path / "order.txt"
+    jobs = [finishing("a", str(tmp_path / "a"), f"echo a >> {order}"),
+            Job(name="b", kind="train", method="M", dataset="d", runs=(str(tmp_path / "b"),),
+                argv=("bash", "-c", "for i in $(seq 1 30); do echo line $i; done; echo 'error: bad thing'; exit 3")),
+            finishing("c", str(tmp_path / "c"), deps=("b",)),
+            finishing("d", str(tmp_path / "d"), f"echo d >> {order}", deps=("a",)),
+            finishing("e", str(tmp_path / "e"), deps=("c", "a"))]
+    report = run_plan(jobs, LocalExecutor([], cpu_jobs=2), str(tmp_path / "logs"))
+    assert report.done == ["a", "d"] and order.read_text() == "a\nd\n"
+    assert report.spans["a"][1] <= report.spans["d"][0]  # d started after a, which it needs, had ended
+    assert report.skipped == {"c": "b", "e": "b"} and not (tmp_path / "c").exists()
+    why = report.failed["b"]
+    assert why.startswith(f"exit status 3; log {tmp_path / 'logs' / 'b.log'}\n")
+    assert why.splitlines()[-1] == "error: bad thing" and "line 17" in why and "line 16" not in why  # 15-line tail
+    log = (tmp_path / "logs" / "b.log").read_text().splitlines()
+    assert log[0].startswith("=== ") and log[0].endswith("local CPU slot") and log[1].startswith("$ bash -c")
+
+
+def test_preempted_job_runs_again_and_resumes(tmp_path):
+    """Exit 75 = state saved, rerun to resume: the job starts again (bounded); any other failure is final."""
+    count = tmp_path / "attempts"
+    once = finishing("once", str(tmp_path / "once"),
+                     f'echo x >> {count}; [ "$(wc -l < {count})" -ge 2 ] || exit {EXIT_PREEMPTED}')
+    always = Job(name="always", kind="train", method="M", dataset="d", runs=(str(tmp_path / "never"),),
+                 argv=("bash", "-c", f"echo try; exit {EXIT_PREEMPTED}"))
+    report = run_plan([once, always], LocalExecutor([], cpu_jobs=2), str(tmp_path / "logs"))
+    assert report.done == ["once"] and count.read_text() == "x\nx\n"
+    assert (tmp_path / "logs" / "once.log").read_text().count("=== ") == 2  # one header per attempt
+    assert list(report.failed) == ["always"] and report.failed["always"].startswith(f"exit status {EXIT_PREEMPTED}")
+    assert (tmp_path / "logs" / "always.log").read_text().count("try\n") == MAX_REQUEUES + 1
+
+
+def test_finished_jobs_are_not_run_and_exit_zero_needs_finished_runs(tmp_path):
+    done_run = tmp_path / "done"
+    done_run.mkdir()
+    (done_run / "results.json").write_text(json.dumps({"accuracy": 1.0}))
+    marker = tmp_path / "ran"
+    jobs = [finishing("finished", str(done_run), f"touch {marker}"),
+            Job(name="liar", kind="test", method="M", dataset="d", runs=(str(tmp_path / "x"),),
+                argv=("bash", "-c", "echo all good")),
+            finishing("after", str(tmp_path / "after"), deps=("finished",))]
+    report = run_plan(jobs, LocalExecutor([], cpu_jobs=1), str(tmp_path / "logs"))
+    assert report.finished_before == ["finished"] and not marker.exists() and report.done == ["after"]
+    assert report.failed["liar"].startswith("exited 0, but its runs are not finished")
+
+
+def test_slots_pin_gpus_and_threads(tmp_path):
+    """Two jobs per GPU over GPUs 0 and 1, or one job over both; CPU slots set the torch threads."""
+    four = LocalExecutor(["0", "1"], jobs_per_gpu=2)
+    assert [s.devices for s in four.pool] == ["0", "0", "1", "1"]
+    assert [s.devices for s in LocalExecutor(["0", "1", "2"], gpus_per_job=2).pool] == ["0,1"]
+    out = tmp_path / "env.txt"
+    job = finishing("env", str(tmp_path / "r"), f'echo "$CUDA_VISIBLE_DEVICES|$OMP_NUM_THREADS" > {out}')
+    assert run_plan([job], LocalExecutor(["3"], threads=2), str(tmp_path / "logs")).ok
+    assert out.read_text() == "3|2\n"
+
+
+def test_eta_from_measured_run_times():
+    jobs = [Job(name=f"{m} {k} {i}", kind=k, method=m, dataset="d", argv=("true",))
+            for m, k, i in (("PETR", "train", 1), ("PETR", "train", 2), ("PETR", "test", 1), ("CoOp", "train", 1))]
+    projected = {"PETR train 1": 100.0, "PETR train 2": 100.0, "PETR test 1": 10.0, "CoOp train 1": 40.0}
+    eta = Eta(lambda job: projected[job.name])
+    assert eta.expected(jobs[2]) == 10.0  # nothing measured yet: the projection
+    eta.observe(jobs[0], 300.0)  # PETR training took 3x its projection
+    assert eta.expected(jobs[1]) == 300.0  # same method and kind: as measured
+    assert eta.expected(jobs[3]) == pytest.approx(120.0)  # others: projection x 3
+    assert eta.remaining([jobs[1], jobs[3]], {}, slots=2) == pytest.approx((300.0 + 120.0) / 2)
+    assert Eta(lambda job: None).expected(jobs[0]) is None
+
+
+def test_log_of_each_attempt_is_kept(tmp_path):
+    run = str(tmp_path / "r")
+    for attempt in (1, 2):
+        report = run_plan([finishing("j", run, f"echo attempt {attempt}; rm -f {run}/results.json")],
+                          LocalExecutor([]), str(tmp_path / "logs"))
+        assert report.ok
+        os.remove(os.path.join(run, "results.json"))
+    text = (tmp_path / "logs" / "j.log").read_text()
+    assert "attempt 1" in text and "attempt 2" in text and text.count("=== ") == 2

@@ -1,0 +1,184 @@
+"""The toy base-to-novel protocol (demo world, tiny CLIPs: teacher → PETR, CoOp → PETR+CoOp, train → test) through
+the protocol runner on the local executor and on a real one-node SLURM cluster through submitit: the same tables,
+a job preempted mid-run (``scancel --signal=USR1``, ``scontrol requeue``) requeues, resumes and ends identical, and
+a failed job skips only its dependents and is reported with its log's tail."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from demo.shapes import GenParams, generate
+from tests.helpers_run import HANG_GUARD_S
+from tests.helpers_slurm import slurm_cluster, squeue_state, start_now_if_requeued
+
+pytestmark = pytest.mark.slow
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOY = GenParams(train_per_class=2, val_per_class=1, test_per_class=2, xd_train_per_class=1, xd_val_per_class=1,
+                xd_test_per_class=1)
+"""DemoShapesHard with 2 train and 2 test images per class (48 classes, 24 base)."""
+EXTRA = "OPTIM.MAX_EPOCH 20 USE_CUDA False"
+"""Every run: 20 epochs (PETR: 2 steps each), long enough to be interrupted in the middle."""
+DATASET = "demo_shapes_hard"
+PETR_RUN = f"base2new/train_base/{DATASET}/shots_0/PETR/demo/seed1"
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory, tiny_clip_file, tiny_teacher_clip_file) -> dict:
+    tmp = tmp_path_factory.mktemp("runner_toy")
+    generate(str(tmp / "data"), TOY, verbose=False)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATA", "TEACHER_CKPT", "TEACHER_DIR", "EXTRA_OPTS", "KD_WEIGHT", "LOAD_EPOCH")}
+    env.update(BACKBONE=tiny_clip_file, TEACHER_NAME=tiny_teacher_clip_file, PYTHONUNBUFFERED="1")
+    return {"tmp": tmp, "data": str(tmp / "data"), "env": env}
+
+
+def runner_argv(toy: dict, output: str, *args: str, methods=("PETR", "PETR+CoOp"), datasets=(DATASET,),
+                teachers: str = "", data: str = "") -> list[str]:
+    return [sys.executable, "-m", "runner", "base2new", "--methods", *methods, "--datasets", *datasets, "--seeds", "1",
+            "--config", "demo", "--data", data or toy["data"], "--output", output,
+            "--teacher-dir", teachers or os.path.join(output, "teachers"), "--extra-opts", EXTRA, "--threads", "1",
+            "--gpus-per-job", "0", *args]
+
+
+def run(argv: list[str], env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, toy) -> dict:
+    with slurm_cluster(str(tmp_path_factory.mktemp("slurm"))) as env:
+        yield {**toy["env"], **env}
+
+
+SLURM_ARGS = ("--executor", "slurm", "--cpus-per-job", "1", "--time", "60", "--poll", "1")
+
+
+@pytest.fixture(scope="module")
+def local_run(toy) -> tuple[str, subprocess.CompletedProcess]:
+    output = str(toy["tmp"] / "local")
+    return output, run(runner_argv(toy, output, "--cpu-jobs", "2"), toy["env"])
+
+
+@pytest.fixture(scope="module")
+def slurm_run(toy, cluster) -> tuple[str, subprocess.CompletedProcess, float]:
+    output = str(toy["tmp"] / "slurm")
+    start = time.monotonic()
+    done = run(runner_argv(toy, output, *SLURM_ARGS), cluster)
+    return output, done, time.monotonic() - start
+
+
+def results(output: str) -> dict[str, float]:
+    """accuracy of every results.json under ``output``, by run folder relative to it."""
+    found = {}
+    for folder, _, files in os.walk(output):
+        if "results.json" in files:
+            with open(os.path.join(folder, "results.json")) as f:
+                found[os.path.relpath(folder, output)] = json.load(f)["accuracy"]
+    return found
+
+
+def test_toy_protocol_on_local_and_slurm_gives_identical_tables(local_run, slurm_run):
+    (local, done), (slurm, slurm_done, seconds) = local_run, slurm_run
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert slurm_done.returncode == 0, slurm_done.stdout[-3000:] + slurm_done.stderr[-3000:]
+    print(f"toy protocol through SLURM: {seconds:.0f} s")
+    runs = results(local)
+    # teacher, PETR train + test, CoOp train (for the plug-in), PETR+CoOp base + novel (plug-in)
+    assert len(runs) == 6 and runs == results(slurm)
+    table = open(os.path.join(local, "base2new", "b2n_table.txt")).read()
+    assert table == open(os.path.join(slurm, "base2new", "b2n_table.txt")).read()
+    petr = next(line.split() for line in table.splitlines() if line.split()[:2] == [DATASET, "PETR"])
+    base, novel = runs[PETR_RUN], runs[PETR_RUN.replace("train_base", "test_new")]
+    assert petr[3:5] == [f"{base:.2f}", f"{novel:.2f}"]  # the table holds the runs' accuracies
+    assert table in done.stdout and "Jobs: 5 done, 0 finished before" in done.stdout
+    for name in ("teacher_demo_shapes_hard", "PETR_train_demo_shapes_hard_seed1", "PETR-CoOp_plug-in_demo_shapes_"
+                 "hard_seed1"):
+        log = open(os.path.join(slurm, "logs", "base2new", f"{name}.log")).read()
+        assert log.startswith("=== ") and "SLURM job " in log.splitlines()[0]
+    jobs = json.load(open(os.path.join(slurm, "logs", "base2new", "slurm", "jobs.json")))
+    assert len(jobs) == 5 and all(i.isdigit() for i in jobs.values())
+
+
+def weights(run_dir: str) -> dict[str, torch.Tensor]:
+    """Every tensor of the run's last checkpoints (one per model folder)."""
+    out = {}
+    for model in sorted(os.listdir(run_dir)):
+        pointer = os.path.join(run_dir, model, "checkpoint")
+        if os.path.isfile(pointer):
+            name = open(pointer).read().strip()
+            state = torch.load(os.path.join(run_dir, model, name), weights_only=True)["state_dict"]
+            out.update({f"{model}.{k}": v for k, v in state.items()})
+    return out
+
+
+@pytest.mark.parametrize("preempt", [["scancel", "--signal=USR1"], ["scontrol", "requeue"]],
+                         ids=["scancel-USR1", "scontrol-requeue"])
+def test_preempted_slurm_job_resumes_and_ends_identical(toy, cluster, local_run, preempt):
+    """The job requeues (submitit's checkpoint, or SLURM's requeue) and resumes; with ``scontrol requeue`` the
+    runner is killed too, and the same command run again follows the requeued job instead of submitting another."""
+    local = local_run[0]
+    output = str(toy["tmp"] / f"preempt_{preempt[0]}")
+    run_dir = os.path.join(output, PETR_RUN)
+    argv = runner_argv(toy, output, *SLURM_ARGS, methods=("PETR",), teachers=os.path.join(local, "teachers"))
+    proc = subprocess.Popen(argv, cwd=REPO, env=cluster, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    record = os.path.join(output, "logs", "base2new", "slurm", "jobs.json")
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not os.path.isfile(os.path.join(run_dir, "resume.pth.tar")):  # epoch 1 of 20 is saved
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+        time.sleep(0.05)
+    job_id = json.load(open(record))["PETR train demo_shapes_hard seed1"]
+    assert not os.path.isfile(os.path.join(run_dir, "results.json"))
+    subprocess.run([*preempt, job_id], check=True, env=cluster)
+    rerun = preempt[0] == "scontrol"
+    if rerun:
+        proc.kill()
+        proc.wait()
+        proc = subprocess.Popen(argv, cwd=REPO, env=cluster, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+    released = False
+    while proc.poll() is None:
+        assert time.monotonic() < deadline
+        released |= start_now_if_requeued(job_id, cluster)
+        time.sleep(0.2)
+    out = proc.stdout.read()
+    assert proc.returncode == 0, out[-4000:]
+    assert released and squeue_state(job_id, cluster).startswith("COMPLETED")
+    assert json.load(open(record))["PETR train demo_shapes_hard seed1"] == job_id
+    if rerun:
+        assert f"following SLURM job {job_id} (PETR train demo_shapes_hard seed1)" in out
+    job_log = open(os.path.join(output, "logs", "base2new", "PETR_train_demo_shapes_hard_seed1.log")).read()
+    assert f"SLURM job {job_id}, attempt 1" in job_log and f"SLURM job {job_id}, attempt 2" in job_log
+    assert "Resuming from" in open(os.path.join(run_dir, "log.txt")).read()
+    assert results(output) == {k: v for k, v in results(local).items() if "/PETR/" in k}
+    reference, resumed = weights(os.path.join(local, PETR_RUN)), weights(run_dir)
+    assert reference.keys() == resumed.keys() and len(reference) > 0
+    assert all(torch.equal(reference[k], resumed[k]) for k in reference)
+
+
+def test_failed_slurm_job_skips_only_its_dependents(toy, cluster, slurm_run):
+    """demo_shapes has no data folder: its teacher and its CoOp training fail; PETR (needs the teacher) and
+    PETR+CoOp (needs CoOp) are not run there; demo_shapes_hard's finished jobs are skipped; the table is printed."""
+    output = slurm_run[0]
+    partial = toy["tmp"] / "partial_data"
+    partial.mkdir()
+    (partial / DATASET).symlink_to(os.path.join(toy["data"], DATASET))
+    done = run(runner_argv(toy, output, *SLURM_ARGS, datasets=(DATASET, "demo_shapes"), data=str(partial)), cluster)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert "Jobs: 0 done, 5 finished before (skipped), 2 failed, 3 not run because a job they need failed" in out
+    for failed, blocked in (("teacher demo_shapes", "PETR train demo_shapes seed1, PETR test demo_shapes seed1"),
+                            ("CoOp train demo_shapes seed1", "PETR+CoOp plug-in demo_shapes seed1")):
+        found = re.search(rf"^FAILED {re.escape(failed)}: SLURM job \d+: exit status 2; log .*?(?=^FAILED|^\n)", out,
+                          re.MULTILINE | re.DOTALL)
+        assert found, out[-3000:]
+        assert f"| error: {partial}/demo_shapes/images not found" in found.group(0)  # the log's tail
+        assert found.group(0).rstrip().splitlines()[-1] == f"  not run because of it: {blocked}"
+    assert f"{DATASET}  PETR" in out  # the table of what finished
