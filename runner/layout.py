@@ -1,15 +1,15 @@
-"""Where the unit commands write and what they say about a run folder, asked of ``scripts/common.sh``.
+"""Where the unit commands write and what they say about a run folder.
 
-The scripts are the unit commands, so their shell helpers stay the one definition of the dataset tables, the
-dataset names and the run states; this module asks them (one ``bash`` call for many folders) instead of
-re-implementing them. :func:`run_dir` mirrors ``run_dir`` of ``scripts/common.sh`` with the signature of the run
-layout's owner.
+Run folders and their states come from their owner, ``engine/runs.py`` (which the scripts ask too); the dataset
+tables and names are the scripts' own (``scripts/common.sh``), asked in one ``bash`` call instead of re-implemented.
 """
 from __future__ import annotations
 
 import os
 import subprocess
 from collections.abc import Sequence
+
+from engine.runs import run_state
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FINISHED_STATES = ("finished", "finished-upstream")
@@ -26,17 +26,9 @@ def common_sh(script: str, *args: str) -> str:
 
 
 def run_states(paths: Sequence[str]) -> dict[str, str]:
-    """``run_state`` of each folder (new, finished, finished-upstream, resumable, failed), as the scripts decide."""
-    if not paths:
-        return {}
-    out = common_sh('for d in "$@"; do run_state "$d"; done', *paths).split("\n")
-    return dict(zip(paths, out))
-
-
-def run_dir(output_root: str, protocol: str, role: str, dataset: str, shots: int, trainer: str, config: str,
-            seed: int) -> str:
-    """``<output_root>/<protocol>/<role>/<dataset>/shots_<K>/<trainer>/<config>/seed<S>`` (docs/ARCHITECTURE.md)."""
-    return os.path.join(output_root, protocol, role, dataset, f"shots_{shots}", trainer, config, f"seed{seed}")
+    """The state of each run folder (``engine.runs.run_state``: new, failed, resumable, running, finished,
+    finished-upstream), as the unit commands decide."""
+    return {path: run_state(path) for path in paths}
 
 
 def base2new_datasets() -> list[str]:

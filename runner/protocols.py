@@ -12,8 +12,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from engine.runs import run_dir
 from runner.jobs import Job, check_graph
-from runner.layout import REPO, dataset_name, run_dir
+from runner.layout import REPO, dataset_name
 from runner.methods import COOP, PLUGIN_SUFFIX, TEACHER, ZERO_SHOT, Method
 from runner.profiles import PAPER, Profile
 
