@@ -53,7 +53,11 @@ PETR = Method("PETR", "PETR", "petr", "PETR", "vit_b16_ep40_batch8_4ctx",
 PETR_COOP = Method("PETR+CoOp", "PETRCoOp", "petr_coop", "PETRCOOP", "vit_b16_ctxv1",
                    imagenet_config="vit_b16_ep50_ctxv1", shots=16, plugin_of="CoOp")
 
-METHODS = {m.name: m for m in (ZERO_SHOT, TEACHER, COOP, PROMPTKD, PETR, PETR_COOP)}
+COCOOP = Method("CoCoOp", "CoCoOp", "cocoop", "COCOOP", "vit_b16_c4_ep10_batch1_ctxv1", shots=16)
+MAPLE = Method("MaPLe", "MaPLe", "maple", "MAPLE", "vit_b16_c2_ep5_batch4_2ctx", shots=16)
+IVLP = Method("IVLP", "IVLP", "ivlp", "IVLP", "vit_b16_c2_ep20_batch4_4+4ctx", shots=16)
+
+METHODS = {m.name: m for m in (ZERO_SHOT, TEACHER, COOP, COCOOP, MAPLE, IVLP, PROMPTKD, PETR, PETR_COOP)}
 ALIASES = {"zsclip": "ZeroshotCLIP", "clip": "ZeroshotCLIP", "teacher": "PromptSRC", "petrcoop": "PETR+CoOp",
            "petr_coop": "PETR+CoOp"}
 """Other spellings (lower case) of the names in :data:`METHODS`."""

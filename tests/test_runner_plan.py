@@ -96,6 +96,10 @@ def test_method_table_matches_the_scripts_defaults():
             "plugin.sh" if method.plugin_of else "base2new_train.sh")
         script = f"scripts/{method.scripts}/{train}"
         text = open(os.path.join(REPO, script)).read()
+        if "prompt_learners.sh" in text:  # CoCoOp, MaPLe, IVLP: the shared script, default config as an argument
+            assert f'prompt_learners.sh" "$0" {method.trainer} {method.config} base2new_train' in text, script
+            assert script_default("scripts/prompt_learners.sh", "SHOTS") == str(method.shots)
+            continue
         assert f"CFG=${{CFG:-{method.config}}}" in text, script
         if method.imagenet_config:
             assert f'if [ "$DATASET" = imagenet ]; then CFG=${{CFG:-{method.imagenet_config}}}' in text

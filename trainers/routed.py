@@ -34,9 +34,11 @@ from engine.registry import check_availability
 from engine.utils import read_json, write_json
 
 from .config import ROUTER_KEYS
-from .evaluation import ROUTER_FILE, ROUTER_JSON, json_safe, route_and_score, routing_table, seen_mask
+from .evaluation import json_safe, route_and_score, routing_table, seen_mask
 from .routing import (
     FIT_DUMP_NAME,
+    ROUTER_FILE,
+    ROUTER_JSON,
     ROUTERS,
     TRAIN_U_DUMP_NAME,
     Router,
