@@ -32,12 +32,12 @@ from engine import (
     load_pretrained_weights,
 )
 from engine.compile import compile_clip
-from engine.errors import ConfigError, InvalidInputError
+from engine.errors import ConfigError
 
 from .backbone import Autocast, ClipWeightsCheck, load_backbone
 from .coop import context_init
 from .learner_state import learner_state
-from .scoring import ClassScorer, ClassScoring, PromptedCLIP
+from .scoring import ClassScorer, ClassScoring, PromptedCLIP, checkpoint_context
 
 MODEL_NAME = "prompt_learner"
 TEXT_ROWS = 4096
@@ -121,16 +121,9 @@ class CoCoOpCLIP(PromptedCLIP):
         The prompt's words are placeholders: the context replaces them, so the logits are the run's whatever its
         CTX_INIT."""
         state = load_checkpoint(path).get("state_dict", {})
-        ctx = state.get("ctx")
-        if not torch.is_tensor(ctx) or ctx.dim() != 2:
-            raise InvalidInputError(f"{path} holds no CoCoOp context 'ctx' (its keys: {sorted(state)[:6]}); give the "
-                                    "folder of a CoCoOp run")
-        learner = CoCoOpPromptLearner(clip_model, ctx.shape[0])
+        learner = CoCoOpPromptLearner(clip_model, checkpoint_context(state, path, "CoCoOp").shape[0])
         learner.load_state_dict(state)
-        return cls(clip_model, learner.requires_grad_(False).to(clip_model.token_embedding.weight.device), autocast)
-
-    def prompt_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
-        return self.prompt_learner.prompt_tokens(classnames)
+        return cls.frozen(clip_model, learner, autocast)
 
     def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
         tokens = self.class_tokens(classnames)

@@ -26,11 +26,11 @@ from clip.model import CLIP, require_vit
 from clip.prompts import init_text_embedding
 from engine import TRAINER_REGISTRY, TrainerX, build_lr_scheduler, build_optimizer, load_checkpoint
 from engine.compile import compile_clip
-from engine.errors import ConfigError, InvalidInputError
+from engine.errors import ConfigError
 
 from .backbone import Autocast, ClipWeightsCheck, load_backbone
 from .learner_state import learner_state
-from .scoring import ClassScorer, ClassScoring, PromptedCLIP
+from .scoring import ClassScorer, ClassScoring, PromptedCLIP, checkpoint_context
 
 MODEL_NAME = "MultiModalPromptLearner"
 UPSTREAM_PREFIX = "prompt_learner."
@@ -105,17 +105,11 @@ class MaPLeCLIP(PromptedCLIP):
         tensors, the prompt's words are TRAINER.MAPLE.CTX_INIT (the words after the context stay in the prompt)."""
         state = load_checkpoint(path).get("state_dict", {})
         own = {k.removeprefix(UPSTREAM_PREFIX): v for k, v in state.items()}
-        ctx = own.get("ctx")
-        if not torch.is_tensor(ctx) or ctx.dim() != 2:
-            raise InvalidInputError(f"{path} holds no MaPLe context 'ctx' (its keys: {sorted(state)[:6]}); give the "
-                                    "folder of a MaPLe run")
+        n_ctx = checkpoint_context(own, path, "MaPLe").shape[0]
         depth = 1 + sum(k.startswith("compound_prompts_text.") for k in own)
-        learner = MultiModalPromptLearner(clip_model, ctx.shape[0], depth, cfg.TRAINER.MAPLE.CTX_INIT)
+        learner = MultiModalPromptLearner(clip_model, n_ctx, depth, cfg.TRAINER.MAPLE.CTX_INIT)
         learner.load_state_dict(state)
-        return cls(clip_model, learner.requires_grad_(False).to(clip_model.token_embedding.weight.device), autocast)
-
-    def prompt_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
-        return self.prompt_learner.prompt_tokens(classnames)
+        return cls.frozen(clip_model, learner, autocast)
 
     def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
         tokens = self.class_tokens(classnames)

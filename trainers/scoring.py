@@ -15,6 +15,7 @@ from torch import nn
 
 from clip.model import CLIP
 from engine import compute_accuracy
+from engine.errors import InvalidInputError
 
 from .backbone import Autocast
 
@@ -47,9 +48,16 @@ class PromptedCLIP:
         self.clip_model, self.prompt_learner, self.autocast = clip_model, prompt_learner, autocast
         self._tokens: tuple[tuple[str, ...], torch.Tensor] | None = None
 
+    @classmethod
+    def frozen(cls, clip_model: CLIP, prompt_learner: nn.Module, autocast: Autocast) -> PromptedCLIP:
+        """A finished run's learner, frozen and on the CLIP's device, scoring as its trainer did."""
+        device = clip_model.token_embedding.weight.device
+        return cls(clip_model, prompt_learner.requires_grad_(False).to(device), autocast)
+
     def prompt_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
-        """Token ids [C, L] of the class prompts of ``classnames`` (their context positions take the prompts)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement prompt_tokens(classnames)")
+        """Token ids [C, L] of the class prompts of ``classnames`` (their context positions take the prompts): the
+        learner's ``prompt_tokens`` by default."""
+        return self.prompt_learner.prompt_tokens(classnames)
 
     def class_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
         """``prompt_tokens(classnames)`` on the CLIP's device, kept for the last class list (asked every step)."""
@@ -85,6 +93,15 @@ class CrossEntropyStep:
         loss = F.cross_entropy(logits, inputs["labels"])
         self.model_backward_and_update(loss)
         return {"loss": loss.detach(), "acc": compute_accuracy(logits.detach(), inputs["labels"])[0]}
+
+
+def checkpoint_context(state: dict, path: str, method: str) -> torch.Tensor:
+    """The context ``ctx`` [n_ctx, width] of a ``method`` checkpoint's state (``path`` named in the error)."""
+    ctx = state.get("ctx")
+    if not torch.is_tensor(ctx) or ctx.dim() != 2:
+        raise InvalidInputError(f"{path} holds no {method} context 'ctx' (its keys: {sorted(state)[:6]}); give the "
+                                f"folder of a {method} run")
+    return ctx
 
 
 class ClassScoring(CrossEntropyStep):

@@ -211,5 +211,4 @@ def deep_prompt_run(clip_model: CLIP, cfg, path: str, autocast: Autocast) -> VLP
     PETR+X's seen branch; the prompts are checked against MODEL.BACKBONE.NAME."""
     prompts = read_teacher_prompts(path)
     check_teacher_fits(prompts, clip_model, cfg.MODEL.BACKBONE.NAME, path, "MODEL.BACKBONE.NAME", "tuned model")
-    return VLPromptCLIP(clip_model, prompts.requires_grad_(False).to(clip_model.token_embedding.weight.device),
-                        autocast)
+    return VLPromptCLIP.frozen(clip_model, prompts, autocast)
