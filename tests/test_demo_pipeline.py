@@ -14,12 +14,23 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from demo.pipeline import DG_TARGETS, FULL, QUICK, SOURCE, XD_TARGETS, Demo, Paths, default_paths
+from demo.pipeline import (
+    DG_TARGETS,
+    FULL,
+    PROMPT_LEARNERS,
+    QUICK,
+    SOURCE,
+    XD_TARGETS,
+    Demo,
+    Paths,
+    default_paths,
+)
 from engine.utils import read_json
 from tests.helpers_run import HANG_GUARD_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = ("ZeroshotCLIP", "CoOp", "PromptKD", "PETR", "PETRCoOp")
+LEARNERS = ("CoCoOp", "MaPLe", "IVLP")
 
 
 def hm(a: float, b: float) -> float:
@@ -61,6 +72,30 @@ def test_teacher_and_zero_shot_run_once_students_per_seed(tmp_path):
         assert plug.deps == (f"b2n CoOp seed{seed} base",)
         assert plug.argv[plug.argv.index("TRAINER.PETRCOOP.COOP_MODEL_DIR") + 1] == demo.run_dir(
             "train_base", 16, "CoOp", seed)
+
+
+def test_each_prompt_learner_runs_per_seed_and_petr_x_routes_on_its_run(tmp_path):
+    demo, jobs = planned(tmp_path)
+    assert PROMPT_LEARNERS == LEARNERS
+    for seed in (1, 2, 3):
+        for x in LEARNERS:
+            base, novel = jobs[f"b2n {x} seed{seed} base"], jobs[f"b2n {x} seed{seed} novel"]
+            assert base.argv[base.argv.index("--config-file") + 1] == f"configs/trainers/{x}/demo.yaml"
+            assert novel.deps == (base.name,) and novel.argv[novel.argv.index("--load-epoch") + 1] == "last"
+            x_run = demo.run_dir("train_base", 16, x, seed)
+            assert base.result == os.path.join(x_run, "results.json")
+            plug, plug_novel = jobs[f"b2n PETR+{x} seed{seed} base"], jobs[f"b2n PETR+{x} seed{seed} novel"]
+            assert plug.deps == (base.name,) and plug_novel.deps == (plug.name,)
+            assert plug.argv[plug.argv.index("--trainer") + 1] == "PETRX"
+            assert plug.argv[plug.argv.index("--config-file") + 1] == f"configs/trainers/PETRX/demo_{x.lower()}.yaml"
+            assert plug.argv[plug.argv.index("TRAINER.PETRX.TUNED_MODEL_DIR") + 1] == x_run
+            assert plug.argv[plug.argv.index("DATASET.NUM_SHOTS") + 1] == "16"  # X's shots: its training images
+            assert plug.argv[plug.argv.index("--seed") + 1] == str(seed)
+            # the novel evaluation reads the router of the base run's folder; PETRX saves no model to load
+            petr_x_base = os.path.join(str(tmp_path / "out"), "base2new", "train_base", "demo_shapes_hard", "shots_16",
+                                       "PETRX", f"demo_{x.lower()}", f"seed{seed}")
+            assert plug_novel.argv[plug_novel.argv.index("--model-dir") + 1] == petr_x_base
+            assert "--eval-only" in plug_novel.argv and "--load-epoch" not in plug_novel.argv
 
 
 def test_transfer_runs_use_the_scripts_with_the_toy_source(tmp_path):
