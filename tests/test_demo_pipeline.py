@@ -1,8 +1,9 @@
 """The built-in demo pipeline: the jobs it plans, and the reduced demo (``scripts/demo.sh --quick``) run end to end.
 
 The end-to-end test runs the real pipeline in a subprocess (data, a short tiny-CLIP pretraining, teacher, CoOp,
-PromptKD, PETR, PETR+CoOp through train.py for two seeds, then the cross-dataset and domain-generalisation scripts)
-and checks the effects it robustly shows from the runs' results.json files, with HM and chance level computed here.
+PromptKD, PETR, PETR+CoOp, CoCoOp, MaPLe, IVLP and PETR+X on each through train.py for two seeds, then the
+cross-dataset and domain-generalisation scripts) and checks the effects it robustly shows from the runs' results.json
+files, with HM and chance level computed here.
 """
 from __future__ import annotations
 
@@ -142,10 +143,10 @@ def quick_demo(tmp_path_factory):
     return work, proc.stdout
 
 
-def _results(work, role: str, trainer: str, seed: int) -> dict:
+def _results(work, role: str, trainer: str, seed: int, config: str = "demo") -> dict:
     root = os.path.join(work, "output", "demo", "base2new", role, "demo_shapes_hard")
-    (shots,) = [d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d, trainer))]
-    return read_json(os.path.join(root, shots, trainer, "demo", f"seed{seed}", "results.json"))
+    (shots,) = [d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d, trainer, config))]
+    return read_json(os.path.join(root, shots, trainer, config, f"seed{seed}", "results.json"))
 
 
 def _transfer(work, tree: str, dataset: str, trainer: str, seed: int = 1) -> dict:
@@ -187,9 +188,21 @@ def test_quick_demo_shows_the_effects(quick_demo):
     for target in QUICK.dg_targets:
         for tree, trainer in (("dg/test", "PETR"), ("xd/test", "PromptKD")):
             assert _transfer(work, tree, target, trainer)["accuracy"] > chance
+    # each prompt learner X ran, and PETR+X routed on its run: θ_s alone answers as X did (the same logits over
+    # all classes, restricted to the evaluated ones)
+    for s in seeds:
+        for x in LEARNERS:
+            for part, role in (("base", "train_base"), ("novel", "test_new")):
+                learner = _results(work, role, x, s)
+                routed = _results(work, role, "PETRX", s, f"demo_{x.lower()}")
+                assert learner["subsample_classes"] == routed["subsample_classes"] == part.replace("novel", "new")
+                assert routed["tuned_trainer"] == x and routed["seed"] == learner["seed"] == s
+                assert routed["acc_seen_branch"] == pytest.approx(learner["accuracy"], abs=1e-6)
     # the summary: parse_test_res.py's table, the statistics, routing, effects, transfer tables, plot and times
-    for m in METHODS:
-        assert f"demo_shapes_hard  {m}" in stdout
+    for m in METHODS + LEARNERS:
+        assert f"demo_shapes_hard  {m}/demo" in stdout
+    for x in LEARNERS:
+        assert f"demo_shapes_hard  PETRX/demo_{x.lower()}" in stdout and f"PETR+{x}'s HM above {x}'s" in stdout
     for text in ("mean ± sample std", "Δ θ_u novel", "route novel", "PETR routes most base and novel images right",
                  "cross-dataset", "domain generalisation", "demonet (source)", "Time per stage",
                  "xd_test.sh / dg_test.sh (seed 1) reproduce the training runs' accuracies: yes"):
