@@ -41,7 +41,13 @@ from engine.utils import read_json
 
 CONFIG = "demo"
 """Name of the demo configs: ``configs/trainers/<TRAINER>/demo.yaml``."""
-TABLE_METHODS = ("ZeroshotCLIP", "CoOp", "PromptKD", "PETR", "PETRCoOp")
+PROMPT_LEARNERS = ("CoCoOp", "MaPLe", "IVLP")
+"""The prompt learners beside CoOp in the base-to-novel table, each also under PETR's routing as PETR+X."""
+TABLE_METHODS = ("ZeroshotCLIP", "CoOp", *PROMPT_LEARNERS, "PromptKD", "PETR", "PETRCoOp",
+                 *(f"PETR+{x}" for x in PROMPT_LEARNERS))
+"""The base-to-novel table's methods: trainer names, and PETR+X for trainer PETRX on X's run (``method_run``)."""
+NO_CHECKPOINT = ("ZeroshotCLIP", "PETRX")
+"""Trainers whose runs save no model: their novel evaluation reads the base run's folder without --load-epoch."""
 SHARED = ("ZeroshotCLIP", "PromptSRC")
 """Methods run once (seed 1) and shared by every seed: zero-shot is deterministic, the teacher is published once."""
 SOURCE = "demonet"
@@ -91,7 +97,8 @@ QUICK = DemoPlan(
     teacher=None,
     teacher_shots=8, coop_shots=8, student_shots=16,
     opts={"PromptSRC": ("OPTIM.MAX_EPOCH", "3"), "CoOp": ("OPTIM.MAX_EPOCH", "10"),
-          "PromptKD": ("OPTIM.MAX_EPOCH", "3"), "PETR": ("OPTIM.MAX_EPOCH", "5")},
+          "PromptKD": ("OPTIM.MAX_EPOCH", "3"), "PETR": ("OPTIM.MAX_EPOCH", "5"), "CoCoOp": ("OPTIM.MAX_EPOCH", "3"),
+          "MaPLe": ("OPTIM.MAX_EPOCH", "3"), "IVLP": ("OPTIM.MAX_EPOCH", "3")},
 )
 """The reduced demo of the test suite: fewer images and seeds, a short pretraining shared by teacher and students."""
 
@@ -143,52 +150,57 @@ class Demo:
         elapsed = self.clock()
         print(f"\n==> [{int(elapsed // 60):02d}:{int(elapsed % 60):02d}] {text}", flush=True)
 
-    def run_dir(self, role: str, shots: int, trainer: str, seed: int) -> str:
-        """``<output>/base2new/<role>/<dataset>/shots_<K>/<trainer>/demo/seed<S>`` (``engine.runs.run_dir``)."""
-        return run_dir(self.paths.output, "base2new", role, self.short, shots, trainer, CONFIG, seed)
+    def run_dir(self, role: str, shots: int, trainer: str, seed: int, config: str = CONFIG) -> str:
+        """``<output>/base2new/<role>/<dataset>/shots_<K>/<trainer>/<config>/seed<S>`` (``engine.runs.run_dir``)."""
+        return run_dir(self.paths.output, "base2new", role, self.short, shots, trainer, config, seed)
 
-    def shots(self, trainer: str) -> int:
-        """The shots folder of a method's base-to-novel runs."""
-        return {"ZeroshotCLIP": 0, "PromptSRC": self.plan.teacher_shots, "CoOp": self.plan.coop_shots,
-                "PromptKD": self.plan.student_shots, "PETR": self.plan.student_shots,
-                "PETRCoOp": self.plan.coop_shots}[trainer]
+    def shots(self, method: str) -> int:
+        """The shots folder of a method's base-to-novel runs (PETR+X: X's, the router is fitted on X's images)."""
+        if method.startswith("PETR+"):
+            return self.shots(method.removeprefix("PETR+"))
+        few_shot = {name: self.plan.coop_shots for name in ("CoOp", "PETRCoOp", *PROMPT_LEARNERS)}
+        return {"ZeroshotCLIP": 0, "PromptSRC": self.plan.teacher_shots, "PromptKD": self.plan.student_shots,
+                "PETR": self.plan.student_shots, **few_shot}[method]
 
-    def seed_of(self, trainer: str, seed: int) -> int:
+    def seed_of(self, method: str, seed: int) -> int:
         """The seed whose run a method uses (shared methods: seed 1's)."""
-        return self.plan.seeds[0] if trainer in SHARED else seed
+        return self.plan.seeds[0] if method in SHARED else seed
 
-    def method_dirs(self, trainer: str, seed: int) -> list[str]:
+    def method_dirs(self, method: str, seed: int) -> list[str]:
         """The base and novel run folders of a method and seed."""
-        return [self.run_dir(role, self.shots(trainer), trainer, self.seed_of(trainer, seed))
+        trainer, config = method_run(method)
+        return [self.run_dir(role, self.shots(method), trainer, self.seed_of(method, seed), config)
                 for role in ("train_base", "test_new")]
 
     # ----- jobs -----------------------------------------------------------------------------------------
-    def train_argv(self, trainer: str, out: str, seed: int, subsample: str, opts: Sequence[str] = (),
+    def train_argv(self, method: str, out: str, seed: int, subsample: str, opts: Sequence[str] = (),
                    model_dir: str = "") -> tuple[str, ...]:
         """``python train.py`` on the demo dataset (base-to-novel): training, or evaluating ``model_dir``."""
+        trainer, config = method_run(method)
         argv = [sys.executable, "train.py", "--root", self.paths.data, "--seed", str(seed), "--trainer", trainer,
                 "--dataset-config-file", f"configs/datasets/{self.short}.yaml",
-                "--config-file", f"configs/trainers/{trainer}/{CONFIG}.yaml", "--output-dir", out]
+                "--config-file", f"configs/trainers/{trainer}/{config}.yaml", "--output-dir", out]
         if model_dir:
             argv += ["--eval-only", "--model-dir", model_dir]
-            if trainer != "ZeroshotCLIP":  # it saves no checkpoint
+            if trainer not in NO_CHECKPOINT:
                 argv += ["--load-epoch", "last"]
-        argv += ["DATASET.NUM_SHOTS", str(self.shots(trainer)), "DATASET.SUBSAMPLE_CLASSES", subsample,
-                 "TRAINER.MODAL", "base2novel", *opts, *self.plan.opts.get(trainer, ())]
+        argv += ["DATASET.NUM_SHOTS", str(self.shots(method)), "DATASET.SUBSAMPLE_CLASSES", subsample,
+                 "TRAINER.MODAL", "base2novel", *opts, *self.plan.opts.get(method, ())]
         return tuple(argv)
 
-    def train_py(self, trainer: str, role: str, seed: int, extra: Sequence[str] = (), model_dir: str = "") -> Job:
+    def train_py(self, method: str, role: str, seed: int, extra: Sequence[str] = (), model_dir: str = "") -> Job:
         """One base-to-novel run in the CoOp layout (training on base, or evaluating ``model_dir`` on novel)."""
-        out = self.run_dir(role, self.shots(trainer), trainer, seed)
+        trainer, config = method_run(method)
+        out = self.run_dir(role, self.shots(method), trainer, seed, config)
         subsample, part = ("base", "base") if role == "train_base" else ("new", "novel")
-        return Job(f"b2n {trainer} seed{seed} {part}", "", self.train_argv(trainer, out, seed, subsample, extra,
-                                                                            model_dir), os.path.join(out, RESULTS))
+        return Job(f"b2n {method} seed{seed} {part}", "", self.train_argv(method, out, seed, subsample, extra,
+                                                                           model_dir), os.path.join(out, RESULTS))
 
-    def base_and_novel(self, trainer: str, seed: int, stage: str, extra: Sequence[str] = (),
+    def base_and_novel(self, method: str, seed: int, stage: str, extra: Sequence[str] = (),
                        deps: Sequence[str] = ()) -> list[Job]:
         """Train (or evaluate) on the base classes, then evaluate the saved model on the novel classes."""
-        base = replace(self.train_py(trainer, "train_base", seed, extra), stage=stage, deps=tuple(deps))
-        novel = self.train_py(trainer, "test_new", seed, extra, model_dir=os.path.dirname(base.result))
+        base = replace(self.train_py(method, "train_base", seed, extra), stage=stage, deps=tuple(deps))
+        novel = self.train_py(method, "test_new", seed, extra, model_dir=os.path.dirname(base.result))
         return [base, replace(novel, stage=stage, deps=(base.name,))]
 
     def distill_opts(self, trainer: str) -> tuple[str, ...]:
@@ -198,7 +210,8 @@ class Demo:
                 f"TRAINER.{trainer.upper()}.TEACHER_CKPT", teacher_run)
 
     def b2n_jobs(self) -> list[Job]:
-        """Zero-shot and teacher once, then CoOp, PromptKD, PETR and PETR+CoOp for every seed."""
+        """Zero-shot and teacher once, then CoOp, PromptKD, PETR, PETR+CoOp and each prompt learner X with PETR+X
+        (PETRX on X's finished run) for every seed."""
         plan, first = self.plan, self.plan.seeds[0]
         student = ("MODEL.BACKBONE.NAME", self.student_clip)
         jobs = self.base_and_novel("ZeroshotCLIP", first, "base-to-novel: zero-shot", student)
@@ -214,6 +227,12 @@ class Demo:
             coop_run = self.run_dir("train_base", plan.coop_shots, "CoOp", seed)
             jobs += self.base_and_novel("PETRCoOp", seed, stage,
                                         (*student, "TRAINER.PETRCOOP.COOP_MODEL_DIR", coop_run), deps=(coop[0].name,))
+            for x in PROMPT_LEARNERS:
+                learner = self.base_and_novel(x, seed, stage, student)
+                jobs += learner
+                jobs += self.base_and_novel(f"PETR+{x}", seed, stage, (*student, "TRAINER.PETRX.TUNED_MODEL_DIR",
+                                                                       os.path.dirname(learner[0].result)),
+                                            deps=(learner[0].name,))
         return jobs
 
     def script_env(self) -> dict[str, str]:
@@ -328,16 +347,18 @@ class Demo:
     def summary(self) -> None:
         """The base-to-novel tables, routing, effects and plot; then the cross-dataset and DG tables."""
         self.header("Base-to-novel results (parse_test_res.py b2n; seed means)")
-        parse_test_res.main(["b2n", self.paths.base2new, "--methods", *TABLE_METHODS, "--baseline", TABLE_METHODS[0]])
+        # Δ relative to the first method (zero-shot CLIP), whatever label parse_test_res gives it
+        parse_test_res.main(["b2n", self.paths.base2new, "--methods", *map(method_pattern, TABLE_METHODS)])
         per_seed = self.collect()
         self.header(f"Base-to-novel over seeds {', '.join(map(str, self.plan.seeds))}")
         print(report.b2n_stats_table(per_seed, TABLE_METHODS))
         print("Zero-shot CLIP is deterministic and the teacher is shared: both ran once (seed "
               f"{self.plan.seeds[0]}).\n")
         print(report.difference_table(per_seed))
-        self.header("Routing of PETR and PETR+CoOp (results.json and the saved logits)")
+        self.header("Routing of PETR, PETR+CoOp and PETR+X (results.json and the saved logits)")
         auroc = {m: [router_auroc(self.method_dirs(m, s), per_seed[s][m]["base"]["lambda"],
-                                  per_seed[s][m]["base"]["percentile"]) for s in per_seed] for m in report.ROUTED}
+                                  per_seed[s][m]["base"]["percentile"]) for s in per_seed]
+                 for m in report.ROUTED if m in TABLE_METHODS}
         print(report.routing_table(per_seed, auroc))
         self.header("The paper's effects over seeds")
         chance = 100.0 / per_seed[self.plan.seeds[0]]["ZeroshotCLIP"]["novel"].get("num_eval_classes", 24)
@@ -385,6 +406,19 @@ class Demo:
                    for p, targets in (("xd", (SOURCE, *plan.xd_targets)), ("dg", plan.dg_targets)) for ds in targets)
         print(f"xd_test.sh / dg_test.sh (seed {first}) reproduce the training runs' accuracies: "
               f"{'yes' if same else 'NO'}")
+
+
+def method_run(method: str) -> tuple[str, str]:
+    """The trainer and config of a table method: PETR+X is PETRX with ``configs/trainers/PETRX/demo_<x>.yaml``."""
+    if method.startswith("PETR+"):
+        return "PETRX", f"{CONFIG}_{method.removeprefix('PETR+').lower()}"
+    return method, CONFIG
+
+
+def method_pattern(method: str) -> str:
+    """The ``parse_test_res.py --methods`` pattern of a table method (``PETRX/demo_<x>`` for PETR+X)."""
+    trainer, config = method_run(method)
+    return trainer if config == CONFIG else f"{trainer}/{config}"
 
 
 def clip_file(params: PretrainParams, cache: str) -> str:

@@ -110,6 +110,33 @@ def deep_prompt_reference(model, text_prompts: list[torch.Tensor], vision_prompt
     return logits
 
 
+def cocoop_reference(model, ctx: torch.Tensor, meta_net: list[tuple[torch.Tensor, torch.Tensor]]) -> Reference:
+    """The paper's CoCoOp, image by image: f̂ = f(x)/|f(x)|, π = W2·ReLU(W1·f̂ + b1) + b2 (``meta_net`` = [(W1, b1),
+    (W2, b2)]), prompt tokens ctx_m + π after SOS of "a photo of a <class>.", logits τ·cos(f(x), g(prompt_c))."""
+    (w1, b1), (w2, b2) = meta_net
+
+    @torch.no_grad()
+    def logits(classnames: list[str], images: torch.Tensor) -> torch.Tensor:
+        tokens = clip.tokenize([f"a photo of a {name}." for name in classnames])
+        rows = []
+        for f in F.normalize(model.encode_image(images), dim=-1):
+            shift = w2 @ torch.relu(w1 @ f + b1) + b2
+            text = F.normalize(reference_encode_text(model, tokens, [ctx + shift]), dim=-1)
+            rows.append(model.logit_scale.exp() * f @ text.t())
+        return torch.stack(rows)
+
+    return logits
+
+
+def maple_reference(model, text_prompts: list[torch.Tensor],
+                    projections: list[tuple[torch.Tensor, torch.Tensor]]) -> Reference:
+    """τ·cos(image, text) with MaPLe's coupling: text prompts P_j (the first tokens of "a photo of a <class>." and
+    the same positions before each deeper block), vision prompts W_j·P_j + b_j (``projections`` = [(W_j, b_j)])
+    appended to the patch tokens and replaced before each deeper block, j = 0..J-1."""
+    vision_prompts = [p @ w.t() + b for p, (w, b) in zip(text_prompts, projections)]
+    return deep_prompt_reference(model, text_prompts, vision_prompts)
+
+
 def check_scores(tree: Tree, trainer, reference: Reference) -> None:
     """``class_scorer`` over every class of the tree (base and novel) and ``model_inference`` (the dataset's base
     classes) equal the reference on the test images of every class."""

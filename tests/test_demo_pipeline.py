@@ -1,8 +1,9 @@
 """The built-in demo pipeline: the jobs it plans, and the reduced demo (``scripts/demo.sh --quick``) run end to end.
 
 The end-to-end test runs the real pipeline in a subprocess (data, a short tiny-CLIP pretraining, teacher, CoOp,
-PromptKD, PETR, PETR+CoOp through train.py for two seeds, then the cross-dataset and domain-generalisation scripts)
-and checks the effects it robustly shows from the runs' results.json files, with HM and chance level computed here.
+PromptKD, PETR, PETR+CoOp, CoCoOp, MaPLe, IVLP and PETR+X on each through train.py for two seeds, then the
+cross-dataset and domain-generalisation scripts) and checks the effects it robustly shows from the runs' results.json
+files, with HM and chance level computed here.
 """
 from __future__ import annotations
 
@@ -14,12 +15,23 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from demo.pipeline import DG_TARGETS, FULL, QUICK, SOURCE, XD_TARGETS, Demo, Paths, default_paths
+from demo.pipeline import (
+    DG_TARGETS,
+    FULL,
+    PROMPT_LEARNERS,
+    QUICK,
+    SOURCE,
+    XD_TARGETS,
+    Demo,
+    Paths,
+    default_paths,
+)
 from engine.utils import read_json
 from tests.helpers_run import HANG_GUARD_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = ("ZeroshotCLIP", "CoOp", "PromptKD", "PETR", "PETRCoOp")
+LEARNERS = ("CoCoOp", "MaPLe", "IVLP")
 
 
 def hm(a: float, b: float) -> float:
@@ -61,6 +73,30 @@ def test_teacher_and_zero_shot_run_once_students_per_seed(tmp_path):
         assert plug.deps == (f"b2n CoOp seed{seed} base",)
         assert plug.argv[plug.argv.index("TRAINER.PETRCOOP.COOP_MODEL_DIR") + 1] == demo.run_dir(
             "train_base", 16, "CoOp", seed)
+
+
+def test_each_prompt_learner_runs_per_seed_and_petr_x_routes_on_its_run(tmp_path):
+    demo, jobs = planned(tmp_path)
+    assert PROMPT_LEARNERS == LEARNERS
+    for seed in (1, 2, 3):
+        for x in LEARNERS:
+            base, novel = jobs[f"b2n {x} seed{seed} base"], jobs[f"b2n {x} seed{seed} novel"]
+            assert base.argv[base.argv.index("--config-file") + 1] == f"configs/trainers/{x}/demo.yaml"
+            assert novel.deps == (base.name,) and novel.argv[novel.argv.index("--load-epoch") + 1] == "last"
+            x_run = demo.run_dir("train_base", 16, x, seed)
+            assert base.result == os.path.join(x_run, "results.json")
+            plug, plug_novel = jobs[f"b2n PETR+{x} seed{seed} base"], jobs[f"b2n PETR+{x} seed{seed} novel"]
+            assert plug.deps == (base.name,) and plug_novel.deps == (plug.name,)
+            assert plug.argv[plug.argv.index("--trainer") + 1] == "PETRX"
+            assert plug.argv[plug.argv.index("--config-file") + 1] == f"configs/trainers/PETRX/demo_{x.lower()}.yaml"
+            assert plug.argv[plug.argv.index("TRAINER.PETRX.TUNED_MODEL_DIR") + 1] == x_run
+            assert plug.argv[plug.argv.index("DATASET.NUM_SHOTS") + 1] == "16"  # X's shots: its training images
+            assert plug.argv[plug.argv.index("--seed") + 1] == str(seed)
+            # the novel evaluation reads the router of the base run's folder; PETRX saves no model to load
+            petr_x_base = os.path.join(str(tmp_path / "out"), "base2new", "train_base", "demo_shapes_hard", "shots_16",
+                                       "PETRX", f"demo_{x.lower()}", f"seed{seed}")
+            assert plug_novel.argv[plug_novel.argv.index("--model-dir") + 1] == petr_x_base
+            assert "--eval-only" in plug_novel.argv and "--load-epoch" not in plug_novel.argv
 
 
 def test_transfer_runs_use_the_scripts_with_the_toy_source(tmp_path):
@@ -107,10 +143,10 @@ def quick_demo(tmp_path_factory):
     return work, proc.stdout
 
 
-def _results(work, role: str, trainer: str, seed: int) -> dict:
+def _results(work, role: str, trainer: str, seed: int, config: str = "demo") -> dict:
     root = os.path.join(work, "output", "demo", "base2new", role, "demo_shapes_hard")
-    (shots,) = [d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d, trainer))]
-    return read_json(os.path.join(root, shots, trainer, "demo", f"seed{seed}", "results.json"))
+    (shots,) = [d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d, trainer, config))]
+    return read_json(os.path.join(root, shots, trainer, config, f"seed{seed}", "results.json"))
 
 
 def _transfer(work, tree: str, dataset: str, trainer: str, seed: int = 1) -> dict:
@@ -152,9 +188,21 @@ def test_quick_demo_shows_the_effects(quick_demo):
     for target in QUICK.dg_targets:
         for tree, trainer in (("dg/test", "PETR"), ("xd/test", "PromptKD")):
             assert _transfer(work, tree, target, trainer)["accuracy"] > chance
+    # each prompt learner X ran, and PETR+X routed on its run: θ_s alone answers as X did (the same logits over
+    # all classes, restricted to the evaluated ones)
+    for s in seeds:
+        for x in LEARNERS:
+            for part, role in (("base", "train_base"), ("novel", "test_new")):
+                learner = _results(work, role, x, s)
+                routed = _results(work, role, "PETRX", s, f"demo_{x.lower()}")
+                assert learner["subsample_classes"] == routed["subsample_classes"] == part.replace("novel", "new")
+                assert routed["tuned_trainer"] == x and routed["seed"] == learner["seed"] == s
+                assert routed["acc_seen_branch"] == pytest.approx(learner["accuracy"], abs=1e-6)
     # the summary: parse_test_res.py's table, the statistics, routing, effects, transfer tables, plot and times
-    for m in METHODS:
-        assert f"demo_shapes_hard  {m}" in stdout
+    for m in METHODS + LEARNERS:
+        assert f"demo_shapes_hard  {m}/demo" in stdout
+    for x in LEARNERS:
+        assert f"demo_shapes_hard  PETRX/demo_{x.lower()}" in stdout and f"PETR+{x}'s HM above {x}'s" in stdout
     for text in ("mean ± sample std", "Δ θ_u novel", "route novel", "PETR routes most base and novel images right",
                  "cross-dataset", "domain generalisation", "demonet (source)", "Time per stage",
                  "xd_test.sh / dg_test.sh (seed 1) reproduce the training runs' accuracies: yes"):

@@ -74,3 +74,25 @@ def test_majority_rule(n_seeds, agree, expected):
     # the mean is below zero-shot's 40 whenever most seeds are (39 vs 41), so the seed count decides
     verdicts = {c: h for c, h, _, _ in report.effect_verdicts(per_seed, 100 / 24)}
     assert verdicts["a base-tuned prompt (CoOp) loses on novel"] == expected
+
+
+def test_each_petr_x_gets_its_effect_and_routing_row():
+    def rows(plugin: tuple[float, float], learner: tuple[float, float]) -> report.SeedRows:
+        routed = res(*plugin, route_acc_seen=90.0, acc_seen_branch=70.0)
+        routed["novel"].update(route_acc_unseen=80.0, acc_seen_branch=10.0, acc_unseen_branch=45.0)
+        routed["base"]["acc_unseen_branch"] = 40.0
+        return {**seed_rows(), "MaPLe": res(*learner), "PETR+MaPLe": routed}
+
+    per_seed = {1: rows((60.0, 40.0), (62.0, 30.0)), 2: rows((58.0, 42.0), (50.0, 50.0))}
+    verdicts = {claim: (holds, per, numbers) for claim, holds, per, numbers
+                in report.effect_verdicts(per_seed, chance_novel=100 / 24)}
+    assert "PETR+CoCoOp's HM above CoCoOp's" not in verdicts  # only the methods the rows hold
+    holds, per, numbers = verdicts["PETR+MaPLe's HM above MaPLe's"]
+    # HM per seed: PETR+MaPLe 48.00 / 48.72 vs MaPLe 40.43 / 50.00; the seed mean compares 59/41 with 56/40
+    assert per == [True, False] and not holds
+    assert numbers == f"PETR+MaPLe {2 * 59 * 41 / 100:.2f} vs MaPLe {2 * 56 * 40 / 96:.2f}"
+    table = report.routing_table(per_seed, {"PETR": [99.0, 98.0], "PETR+MaPLe": [91.0, 93.0]})
+    (line,) = [row for row in table.splitlines() if row.startswith("PETR+MaPLe")]
+    assert line.split()[1:] == ["90.00", "±", "0.00", "80.00", "±", "0.00", "92.00", "±", "1.41",
+                                f"{2 * 70 * 10 / 80:.2f}", "±", "0.00", f"{2 * 40 * 45 / 85:.2f}", "±", "0.00",
+                                f"{(48.0 + 2 * 58 * 42 / 100) / 2:.2f}", "±", f"{np.std([48.0, 48.72], ddof=1):.2f}"]

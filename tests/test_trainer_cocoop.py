@@ -6,7 +6,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import clip
 import train
 from tests.helpers_baselines import (
     MARKER,
@@ -14,13 +13,14 @@ from tests.helpers_baselines import (
     check_cross_entropy_step,
     check_scores,
     check_upstream_accuracy,
+    cocoop_reference,
     eval_only,
     shipped_options,
     trainable,
     upstream_run,
     vit_b16_shell,
 )
-from tests.helpers_clip import reference_encode_text, rel_err
+from tests.helpers_clip import rel_err
 from tests.helpers_datasets import load_images
 from trainers.cocoop import CoCoOpPromptLearner, conditional_logits
 
@@ -45,23 +45,10 @@ def test_trainable_parameters_of_the_vit_b16_configs_equal_upstreams(config, n_c
 
 
 def reference(model, learner: CoCoOpPromptLearner):
-    """The paper's CoCoOp, image by image: f̂ = f(x)/|f(x)|, π = W2·ReLU(W1·f̂ + b1) + b2, prompt tokens
-    ctx_m + π after SOS of "a photo of a <class>.", logits τ·cos(f(x), g(prompt_c))."""
-    ctx = learner.ctx.detach()
-    (w1, b1), (w2, b2) = [(layer.weight.detach(), layer.bias.detach())
-                          for layer in (learner.meta_net.linear1, learner.meta_net.linear2)]
-
-    @torch.no_grad()
-    def logits(classnames: list[str], images: torch.Tensor) -> torch.Tensor:
-        tokens = clip.tokenize([f"a photo of a {name}." for name in classnames])
-        rows = []
-        for f in F.normalize(model.encode_image(images), dim=-1):
-            shift = w2 @ torch.relu(w1 @ f + b1) + b2
-            text = F.normalize(reference_encode_text(model, tokens, [ctx + shift]), dim=-1)
-            rows.append(model.logit_scale.exp() * f @ text.t())
-        return torch.stack(rows)
-
-    return logits
+    """The paper's CoCoOp with the learner's context and meta-net (``cocoop_reference``)."""
+    meta_net = [(layer.weight.detach(), layer.bias.detach())
+                for layer in (learner.meta_net.linear1, learner.meta_net.linear2)]
+    return cocoop_reference(model, learner.ctx.detach(), meta_net)
 
 
 @pytest.fixture(scope="module")

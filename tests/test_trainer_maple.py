@@ -14,9 +14,9 @@ from tests.helpers_baselines import (
     check_cross_entropy_step,
     check_scores,
     check_upstream_accuracy,
-    deep_prompt_reference,
     eval_only,
     frozen_clip_entries,
+    maple_reference,
     shipped_options,
     trainable,
     upstream_run,
@@ -46,13 +46,10 @@ def test_trainable_parameters_of_the_vit_b16_configs_equal_upstreams(config, dep
 
 
 def reference(model, learner: MultiModalPromptLearner):
-    """τ·cos(image, text) with the paper's coupling: text prompts P_j (the first two tokens of "a photo of a
-    <class>." and the same positions before each deeper block), vision prompts W_j·P_j + b_j appended to the patch
-    tokens and replaced before each deeper block, j = 0..J-1."""
+    """MaPLe's coupling with the learner's prompts and projections (``maple_reference``)."""
     text_prompts = [learner.ctx.detach(), *[p.detach() for p in learner.compound_prompts_text]]
     maps = [learner.proj, *learner.compound_prompt_projections]
-    vision_prompts = [p @ m.weight.detach().t() + m.bias.detach() for p, m in zip(text_prompts, maps)]
-    return deep_prompt_reference(model, text_prompts, vision_prompts)
+    return maple_reference(model, text_prompts, [(m.weight.detach(), m.bias.detach()) for m in maps])
 
 
 @pytest.fixture(scope="module")

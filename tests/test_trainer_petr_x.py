@@ -3,20 +3,15 @@ against routed evaluations recomputed from open_clip forwards written in the tes
 on its run folders; the routed-trainer requirements and the lifecycle a plug-in shares with a trained run."""
 from __future__ import annotations
 
-import csv
-import hashlib
-import io
 import json
 import os
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 import clip
-import parse_test_res
 import train
 from engine import TrainerX, load_checkpoint
 from engine.errors import ConfigError, InvalidInputError
@@ -24,23 +19,20 @@ from tests.helpers_clip import reference_encode_image, reference_encode_text
 from tests.helpers_datasets import load_images, write_tree
 from tests.helpers_petr import write_eurosat
 from tests.helpers_routed import (
-    BASE,
-    NEW,
     TINY,
-    check_against_reference,
+    check_analyses,
+    check_petr_x_run,
     coop_branch,
     ensemble_reference,
-    reference_routing,
+    petr_x_dirs,
     run_argv,
     script_runner,
+    upstream_promptsrc_state,
 )
 from tests.helpers_upstream import write_dassl_checkpoint
-from tools import lambda_sweep, plot_routing_scores, router_ablation
 from trainers.petr_coop import PETRCoOp
 from trainers.petr_x import PETRX
 from trainers.routed import RoutedTrainerMixin
-
-B2N = "output/base2new/{role}/eurosat/shots_0/PETRX/vit_b16_{x}/seed1"
 
 
 def promptsrc_branch(text: list[torch.Tensor], vision: list[torch.Tensor]):
@@ -80,29 +72,6 @@ def runs(tmp_path_factory, tiny_clip_file):
     return SimpleNamespace(root=root, tree=tree, coop=coop, promptsrc=promptsrc, scripts=scripts)
 
 
-def petr_x_dirs(root, x: str):
-    return root / B2N.format(role="train_base", x=x), root / B2N.format(role="test_new", x=x)
-
-
-def check_petr_x_run(base, new, tree, model, seen_branch, trainer: str, checkpoint: str) -> dict:
-    """Both evaluations equal the reference; the run trained nothing and names what it routed on."""
-    result = check_against_reference(base, reference_routing(tree, model, seen_branch, BASE))
-    new_result = check_against_reference(new, reference_routing(tree, model, seen_branch, NEW))
-    with open(checkpoint, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
-    for r in (result, new_result):
-        assert r["trainer"] == "PETRX" and r["plugin"] is True and r["tuned_trainer"] == trainer
-        assert r["tuned_checkpoint"] == checkpoint and r["tuned_checkpoint_sha256"] == digest
-        assert r["router"] == "mahalanobis" and r["num_classes"] == 5 and r["num_templates"] == 3
-    assert new_result["threshold"] == pytest.approx(result["threshold"])  # the base run's router, not refitted
-    assert json.loads((base / "router.json").read_text())["tuned_checkpoint_sha256"] == digest
-    assert not os.path.exists(new / "router.pth.tar")
-    for folder in (base, new):
-        assert "epoch [" not in (folder / "log.txt").read_text()
-        assert not [d for d in os.listdir(folder) if os.path.isdir(folder / d)]  # no model folders: nothing copied
-    return result
-
-
 def test_petr_x_on_our_coop_run(runs, tiny_openclip_model):
     done, commands = runs.scripts["coop"]
     assert done.returncode == 0, done.stderr
@@ -123,18 +92,6 @@ def test_petr_x_on_our_promptsrc_run(runs, tiny_openclip_model, tiny_clip_file):
     runner = script_runner(runs.root, runs.tree, tiny_clip_file)
     done, _ = runner.run("petr_x/base2new.sh", "promptsrc", "eurosat", "1", str(runs.promptsrc))
     assert done.returncode == 0 and runner.skipped == [True, True]
-
-
-def upstream_promptsrc_state(text: list[torch.Tensor], vision: list[torch.Tensor], width: int) -> dict:
-    """Our prompts in upstream PromptSRC's CustomCLIP key layout (fp16), with frozen weights and class-token buffers."""
-    state = {"prompt_learner.ctx": text[0].half(), "image_encoder.VPT": vision[0].half(),
-             "prompt_learner.token_prefix": torch.zeros(3, 1, width).half(),
-             "prompt_learner.token_suffix": torch.zeros(3, 72, width).half(),
-             "image_encoder.conv1.weight": torch.zeros(4, 3, 2, 2).half(), "logit_scale": torch.tensor(4.6)}
-    for i in range(1, len(text)):
-        state[f"text_encoder.transformer.resblocks.{i}.VPT_shallow"] = text[i].half()
-        state[f"image_encoder.transformer.resblocks.{i}.VPT_shallow"] = vision[i].half()
-    return state
 
 
 def test_petr_x_on_upstream_run_folders(runs, tmp_path, tiny_clip_file, tiny_openclip_model):
@@ -195,50 +152,7 @@ def test_petr_x_bad_input_gives_one_clear_error(runs, tmp_path, tiny_clip_file):
 
 
 def test_tools_and_parse_test_res_read_petr_x_folders(runs, tmp_path, capsys):
-    output = str(runs.root / "output" / "base2new")
-    accuracy = {}
-    for x in ("coop", "promptsrc"):
-        base, new = petr_x_dirs(runs.root, x)
-        accuracy[x] = [json.loads((folder / "results.json").read_text())["accuracy"] for folder in (base, new)]
-
-    out_json = str(tmp_path / "ablation.json")
-    assert router_ablation.main([output, "--routers", "mahalanobis", "--json", out_json]) == 0
-    with open(out_json) as f:
-        ablation = json.load(f)
-    for x, (base_acc, novel_acc) in accuracy.items():  # the trainer's routed answer, refitted from its dumps
-        row = ablation[f"PETRX/vit_b16_{x}"]["eurosat"]["mahalanobis"]
-        assert (row["base"], row["novel"]) == (pytest.approx(base_acc), pytest.approx(novel_acc))
-
-    sweep_json = str(tmp_path / "sweep.json")
-    assert lambda_sweep.main([output, "--lambdas", "1.4", "--json", sweep_json]) == 0
-    with open(sweep_json) as f:
-        sweep = json.load(f)
-    for x in accuracy:
-        base, _ = petr_x_dirs(runs.root, x)
-        fit = torch.load(base / "router_fit_logits.pt", weights_only=True)["q"].double().numpy()
-        train_u = torch.load(base / "train_u_logits.pt", weights_only=True)["q"].double().numpy()
-        mu = fit.mean(axis=0)
-        precision = np.linalg.pinv((fit - mu).T @ (fit - mu) / len(fit), rcond=1e-10, hermitian=True)
-        d_fit, d_u = (np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", z - mu, precision, z - mu), 0))
-                      for z in (fit, train_u))
-        threshold = 1.4 * np.percentile(d_fit, 99)
-        expected = [100 * (d_fit <= threshold).mean(), 100 * (d_u > threshold).mean()]
-        np.testing.assert_allclose(sweep[f"PETRX/vit_b16_{x}"]["eurosat"]["1.4"], expected)
-
-    figures = str(tmp_path / "figs")
-    assert plot_routing_scores.main([output, "--out", figures]) == 0
-    assert sorted(f for f in os.listdir(figures) if f.startswith("eurosat")) == [
-        f"eurosat_PETRX-vit_b16_{x}_seed1_mahalanobis.png" for x in ("coop", "promptsrc")]
-
-    capsys.readouterr()
-    assert parse_test_res.main(["b2n", output, "--format", "csv"]) == 0
-    rows = {row["method"]: row for row in csv.DictReader(io.StringIO(capsys.readouterr().out))
-            if row.get("dataset") == "eurosat"}
-    for x, (base_acc, novel_acc) in accuracy.items():
-        row = rows[f"PETRX/vit_b16_{x}"]
-        assert float(row["Base"]) == pytest.approx(base_acc, abs=0.01)
-        assert float(row["Novel"]) == pytest.approx(novel_acc, abs=0.01)
-        assert float(row["HM"]) == pytest.approx(2 * base_acc * novel_acc / (base_acc + novel_acc), abs=0.01)
+    check_analyses(runs.root, tmp_path, capsys, ("coop", "promptsrc"))
 
 
 def test_petr_x_cross_dataset(runs, tmp_path, tiny_clip_file, tiny_openclip_model):

@@ -8,7 +8,7 @@ Upstream runs the text encoder once per image over every class. Here the images 
 (per-sample prompts of the prompt-aware CLIP, in chunks of at most ``TEXT_ROWS`` image×class rows): the same
 logits, fewer and larger kernels. Trainable parameters stay float32 in every precision (upstream keeps them fp16
 under PREC fp16); upstream checkpoints (``prompt_learner/``, with fp16 tensors and class-token buffers) load as
-they are.
+they are, also as PETR+X's seen branch (``CoCoOpCLIP.from_checkpoint``).
 """
 from __future__ import annotations
 
@@ -28,15 +28,16 @@ from engine import (
     build_lr_scheduler,
     build_optimizer,
     count_num_param,
+    load_checkpoint,
     load_pretrained_weights,
 )
 from engine.compile import compile_clip
 from engine.errors import ConfigError
 
-from .backbone import ClipWeightsCheck, load_backbone
+from .backbone import Autocast, ClipWeightsCheck, load_backbone
 from .coop import context_init
 from .learner_state import learner_state
-from .scoring import ClassScorer, ClassScoring
+from .scoring import ClassScorer, ClassScoring, PromptedCLIP, checkpoint_context
 
 MODEL_NAME = "prompt_learner"
 TEXT_ROWS = 4096
@@ -109,12 +110,39 @@ def conditional_logits(clip_model: CLIP, learner: CoCoOpPromptLearner, tokens: t
     return torch.cat(chunks)
 
 
+class CoCoOpCLIP(PromptedCLIP):
+    """CoCoOp's scoring: each image's prompts shifted by the meta-net, one batched text forward per chunk."""
+
+    prompt_learner: CoCoOpPromptLearner
+
+    @classmethod
+    def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast) -> CoCoOpCLIP:
+        """A finished CoCoOp run's learner (ours or upstream's), frozen; the context length is read off ``ctx``.
+        The prompt's words are placeholders: the context replaces them, so the logits are the run's whatever its
+        CTX_INIT."""
+        state = load_checkpoint(path).get("state_dict", {})
+        learner = CoCoOpPromptLearner(clip_model, checkpoint_context(state, path, "CoCoOp").shape[0])
+        learner.load_state_dict(state)
+        return cls.frozen(clip_model, learner, autocast)
+
+    def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
+        tokens = self.class_tokens(classnames)
+
+        def score(images: torch.Tensor) -> torch.Tensor:
+            with self.autocast():
+                image = F.normalize(self.clip_model.encode_image(images).float(), dim=-1)
+                return conditional_logits(self.clip_model, self.prompt_learner, tokens, image)
+
+        return score
+
+
 @TRAINER_REGISTRY.register()
 class CoCoOp(ClassScoring, ClipWeightsCheck, TrainerX):
     """CoCoOp: ``prompt_learner`` (context + meta-net) trained with cross-entropy on the labels."""
 
     NS = "COCOOP"
     DATA_ROLE = "standard"
+    PROMPTED = CoCoOpCLIP
 
     def build_model(self) -> None:
         cfg, opts = self.cfg, self.ns
@@ -135,19 +163,6 @@ class CoCoOp(ClassScoring, ClipWeightsCheck, TrainerX):
         self.optim = build_optimizer(learner, cfg.OPTIM)
         self.sched = build_lr_scheduler(self.optim, cfg.OPTIM)
         self.register_model(MODEL_NAME, learner, self.optim, self.sched)
-
-    def prompt_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
-        return self.prompt_learner.prompt_tokens(classnames)
-
-    def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
-        tokens = self.class_tokens(classnames)
-
-        def score(images: torch.Tensor) -> torch.Tensor:
-            with self.autocast():
-                image = F.normalize(self.clip_model.encode_image(images).float(), dim=-1)
-                return conditional_logits(self.clip_model, self.prompt_learner, tokens, image)
-
-        return score
 
     def extra_results(self) -> dict:
         return {**super().extra_results(), "n_ctx": self.prompt_learner.n_ctx}

@@ -1,13 +1,13 @@
 """CoOp: learnable context words around the class name on a frozen CLIP, trained with cross-entropy.
 
 ``CoOpPromptLearner`` and ``coop_text_features`` are shared with PETR+CoOp (its seen branch); ``CoOpTuned`` is a
-finished CoOp run as PETR+X's seen branch (trainers/tuned.py). The checkpoint holds ``ctx`` only: the class-name
+finished CoOp run as PETR+X's seen branch (a ``ClassScoringModel``). The checkpoint holds ``ctx`` only: the class-name
 token embeddings are non-persistent buffers rebuilt from the class names, so a generic context trained on base
 classes evaluates on novel classes (or another dataset) unchanged.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +30,7 @@ from engine import (
 from engine.errors import ConfigError, InvalidInputError
 
 from .backbone import Autocast, ClipWeightsCheck, cosine_logits, load_backbone
-from .scoring import CrossEntropyStep
+from .scoring import ClassScorer, CrossEntropyStep
 
 CLASS_TOKEN_POSITIONS = ("end", "middle", "front")
 # Buffers that upstream CoOp checkpoints also contain; they are rebuilt from the class names instead.
@@ -163,7 +163,7 @@ def coop_text_features(clip_model: CLIP, learner: CoOpPromptLearner) -> torch.Te
 
 
 class CoOpTuned:
-    """A finished CoOp context as a tuned model (trainers/tuned.py ``TunedModel``): the same generic context around
+    """A finished CoOp context as PETR+X's seen branch (a ``ClassScoringModel``): the same generic context around
     any class names, scored against plain CLIP image features."""
 
     def __init__(self, clip_model: CLIP, ctx: torch.Tensor, class_token_position: str, autocast: Autocast):
@@ -184,7 +184,7 @@ class CoOpTuned:
                                     "trained on; train CoOp with TRAINER.COOP.CSC False to score the other classes")
         return cls(clip_model, ctx, cfg.TRAINER.COOP.CLASS_TOKEN_POSITION, autocast)
 
-    def scorer(self, classnames: Sequence[str]) -> Callable[[torch.Tensor], torch.Tensor]:
+    def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
         """The context's text features of ``classnames`` (computed here, once) against each image's CLIP features."""
         device = self.clip_model.token_embedding.weight.device
         learner = CoOpPromptLearner(self.clip_model, classnames, self.ctx.shape[0], "", False,

@@ -8,8 +8,8 @@ them before vision block j. J = PROMPT_DEPTH. Logits are τ · cos(image, text),
 
 Upstream registers its whole CLIP wrapper as ``MultiModalPromptLearner``, so its checkpoints hold the frozen CLIP
 weights too; here the model of that name is the prompt learner alone, with upstream's parameter names, and
-upstream checkpoints load into it (``prompt_learner.`` entries kept, the rest left out). Trainable parameters are
-float32 in every precision.
+upstream checkpoints load into it (``prompt_learner.`` entries kept, the rest left out), also as PETR+X's seen branch
+(``MaPLeCLIP.from_checkpoint``). Trainable parameters are float32 in every precision.
 """
 from __future__ import annotations
 
@@ -24,13 +24,13 @@ from torch import nn
 from clip.classifier import class_prompt_tokens
 from clip.model import CLIP, require_vit
 from clip.prompts import init_text_embedding
-from engine import TRAINER_REGISTRY, TrainerX, build_lr_scheduler, build_optimizer
+from engine import TRAINER_REGISTRY, TrainerX, build_lr_scheduler, build_optimizer, load_checkpoint
 from engine.compile import compile_clip
 from engine.errors import ConfigError
 
-from .backbone import ClipWeightsCheck, load_backbone
+from .backbone import Autocast, ClipWeightsCheck, load_backbone
 from .learner_state import learner_state
-from .scoring import ClassScorer, ClassScoring
+from .scoring import ClassScorer, ClassScoring, PromptedCLIP, checkpoint_context
 
 MODEL_NAME = "MultiModalPromptLearner"
 UPSTREAM_PREFIX = "prompt_learner."
@@ -94,12 +94,45 @@ class MultiModalPromptLearner(nn.Module):
         return super().load_state_dict(state, strict=strict, assign=assign)
 
 
+class MaPLeCLIP(PromptedCLIP):
+    """MaPLe's scoring: text features under the language prompts, image features under the projected vision ones."""
+
+    prompt_learner: MultiModalPromptLearner
+
+    @classmethod
+    def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast) -> MaPLeCLIP:
+        """A finished MaPLe run's prompts (ours or upstream's), frozen; N_CTX and PROMPT_DEPTH are read off the
+        tensors, the prompt's words are TRAINER.MAPLE.CTX_INIT (the words after the context stay in the prompt)."""
+        state = load_checkpoint(path).get("state_dict", {})
+        own = {k.removeprefix(UPSTREAM_PREFIX): v for k, v in state.items()}
+        n_ctx = checkpoint_context(own, path, "MaPLe").shape[0]
+        depth = 1 + sum(k.startswith("compound_prompts_text.") for k in own)
+        learner = MultiModalPromptLearner(clip_model, n_ctx, depth, cfg.TRAINER.MAPLE.CTX_INIT)
+        learner.load_state_dict(state)
+        return cls.frozen(clip_model, learner, autocast)
+
+    def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
+        tokens = self.class_tokens(classnames)
+        with self.autocast():
+            text = self.clip_model.encode_text(tokens, self.prompt_learner.text_prompts())
+        text = F.normalize(text.float(), dim=-1)
+        scale = self.clip_model.logit_scale.exp().float()
+
+        def score(images: torch.Tensor) -> torch.Tensor:
+            with self.autocast():
+                image = self.clip_model.encode_image(images, self.prompt_learner.vision_prompts())
+            return scale * F.normalize(image.float(), dim=-1) @ text.t()
+
+        return score
+
+
 @TRAINER_REGISTRY.register()
 class MaPLe(ClassScoring, ClipWeightsCheck, TrainerX):
     """MaPLe: ``MultiModalPromptLearner`` trained with cross-entropy on the labels (a ViT CLIP)."""
 
     NS = "MAPLE"
     DATA_ROLE = "standard"
+    PROMPTED = MaPLeCLIP
 
     def build_model(self) -> None:
         cfg, opts = self.cfg, self.ns
@@ -119,23 +152,6 @@ class MaPLe(ClassScoring, ClipWeightsCheck, TrainerX):
         optim = build_optimizer(learner, cfg.OPTIM)
         sched = build_lr_scheduler(optim, cfg.OPTIM)
         self.register_model(MODEL_NAME, learner, optim, sched)
-
-    def prompt_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
-        return self.prompt_learner.prompt_tokens(classnames)
-
-    def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
-        tokens = self.class_tokens(classnames)
-        with self.autocast():
-            text = self.clip_model.encode_text(tokens, self.prompt_learner.text_prompts())
-        text = F.normalize(text.float(), dim=-1)
-        scale = self.clip_model.logit_scale.exp().float()
-
-        def score(images: torch.Tensor) -> torch.Tensor:
-            with self.autocast():
-                image = self.clip_model.encode_image(images, self.prompt_learner.vision_prompts())
-            return scale * F.normalize(image.float(), dim=-1) @ text.t()
-
-        return score
 
     def extra_results(self) -> dict:
         learner = self.prompt_learner

@@ -1,13 +1,13 @@
 """PETR+X: PETR's training-free routing on a finished run of any prompt learner X (``TRAINER.PETRX.TUNED_TRAINER``).
 
-θ_s is X's prediction with its learned prompts over every class of the task (``trainers/tuned.py``), θ_u the
-dataset's hand-crafted template ensemble on the frozen CLIP, and the router sees ``q̃ = [q_s, q_u]``. Nothing is
-trained: the run reads X's checkpoint from ``TUNED_MODEL_DIR`` (ours or upstream's, Dassl layout, through the
-engine's restricted loader), fits the router on ``router_x`` when it deploys, and evaluates. ``router_x`` holds X's
-training images when NUM_SHOTS and SEED are those of X's run (the base classes' few-shot images in base2novel, the
-source's in cross/dg), as PETR+CoOp's. An eval-only run (``--model-dir`` = that run's folder) reads its router,
-checked to have been fitted on the same X checkpoint (sha256 in ``router.json``); θ_s is read from
-``TUNED_MODEL_DIR`` again.
+θ_s is X's prediction with its learned prompts over every class of the task (``trainers/tuned.py``: CoOp, CoCoOp,
+MaPLe, IVLP or PromptSRC), θ_u the dataset's hand-crafted template ensemble on the frozen CLIP, and the router sees
+``q̃ = [q_s, q_u]``. Nothing is trained: the run reads X's checkpoint from ``TUNED_MODEL_DIR`` (ours or upstream's,
+Dassl layout, through the engine's restricted loader), fits the router on ``router_x`` when it deploys, and
+evaluates. ``router_x`` holds X's training images when NUM_SHOTS and SEED are those of X's run (the base classes'
+few-shot images in base2novel, the source's in cross/dg), as PETR+CoOp's. An eval-only run (``--model-dir`` = that
+run's folder) reads its router, checked to have been fitted on the same X checkpoint (sha256 in ``router.json``);
+θ_s is read from ``TUNED_MODEL_DIR`` again.
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class PETRX(RoutedTrainerMixin, ClipWeightsCheck, TrainerX):
         print(f"Seen branch θ_s: {ns.TUNED_TRAINER} of {self.plugin_source} over all {len(classnames)} classes")
         self.note_fit_set(ns.TUNED_MODEL_DIR)
         tuned = method.load(self.clip_model, cfg, self.plugin_source, self.autocast)
-        self.tuned_scorer = tuned.scorer(classnames)
+        self.tuned_scorer = tuned.class_scorer(classnames)
         with self.autocast():
             self.templates, self.ensemble_text = ensemble_classifier(self.clip_model, cfg.DATASET.NAME, classnames,
                                                                      self.device)

@@ -32,7 +32,7 @@ from engine.distributed import is_main
 from engine.errors import ConfigError, InvalidInputError
 
 from .backbone import ClipWeightsCheck, load_backbone
-from .scoring import ClassScorer, ClassScoring
+from .scoring import ClassScorer, ClassScoring, PromptedCLIP
 from .templates import IMAGENET_TEMPLATES
 
 MODEL_NAME = "VLPromptLearner"
@@ -180,6 +180,33 @@ def all_classnames(dataset) -> list[str]:
     return [full[label] for label in sorted(full)]
 
 
+class VLPromptCLIP(PromptedCLIP):
+    """Deep vision+language prompts' scoring (IVLP's and PromptSRC's): τ · cos(prompted image, prompted text)."""
+
+    prompt_learner: VLPromptLearner
+
+    def prompt_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
+        return class_prompt_tokens(classnames, self.prompt_learner.text_prompts.n_ctx, self.clip_model.context_length)
+
+    def image_features(self, images: torch.Tensor) -> torch.Tensor:
+        """L2-normalised float32 prompted image features [B, D] (with grad)."""
+        with self.autocast():
+            image = self.clip_model.encode_image(images, self.prompt_learner.vision_prompts())
+        return F.normalize(image.float(), dim=-1)
+
+    def text_features(self, classnames: Sequence[str]) -> torch.Tensor:
+        """L2-normalised float32 prompted text features [C, D] of ``classnames`` (with grad)."""
+        tokens = self.class_tokens(classnames)
+        with self.autocast():
+            text = self.clip_model.encode_text(tokens, self.prompt_learner.text_prompts())
+        return F.normalize(text.float(), dim=-1)
+
+    def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
+        text = self.text_features(classnames)
+        scale = self.clip_model.logit_scale.exp().float()
+        return lambda images: scale * self.image_features(images) @ text.t()
+
+
 class VLPromptTrainer(ClassScoring, ClipWeightsCheck, TrainerX):
     """Deep vision+language prompts (model ``VLPromptLearner``) on a frozen ViT CLIP, trained with cross-entropy:
     IVLP's trainer, which PromptSRC extends. Options come from ``TRAINER.<NS>`` (N_CTX_TEXT / N_CTX_VISION, CTX_INIT,
@@ -187,6 +214,7 @@ class VLPromptTrainer(ClassScoring, ClipWeightsCheck, TrainerX):
 
     DATA_ROLE = "standard"
     LEARNER = VLPromptLearner
+    PROMPTED = VLPromptCLIP
 
     def build_model(self) -> None:
         cfg, opts = self.cfg, self.ns
@@ -205,29 +233,6 @@ class VLPromptTrainer(ClassScoring, ClipWeightsCheck, TrainerX):
                 for kind, p in (("text", self.prompt_learner.text_prompts),
                                 ("vision", self.prompt_learner.vision_prompts))]
         print(tabulate(rows, headers=["prompts", "n_ctx", "width", "depth", "trainable params"]))
-
-    def prompt_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
-        return class_prompt_tokens(classnames, self.prompt_learner.text_prompts.n_ctx, self.clip_model.context_length)
-
-    def image_features(self, images: torch.Tensor) -> torch.Tensor:
-        """L2-normalised float32 prompted image features [B, D] (with grad)."""
-        with self.autocast():
-            image = self.clip_model.encode_image(images, self.prompt_learner.vision_prompts())
-        return F.normalize(image.float(), dim=-1)
-
-    def text_features(self, classnames: Sequence[str] | None = None) -> torch.Tensor:
-        """L2-normalised float32 prompted text features [C, D] of ``classnames`` (default: the dataset's; with
-        grad)."""
-        tokens = self.class_tokens(self.dm.dataset.classnames if classnames is None else classnames)
-        with self.autocast():
-            text = self.clip_model.encode_text(tokens, self.prompt_learner.text_prompts())
-        return F.normalize(text.float(), dim=-1)
-
-    def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
-        text = self.text_features(classnames)
-        scale = self.clip_model.logit_scale.exp().float()
-        return lambda images: scale * self.image_features(images) @ text.t()
-
 
 @TRAINER_REGISTRY.register()
 class PromptSRC(VLPromptTrainer):
@@ -257,7 +262,7 @@ class PromptSRC(VLPromptTrainer):
     def loss_terms(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """PromptSRC's loss terms on one batch (see ``promptsrc_loss_terms``) and the prompted logits."""
         opts = self.cfg.TRAINER.PROMPTSRC
-        image, text = self.image_features(images), self.text_features()
+        image, text = self.scoring.image_features(images), self.scoring.text_features(self.dm.dataset.classnames)
         with torch.no_grad(), self.autocast():
             frozen_image = F.normalize(self.clip_model.encode_image(images).float(), dim=-1)
         scale = self.clip_model.logit_scale.exp().float()

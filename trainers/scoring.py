@@ -7,14 +7,70 @@ at once (PETR's routing on top of a prompt learner).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from clip.model import CLIP
 from engine import compute_accuracy
+from engine.errors import InvalidInputError
+
+from .backbone import Autocast
 
 ClassScorer = Callable[[torch.Tensor], torch.Tensor]
 """Images [B, 3, H, W] → logits [B, C] over a fixed class-name list (scaled cosine similarities, float32)."""
+
+
+class ClassScoringModel(Protocol):
+    """A model that scores images over any class-name list: a prompt-learner trainer, its ``PromptedCLIP``, or a
+    finished run read by PETR+X (trainers/tuned.py)."""
+
+    def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
+        """images [B, 3, H, W] -> float32 logits [B, len(classnames)], classifying among ``classnames``.
+
+        Called once per class list: the work that does not depend on the image (text features) is done here. CLIP
+        forwards run under the model's autocast, its own arithmetic in float32.
+        """
+        ...
+
+
+class PromptedCLIP:
+    """A prompt learner on its frozen CLIP, scoring any class list: the one scoring path of a prompt-learner trainer
+    (its ``scoring``) and of that method's finished run as PETR+X's seen branch (trainers/tuned.py).
+
+    A method subclasses it with ``prompt_tokens`` and ``class_scorer``; gradients flow to the learner whenever they
+    are enabled (a finished run's learner is frozen by its loader).
+    """
+
+    def __init__(self, clip_model: CLIP, prompt_learner: nn.Module, autocast: Autocast):
+        self.clip_model, self.prompt_learner, self.autocast = clip_model, prompt_learner, autocast
+        self._tokens: tuple[tuple[str, ...], torch.Tensor] | None = None
+
+    @classmethod
+    def frozen(cls, clip_model: CLIP, prompt_learner: nn.Module, autocast: Autocast) -> PromptedCLIP:
+        """A finished run's learner, frozen and on the CLIP's device, scoring as its trainer did."""
+        device = clip_model.token_embedding.weight.device
+        return cls(clip_model, prompt_learner.requires_grad_(False).to(device), autocast)
+
+    def prompt_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
+        """Token ids [C, L] of the class prompts of ``classnames`` (their context positions take the prompts): the
+        learner's ``prompt_tokens`` by default."""
+        return self.prompt_learner.prompt_tokens(classnames)
+
+    def class_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
+        """``prompt_tokens(classnames)`` on the CLIP's device, kept for the last class list (asked every step)."""
+        key = tuple(classnames)
+        if self._tokens is None or self._tokens[0] != key:
+            device = self.clip_model.token_embedding.weight.device
+            self._tokens = (key, self.prompt_tokens(classnames).to(device))
+        return self._tokens[1]
+
+    def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
+        """The function giving logits of images over ``classnames`` with the current prompts (class side computed
+        now)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement class_scorer(classnames)")
 
 
 class CrossEntropyStep:
@@ -39,32 +95,38 @@ class CrossEntropyStep:
         return {"loss": loss.detach(), "acc": compute_accuracy(logits.detach(), inputs["labels"])[0]}
 
 
+def checkpoint_context(state: dict, path: str, method: str) -> torch.Tensor:
+    """The context ``ctx`` [n_ctx, width] of a ``method`` checkpoint's state (``path`` named in the error)."""
+    ctx = state.get("ctx")
+    if not torch.is_tensor(ctx) or ctx.dim() != 2:
+        raise InvalidInputError(f"{path} holds no {method} context 'ctx' (its keys: {sorted(state)[:6]}); give the "
+                                f"folder of a {method} run")
+    return ctx
+
+
 class ClassScoring(CrossEntropyStep):
-    """Mixin of the prompt-learner trainers: ``class_scorer(classnames)`` is their one scoring path.
+    """Mixin of the prompt-learner trainers: ``class_scorer(classnames)`` is their one scoring path, that of their
+    ``PROMPTED`` class on the trainer's CLIP and prompt learner (``scoring``).
 
     ``model_inference`` scores the dataset's classes (and so feeds the cross-entropy step); an evaluation builds the
     scorer once in ``before_test`` (the prompts are fixed then, so the class-side work is done once) and drops it in
     ``after_test``.
     """
 
+    PROMPTED: type[PromptedCLIP] = PromptedCLIP
     eval_scorer: ClassScorer | None = None
-    _tokens: tuple[tuple[str, ...], torch.Tensor] | None = None
+    _scoring: PromptedCLIP | None = None
 
-    def prompt_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
-        """Token ids [C, L] of the class prompts of ``classnames`` (their context positions take the prompts)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement prompt_tokens(classnames)")
-
-    def class_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
-        """``prompt_tokens(classnames)`` on the run's device, kept for the last class list (asked every step)."""
-        key = tuple(classnames)
-        if self._tokens is None or self._tokens[0] != key:
-            self._tokens = (key, self.prompt_tokens(classnames).to(self.device))
-        return self._tokens[1]
+    @property
+    def scoring(self) -> PromptedCLIP:
+        """``PROMPTED`` on this trainer's ``clip_model`` and ``prompt_learner`` (made at first use, after
+        ``build_model``)."""
+        if self._scoring is None:
+            self._scoring = self.PROMPTED(self.clip_model, self.prompt_learner, self.autocast)
+        return self._scoring
 
     def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
-        """The function giving logits of images over ``classnames`` with the current prompts (class side computed
-        now, with gradients when they are enabled)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement class_scorer(classnames)")
+        return self.scoring.class_scorer(classnames)
 
     def model_inference(self, images: torch.Tensor) -> torch.Tensor:
         scorer = self.eval_scorer if self.eval_scorer is not None else self.class_scorer(self.dm.dataset.classnames)

@@ -4,14 +4,14 @@ Teacher files are PromptSRC checkpoints of this project (``<run>/VLPromptLearner
 layout, tensors and plain values only), files written by ``tools/import_promptkd_teacher.py`` in the same layout, or
 upstream PromptKD's released files (read with the restricted unpickler, keys mapped by ``upstream_teacher``).
 Only the prompts are read from them: the frozen CLIP comes from ``TEACHER_NAME`` (``clip.load_model``).
-``PromptSRCTuned`` reads the same files as PETR+X's seen branch (trainers/tuned.py), on the run's own CLIP.
+``deep_prompt_run`` reads these files (and IVLP's) as PETR+X's seen branch (trainers/tuned.py), on the run's CLIP.
 """
 from __future__ import annotations
 
 import glob
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +25,7 @@ from engine.checkpoint import POINTER_FILE, checkpoint_epoch, load_checkpoint, p
 from engine.errors import InvalidInputError
 
 from .backbone import Autocast
-from .promptsrc import MODEL_NAME, VLPromptLearner
+from .promptsrc import MODEL_NAME, VLPromptCLIP, VLPromptLearner
 from .templates import single_template
 from .upstream_teacher import is_upstream_layout, upstream_teacher_prompts
 
@@ -207,28 +207,9 @@ def build_teacher(name: str, ckpt: str, classnames: Sequence[str], device: torch
     return teacher.to(device)
 
 
-class PromptSRCTuned:
-    """A finished PromptSRC run (ours or upstream's) as a tuned model (trainers/tuned.py ``TunedModel``): its deep
-    text prompts around any class names, its vision prompts on every image, on the run's frozen CLIP."""
-
-    def __init__(self, clip_model: CLIP, prompts: VLPromptLearner, autocast: Autocast):
-        self.clip_model, self.prompts, self.autocast = clip_model, prompts, autocast
-
-    @classmethod
-    def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast) -> PromptSRCTuned:
-        """The prompts of ``path`` (read as a teacher file is), checked against MODEL.BACKBONE.NAME."""
-        prompts = read_teacher_prompts(path)
-        check_teacher_fits(prompts, clip_model, cfg.MODEL.BACKBONE.NAME, path, "MODEL.BACKBONE.NAME", "tuned model")
-        return cls(clip_model, prompts.to(clip_model.token_embedding.weight.device), autocast)
-
-    def scorer(self, classnames: Sequence[str]) -> Callable[[torch.Tensor], torch.Tensor]:
-        """The prompted text features of ``classnames`` (computed here, once) against each prompted image feature."""
-        with self.autocast():
-            model = Teacher(self.clip_model, classnames, prompts=self.prompts)
-
-        def score(images: torch.Tensor) -> torch.Tensor:
-            with self.autocast():
-                image = model.encode_image(images)
-            return model.logit_scale * image @ model.text_features.t()
-
-        return score
+def deep_prompt_run(clip_model: CLIP, cfg, path: str, autocast: Autocast) -> VLPromptCLIP:
+    """A finished PromptSRC or IVLP run (ours or upstream's, read as a teacher file is) on the run's frozen CLIP, as
+    PETR+X's seen branch; the prompts are checked against MODEL.BACKBONE.NAME."""
+    prompts = read_teacher_prompts(path)
+    check_teacher_fits(prompts, clip_model, cfg.MODEL.BACKBONE.NAME, path, "MODEL.BACKBONE.NAME", "tuned model")
+    return VLPromptCLIP.frozen(clip_model, prompts, autocast)

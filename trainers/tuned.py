@@ -1,46 +1,32 @@
 """PETR+X's seen branch: a finished run of a prompt learner X, read without training, scoring any class names.
 
-``TunedModel`` (a Protocol) is all PETR+X asks of a prompt learner: given class names, a function images -> logits
-over those names with the learned prompts. ``TUNED_METHODS`` maps each X (its trainer name, the value of
+PETR+X asks of X what every prompt learner provides, a ``ClassScoringModel`` (trainers/scoring.py:
+``class_scorer(classnames)``). ``TUNED_METHODS`` maps each X (its trainer name, the value of
 ``TRAINER.PETRX.TUNED_TRAINER``) to the folder its runs keep checkpoints in (Dassl layout, ours and upstream's) and
-the loader that builds its ``TunedModel`` from one checkpoint file. Adding a prompt learner is one entry here plus
-its loader and ``scorer``, a few lines next to its trainer (``CoOpTuned`` in coop.py, ``PromptSRCTuned`` in
-teacher.py).
+the loader that builds that model from one checkpoint file: the trainer's own ``PromptedCLIP`` on a frozen learner
+(CoCoOp, MaPLe, IVLP, PromptSRC), or ``CoOpTuned`` (CoOp's context rebuilt for each class list).
 """
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
-import torch
 from yacs.config import CfgNode
 
 from clip.model import CLIP
 from engine.checkpoint import pointed_checkpoint
 
 from .backbone import Autocast
+from .cocoop import CoCoOpCLIP
 from .coop import CoOpTuned
-from .teacher import PromptSRCTuned
+from .maple import MaPLeCLIP
+from .scoring import ClassScoringModel
+from .teacher import deep_prompt_run
 
-
-class TunedModel(Protocol):
-    """A finished prompt learner that scores images over any class names with its learned prompts."""
-
-    def scorer(self, classnames: Sequence[str]) -> Callable[[torch.Tensor], torch.Tensor]:
-        """images [B, 3, H, W] -> float32 logits [B, len(classnames)], classifying among ``classnames``.
-
-        Called once per class list: work that does not depend on the image (text features) is done here. The
-        returned function runs its CLIP forwards under the run's autocast (given to the loader) and its own
-        arithmetic in float32, without gradients.
-        """
-        ...
-
-
-TunedLoader = Callable[[CLIP, CfgNode, str, Autocast], TunedModel]
-"""(the run's frozen CLIP, the run's config, a checkpoint file, the run's autocast) -> the tuned model."""
+TunedLoader = Callable[[CLIP, CfgNode, str, Autocast], ClassScoringModel]
+"""(the run's frozen CLIP, the run's config, a checkpoint file, the run's autocast) -> X's scoring model."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +40,10 @@ class TunedMethod:
 
 TUNED_METHODS: dict[str, TunedMethod] = {
     "CoOp": TunedMethod("prompt_learner", CoOpTuned.from_checkpoint),
-    "PromptSRC": TunedMethod("VLPromptLearner", PromptSRCTuned.from_checkpoint),
+    "CoCoOp": TunedMethod("prompt_learner", CoCoOpCLIP.from_checkpoint),
+    "MaPLe": TunedMethod("MultiModalPromptLearner", MaPLeCLIP.from_checkpoint),
+    "IVLP": TunedMethod("VLPromptLearner", deep_prompt_run),
+    "PromptSRC": TunedMethod("VLPromptLearner", deep_prompt_run),
 }
 
 

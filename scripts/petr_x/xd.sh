@@ -3,7 +3,8 @@
 # (ImageNet, SHOTS shots, all classes), evaluated on TARGET. θ_s = X's prediction over the target's classes, θ_u = the
 # target's hand-crafted prompt ensemble; the router is fitted on X's training images (the source's SHOTS-shot train
 # images of SEED) scored over the target's classes. Nothing is trained.
-# Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/petr_x/xd.sh <coop|promptsrc> <target> <seed> X_RUN_DIR
+# Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/petr_x/xd.sh <coop|cocoop|maple|ivlp|promptsrc> <target>
+#            <seed> X_RUN_DIR
 # X_RUN_DIR: the folder of X's source run, ours or upstream's (e.g. CoOp's main.sh or upstream's
 # output/imagenet/<X>/<cfg>_16shots/.../seed<S>); TUNED_LOAD_EPOCH picks its epoch (default: the last saved).
 # Output: $OUTPUT_ROOT/xd/train/<target>/shots_<SHOTS>/PETRX/vit_b16_<x>/seed<S> (skipped when finished); SHOTS
@@ -12,8 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/common.sh
 
-[ $# -eq 4 ] || die "usage: [SOURCE=imagenet] bash scripts/petr_x/xd.sh <coop|promptsrc> <target dataset> <seed> \
-<x_run_dir>"
+[ $# -eq 4 ] || die "usage: [SOURCE=imagenet] bash scripts/petr_x/xd.sh <coop|cocoop|maple|ivlp|promptsrc> \
+<target dataset> <seed> <x_run_dir>"
 TUNED=$1
 DATASET=$2
 SEED=$3
