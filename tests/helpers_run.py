@@ -51,30 +51,36 @@ class ScriptRunner:
     """
 
     def __init__(self, tmp_path, env: dict, script: str = "scripts/{}"):
-        self.record = tmp_path / "commands.txt"
+        self.record_file = tmp_path / "commands.txt"
         recorder = tmp_path / "record_python.sh"
         recorder.write_text('#!/bin/sh\nif [ "$1" = -c ] || [ "$2" = engine.runs ]; then '
                             f'exec "{sys.executable}" "$@"; fi\n'
                             'printf \'%s\\n\' "$@" --END-- >> "$RECORD"\n')
         recorder.chmod(0o755)
-        self.env = {**os.environ, **env, "PYTHON": str(recorder), "RECORD": str(self.record)}
+        self.env = {**os.environ, **env, "PYTHON": str(recorder), "RECORD": str(self.record_file)}
         self.script = script
         self.skipped: list[bool] = []
+
+    def record(self, argv: list[str], env: dict | None = None) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+        """Run ``argv`` (a script command line, ``env`` added) with the recording ``PYTHON``; returns its result and the
+        train.py commands it issued, not run."""
+        self.record_file.unlink(missing_ok=True)
+        done = subprocess.run(argv, cwd=REPO, env={**self.env, **(env or {}), "PYTHON": self.env["PYTHON"]},
+                              capture_output=True, text=True, timeout=HANG_GUARD_S)
+        commands, current = [], []
+        for line in self.record_file.read_text().splitlines() if self.record_file.exists() else []:
+            if line == "--END--":
+                commands, current = commands + [current], []
+            else:
+                current.append(line)
+        return done, commands
 
     def run(self, script: str, *args: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
         """Run ``script`` (formatted into the runner's script pattern); returns its result and the train.py commands
         it issued (already replayed; a user error of one propagates)."""
         import train
 
-        self.record.unlink(missing_ok=True)
-        done = subprocess.run(["bash", *self.script.format(script).split(), *args], cwd=REPO, env=self.env,
-                              capture_output=True, text=True, timeout=HANG_GUARD_S)
-        commands, current = [], []
-        for line in self.record.read_text().splitlines() if self.record.exists() else []:
-            if line == "--END--":
-                commands, current = commands + [current], []
-            else:
-                current.append(line)
+        done, commands = self.record(["bash", *self.script.format(script).split(), *args])
         self.skipped = []
         for command in commands:
             assert command[0] == "train.py"

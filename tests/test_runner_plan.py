@@ -17,6 +17,7 @@ from runner.jobs import finished_jobs
 from runner.methods import METHODS, find_method
 from runner.profiles import FAST, PAPER, bf16_opts, launch_env
 from runner.protocols import Planner, Sweep
+from tests.helpers_run import ScriptRunner
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B2N = ("imagenet", "caltech101", "oxford_pets", "stanford_cars", "oxford_flowers", "food101", "fgvc_aircraft",
@@ -123,8 +124,9 @@ def skipped_dirs(output: str) -> set[str]:
     ("dg", ("PETR", "PromptKD", "ZeroshotCLIP"), ("demonet_a",)),
 ])
 def test_planned_run_folders_are_the_scripts_folders(tmp_path, protocol, methods, datasets):
-    """Mark every planned run finished (a results.json); each job's own script must then say it skips exactly
-    those folders, so the runner's idea of a finished job is the script's."""
+    """Mark every planned run finished (a results.json); each job's own script must then hand exactly those folders
+    to train.py (which skips a finished run of the same config; recorded here, not run) or skip them itself, so the
+    runner's idea of a finished job is the unit command's."""
     plan = sweep(protocol, methods, datasets, tmp_path, seeds=(1,), source="demonet", config="demo")
     (tmp_path / "data").mkdir()
     jobs = Planner(plan).plan()
@@ -134,14 +136,21 @@ def test_planned_run_folders_are_the_scripts_folders(tmp_path, protocol, methods
             os.makedirs(run, exist_ok=True)
             with open(os.path.join(run, "results.json"), "w") as f:
                 json.dump({"accuracy": 50.0}, f)
+            model = os.path.join(run, "VLPromptLearner")  # a saved model (the teacher's folder name) to evaluate
+            os.makedirs(model, exist_ok=True)
+            for name, text in (("checkpoint", "model.pth.tar-1\n"), ("model.pth.tar-1", "")):
+                with open(os.path.join(model, name), "w") as f:
+                    f.write(text)
         if job.method == "PETR+CoOp":  # plugin.sh checks that the CoOp run it plugs into exists
             os.makedirs(os.path.join(job.runs[0].replace("PETRCoOp", "CoOp").replace("demo_plugin", "demo"),
                                      "prompt_learner"), exist_ok=True)
+    recorder = ScriptRunner(tmp_path, {})
     for job in (j for j in jobs if j.runs):  # a teacher job without a run to check would train
-        done = subprocess.run(job.argv, cwd=REPO, env={**os.environ, **job.env}, capture_output=True, text=True)
-        said = skipped_dirs(done.stdout)
+        env = {k: v for k, v in job.env.items() if k != "PYTHON"}
+        done, commands = recorder.record(list(job.argv), {**env, "TEACHER_CKPT": "none"})
+        said = skipped_dirs(done.stdout) | {os.path.normpath(c[c.index("--output-dir") + 1]) for c in commands}
         assert {os.path.normpath(r) for r in job.runs} <= said, (job.name, done.stdout, done.stderr)
-    assert finished_jobs(jobs) == {j.name for j in jobs if not j.files}  # teachers: nothing published yet
+    assert finished_jobs(jobs) == {j.name for j in jobs if all(os.path.exists(f) for f in j.files)}
 
 
 def test_projected_seconds_by_hand(tmp_path):
