@@ -34,6 +34,9 @@ class Method:
     """Distils from the PromptSRC teacher."""
     plugin_of: str = ""
     """The method whose finished run this training-free plug-in is evaluated on."""
+    plugin_script: str = "plugin.sh"
+    """The plug-in's script: ``plugin.sh DATASET SEED`` (PETR+CoOp), or PETR+X's ``base2new.sh X DATASET SEED
+    X_RUN_DIR`` (``trainer`` PETRX), which names the prompt learner it routes on."""
     dg_script: str = ""
     """Its domain-generalisation script per target: ``xd_test.sh`` evaluates the source-trained student,
     ``dg_train.sh`` trains on the target's images; empty for methods without one."""
@@ -57,7 +60,11 @@ COCOOP = Method("CoCoOp", "CoCoOp", "cocoop", "COCOOP", "vit_b16_c4_ep10_batch1_
 MAPLE = Method("MaPLe", "MaPLe", "maple", "MAPLE", "vit_b16_c2_ep5_batch4_2ctx", shots=16)
 IVLP = Method("IVLP", "IVLP", "ivlp", "IVLP", "vit_b16_c2_ep20_batch4_4+4ctx", shots=16)
 
-METHODS = {m.name: m for m in (ZERO_SHOT, TEACHER, COOP, COCOOP, MAPLE, IVLP, PROMPTKD, PETR, PETR_COOP)}
+PETR_X = tuple(Method(f"PETR+{x.name}", "PETRX", "petr_x", "PETRX", f"vit_b16_{x.scripts}", shots=16,
+                      plugin_of=x.name, plugin_script="base2new.sh") for x in (COCOOP, MAPLE, IVLP))
+"""PETR's routing on a finished CoCoOp, MaPLe or IVLP run (PETR+CoOp keeps its own trainer)."""
+
+METHODS = {m.name: m for m in (ZERO_SHOT, TEACHER, COOP, COCOOP, MAPLE, IVLP, PROMPTKD, PETR, PETR_COOP, *PETR_X)}
 ALIASES = {"zsclip": "ZeroshotCLIP", "clip": "ZeroshotCLIP", "teacher": "PromptSRC", "petrcoop": "PETR+CoOp",
            "petr_coop": "PETR+CoOp"}
 """Other spellings (lower case) of the names in :data:`METHODS`."""

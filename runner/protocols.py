@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from engine.runs import run_dir
 from runner.jobs import Job, check_graph
 from runner.layout import REPO, dataset_name
-from runner.methods import COOP, PLUGIN_SUFFIX, TEACHER, ZERO_SHOT, Method
+from runner.methods import PLUGIN_SUFFIX, TEACHER, ZERO_SHOT, Method, find_method
 from runner.profiles import PAPER, Profile
 
 PROTOCOLS = ("base2new", "xd", "dg")
@@ -162,10 +162,16 @@ class Planner:
     def b2n_method(self, method: Method, dataset: str, seed: int) -> None:
         config = self.cfg(method, dataset)
         if method.plugin_of:
-            train = self.b2n_train(COOP, dataset, seed)
-            self.add(method, "plug-in", dataset, "plugin.sh", [dataset, str(seed)], seed=seed, config=config,
-                     shots=method.shots, runs=self.b2n_runs(method, dataset, seed, config + PLUGIN_SUFFIX),
-                     deps=(train,))
+            tuned = find_method(method.plugin_of)
+            train = self.b2n_train(tuned, dataset, seed)
+            if method.trainer == "PETRX":  # base2new.sh X DATASET SEED X_RUN_DIR: PETR+X's own run folders
+                tuned_run = self.b2n_runs(tuned, dataset, seed, self.cfg(tuned, dataset))[0]
+                args = [tuned.scripts, dataset, str(seed), tuned_run]
+                runs = self.b2n_runs(method, dataset, seed, config)
+            else:
+                args, runs = [dataset, str(seed)], self.b2n_runs(method, dataset, seed, config + PLUGIN_SUFFIX)
+            self.add(method, "plug-in", dataset, method.plugin_script, args, seed=seed, config=config,
+                     shots=method.shots, runs=runs, deps=(train,))
             return
         train = self.b2n_train(method, dataset, seed)
         self.add(method, "test", dataset, "base2new_test.sh", [dataset, str(seed)], seed=seed, config=config,

@@ -94,9 +94,14 @@ def script_default(path: str, var: str) -> str:
 def test_method_table_matches_the_scripts_defaults():
     for method in METHODS.values():
         train = "base2new_test.sh" if method.name == "ZeroshotCLIP" else (
-            "plugin.sh" if method.plugin_of else "base2new_train.sh")
+            method.plugin_script if method.plugin_of else "base2new_train.sh")
         script = f"scripts/{method.scripts}/{train}"
         text = open(os.path.join(REPO, script)).read()
+        if method.trainer == "PETRX":  # base2new.sh X ...: config vit_b16_<x>, X one of the script's learners
+            x = find_method(method.plugin_of).scripts
+            assert "CFG=${CFG:-vit_b16_$TUNED}" in text and method.config == f"vit_b16_{x}" and f"    {x})" in text
+            assert script_default(script, "SHOTS") == str(method.shots) and f"TRAINER={method.trainer}" in text
+            continue
         if "prompt_learners.sh" in text:  # CoCoOp, MaPLe, IVLP: the shared script, default config as an argument
             assert f'prompt_learners.sh" "$0" {method.trainer} {method.config} base2new_train' in text, script
             assert script_default("scripts/prompt_learners.sh", "SHOTS") == str(method.shots)
@@ -251,3 +256,18 @@ def test_bad_arguments_are_one_line(tmp_path, args, message):
     done = subprocess.run([sys.executable, "-m", "runner", "base2new", "--dry-run"], cwd=REPO, env=no_data,
                           capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.startswith("error: no datasets folder: pass --data DIR or set DATA")
+
+
+def test_petr_x_plug_ins_route_on_their_prompt_learners_runs(tmp_path):
+    jobs = by_name(Planner(sweep("base2new", ("PETR+MaPLe", "PETR+IVLP"), ("eurosat",), tmp_path, seeds=(2,))).plan())
+    out = tmp_path / "out" / "base2new"
+    for name, x, trainer, config in (("MaPLe", "maple", "MaPLe", "vit_b16_c2_ep5_batch4_2ctx"),
+                                     ("IVLP", "ivlp", "IVLP", "vit_b16_c2_ep20_batch4_4+4ctx")):
+        plugin = jobs[f"PETR+{name} plug-in eurosat seed2"]
+        assert plugin.deps == (f"{name} train eurosat seed2",)
+        tuned_run = str(out / "train_base/eurosat/shots_16" / trainer / config / "seed2")
+        assert plugin.argv == ("bash", "scripts/petr_x/base2new.sh", x, "eurosat", "2", tuned_run)
+        assert plugin.runs == tuple(str(out / role / "eurosat/shots_16/PETRX" / f"vit_b16_{x}" / "seed2")
+                                    for role in ("train_base", "test_new"))
+    assert sorted(jobs) == sorted([*(f"{m} train eurosat seed2" for m in ("MaPLe", "IVLP")),
+                                   *(f"PETR+{m} plug-in eurosat seed2" for m in ("MaPLe", "IVLP"))])
