@@ -1,1 +1,1 @@
-"""The built-in demo (README, "Demo")."""
+"""The built-in demo (README, "Demo"; docs/demo.md)."""

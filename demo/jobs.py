@@ -6,7 +6,7 @@ results file exists is skipped, so a rerun only does what is missing. ``python t
 ``train.cli(argv)`` in warm worker processes that imported torch and the project once (a new Python process per
 run would pay those imports every time, as long as a small demo run itself); scripts run as subprocesses. Torch
 threads per job: the demo's ``--threads`` (``OMP_NUM_THREADS`` for subprocesses): on a small CPU, one thread per
-run with one run per core keeps the machine responsive and is faster than one multi-threaded run (README, "Demo").
+run with one run per core keeps the machine responsive and is faster than one multi-threaded run (docs/demo.md, "Time").
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Why PETR's unseen student trailed PromptKD's student on the demo's novel classes: the experiments of README
-"Demo" (what was tried, numbers), reproducible.
+"""Why PETR's unseen student trailed PromptKD's student on the demo's novel classes: the experiments of docs/demo.md
+(what was tried, numbers), reproducible.
 
 Each variant changes settings that PromptKD and PETR share (applied to both) or the steps each student gets, and
 is measured on the *validation* split only (the full val split, 20 images per class; no test image is looked at):
@@ -131,7 +131,7 @@ class NovelGap:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line of the experiments."""
-    parser = argparse.ArgumentParser(description="Why the unseen student trails PromptKD on novel (README 'Demo').")
+    parser = argparse.ArgumentParser(description="Why the unseen student trails PromptKD on novel (docs/demo.md).")
     parser.add_argument("--variants", nargs="+", choices=[v.name for v in VARIANTS], metavar="NAME",
                         help="variants to run (default: all): " + "; ".join(v.name for v in VARIANTS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])

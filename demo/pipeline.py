@@ -57,7 +57,7 @@ TRANSFER_METHODS = ("ZeroshotCLIP", "PromptKD", "PETR")
 PRETRAIN_THREADS = 2
 """Torch threads of the tiny CLIPs' pretraining (it runs alone, in this process). Fixed, because the float sums and
 so the cached CLIPs (and every number after them) depend on the thread count; OMP_WAIT_POLICY=PASSIVE (set when this
-module runs as a program) keeps the two threads from spinning on a busy machine (README, "Demo")."""
+module runs as a program) keeps the two threads from spinning on a busy machine (docs/demo.md, "Time")."""
 
 
 @dataclass(frozen=True)
@@ -448,7 +448,7 @@ def default_paths(workdir: str, data: str | None, output: str | None, cache: str
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line of the demo."""
-    parser = argparse.ArgumentParser(description="Run the built-in PETR demo on CPU (see README, 'Demo').")
+    parser = argparse.ArgumentParser(description="Run the built-in PETR demo on CPU (see docs/demo.md).")
     parser.add_argument("--quick", action="store_true",
                         help="the reduced demo of the test suite (smaller data, 2 seeds, short pretraining)")
     parser.add_argument("--workdir", default=".", help="folder under which data/demo, output/demo, demo_cache go")

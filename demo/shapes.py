@@ -12,7 +12,7 @@ Two base/novel splits hold the same images and differ only in label order (CoOp:
 ``DemoShapesHard`` puts every shape of four colours (red, orange, yellow, green) in base and those of the other four
 in novel, so novel classes hold colours that base training never shows (the pretrained CLIP knows all of them).
 A third order, novel shapes (circle, square, triangle in base), was tried for the demo and dropped: the tiny CLIPs
-recognise shape too poorly for any router to tell a novel shape from a base one (AUROC 80%, README "Demo").
+recognise shape too poorly for any router to tell a novel shape from a base one (AUROC 80%, docs/demo.md).
 
 Cross-dataset transfer and domain generalisation have their own datasets (``datasets.demo_specs.DEMO_DATASETS``):
 the source ``DemoNet`` (24 classes: every shape in red, orange, yellow, green), cross-dataset targets with other

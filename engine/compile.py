@@ -1,7 +1,7 @@
 """``TRAIN.COMPILE``: torch.compile of the frozen CLIP forwards (with prompts), against launch overhead at batch 8.
 
 * ``none`` (default): eager PyTorch, no compilation wait; the reference numbers the compiled modes are checked
-  against (README, Throughput, weighs the choice).
+  against (docs/throughput.md weighs the choice).
 * ``compile``: ``torch.compile`` (inductor) of the frozen CLIPs' ``encode_image`` / ``encode_text`` (PromptKD, PETR,
   PromptSRC): fused kernels, far fewer launches; the prompts stay inputs, so their gradients flow through the
   compiled graph.

@@ -1,10 +1,10 @@
 """Projected GPU time of a job: training steps from the dataset sizes and the trainer config, times measured or
 estimated per step, plus evaluation and start-up.
 
-Every number here says where it comes from. Step times are the README's H100 benchmark (``python tools/benchmark.py
-train --device cuda ...``, random-weight CLIPs of the real shapes, batch 8); what that benchmark does not cover is
-an estimate and marked as one. Projections are for one H100 and ignore data loading (3-5 % of a step there, README
-"Throughput").
+Every number here says where it comes from. Step times are the H100 benchmark of docs/throughput.md
+(``python tools/benchmark.py train --device cuda ...``, random-weight CLIPs of the real shapes, batch 8); what that
+benchmark does not cover is an estimate and marked as one. Projections are for one H100 and ignore data loading
+(3-5 % of a step there, docs/throughput.md).
 """
 from __future__ import annotations
 
@@ -57,13 +57,13 @@ class StepTime:
 
 
 STEP_MS = {
-    ("PETR", "paper"): StepTime(38.4, "README GPU table: PETR 2 students (8 + 8), fp16, teacher cache off"),
-    ("PETR", "fast"): StepTime(20.4, "README GPU table: PETR 2 students (8 + 8), bf16 + compile, cache on"),
-    ("PromptKD", "paper"): StepTime(31.5, "README GPU table: PromptKD (8), fp16, teacher cache off"),
-    ("PromptKD", "fast"): StepTime(10.3, "README GPU table: PromptKD (8), bf16 + compile, cache on"),
-    ("PromptSRC", "paper"): StepTime(43.3, "README GPU table: PromptSRC teacher ViT-L/14 (8), fp16"),
-    ("PromptSRC", "fast"): StepTime(43.3, "README GPU table: PromptSRC teacher ViT-L/14 (8), fp16 (the fast "
-                                          "profile keeps the teacher's step)"),
+    ("PETR", "paper"): StepTime(38.4, "docs/throughput.md GPU table: PETR 2 students (8 + 8), fp16, teacher cache off"),
+    ("PETR", "fast"): StepTime(20.4, "docs/throughput.md GPU table: PETR 2 students (8 + 8), bf16 + compile, cache on"),
+    ("PromptKD", "paper"): StepTime(31.5, "docs/throughput.md GPU table: PromptKD (8), fp16, teacher cache off"),
+    ("PromptKD", "fast"): StepTime(10.3, "docs/throughput.md GPU table: PromptKD (8), bf16 + compile, cache on"),
+    ("PromptSRC", "paper"): StepTime(43.3, "docs/throughput.md GPU table: PromptSRC teacher ViT-L/14 (8), fp16"),
+    ("PromptSRC", "fast"): StepTime(43.3, "docs/throughput.md GPU table: PromptSRC teacher ViT-L/14 (8), fp16 (the "
+                                          "fast profile keeps the teacher's step)"),
     ("CoOp", "paper"): StepTime(20.0, "estimate, not measured: a ViT-B/16 forward of 32 images without gradients "
                                       "and the text tower's forward and backward over the base classes"),
     ("CoOp", "fast"): StepTime(20.0, "estimate, not measured (as paper: CoOp is not compiled)"),
@@ -71,14 +71,14 @@ STEP_MS = {
 """Milliseconds per training step on one H100 at the shipped batch size, per trainer and profile."""
 EVAL_MS_PER_IMAGE = {"ViT-B/16": 0.3, "ViT-B/16 x2": 0.6, "ViT-L/14": 1.0}
 """Estimates, not measured: one test image's forward at batch 100, loading included (8 loader workers decode a
-224 px JPEG in 1.6 ms of one core each, README "Throughput"). PETR runs its two prompt sets in one batched forward."""
+224 px JPEG in 1.6 ms of one core each, docs/throughput.md). PETR runs its two prompt sets in one batched forward."""
 EVAL_MODEL = {"PETR": "ViT-B/16 x2", "PromptSRC": "ViT-L/14"}
 """Evaluation model per trainer (others: one ViT-B/16 forward)."""
 COMPILE_S = {"PETR": 39.0, "PromptKD": 16.0}
-"""One-off compilation of the first step under ``TRAIN.COMPILE compile`` (README, H100 measurement)."""
+"""One-off compilation of the first step under ``TRAIN.COMPILE compile`` (docs/throughput.md, H100 measurement)."""
 TEACHER_VIEW_MS = 0.57
-"""Teacher (ViT-L/14) forward per image in bf16, derived from the README GPU table: PromptKD at batch 64 without and
-with the cache, (65.0 - 28.5) ms / 64 images. A ``views`` cache runs it on 4 views of every cached image."""
+"""Teacher (ViT-L/14) forward per image in bf16, derived from the docs/throughput.md GPU table: PromptKD at batch 64
+without and with the cache, (65.0 - 28.5) ms / 64 images. A ``views`` cache runs it on 4 views of every cached image."""
 CACHE_VIEWS = 4
 JOB_OVERHEAD_S = 60.0
 """Estimate, not measured: start-up of a run (imports, CLIP weights, dataset listing, text features)."""

@@ -10,9 +10,9 @@ train and report. ``fast`` adds config overrides (``EXTRA_OPTS``) that change sp
   views are drawn from the image's position, not the run's seed, so sharing changes no number);
 * ``DATALOADER.PERSISTENT_WORKERS True``.
 
-The PromptSRC teacher keeps its shipped fp16 eager step: on the README's H100 table its step is slower in bf16 and
-in bf16 with compilation. A profile also names its own output and teacher folders, so runs of the two profiles
-never share a run folder.
+The PromptSRC teacher keeps its shipped fp16 eager step: on the H100 table of docs/throughput.md its step is slower
+in bf16 and in bf16 with compilation. A profile also names its own output and teacher folders, so runs of the two
+profiles never share a run folder.
 """
 from __future__ import annotations
 

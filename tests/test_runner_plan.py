@@ -235,7 +235,7 @@ def test_dry_run_prints_the_plan(tmp_path, capsys):
     assert float(table["total"][-1]) == pytest.approx(expected_h, abs=0.05)
     assert "[resume] PETR train dtd seed1 (after teacher dtd)" in out
     assert "CFG=vit_b16_ep40_batch8_4ctx SHOTS=0 bash scripts/petr/base2new_train.sh eurosat 1" in out
-    assert "PETR: 38.4 ms (README GPU table" in out
+    assert "PETR: 38.4 ms (docs/throughput.md GPU table" in out
 
 
 @pytest.mark.parametrize("args,message", [

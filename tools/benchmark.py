@@ -14,7 +14,7 @@
     python tools/benchmark.py                         # both parts, ViT-B/16 + ViT-L/14 shapes
     python tools/benchmark.py inference --batch 8 --iters 3 --threads 2
     python tools/benchmark.py train --classes 10 --train-batch 2 --train-iters 2
-    python tools/benchmark.py train --model tiny --train-iters 3 --workers 2     # CPU table of the README
+    python tools/benchmark.py train --model tiny --train-iters 3 --workers 2     # CPU table of docs/throughput.md
     python tools/benchmark.py train --device cuda --classes 1000 --train-iters 20 --warmup 5
     python tools/benchmark.py --device cuda --prec amp --batch 64 --iters 20 --warmup 5
 """

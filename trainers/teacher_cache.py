@@ -15,7 +15,7 @@ Files (in ``TEACHER_CACHE_DIR``, default ``<OUTPUT_DIR>/teacher_cache``): ``<nam
 (``features`` [N, K, D] float32, ``views`` [N, K, 5] int64: top, left, height, width, flip) and is loaded with
 ``weights_only=True``; ``<name>.json`` says what it was made from. Both are written atomically. The key hashes
 the image paths, the transform and the teacher's weights and precision; when any of them changes the files are
-rebuilt. Size: N · K · D · 4 bytes (README, teacher cache, gives ImageNet's).
+rebuilt. Size: N · K · D · 4 bytes (docs/throughput.md, teacher cache, gives ImageNet's).
 """
 from __future__ import annotations
 
