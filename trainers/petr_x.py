@@ -17,11 +17,12 @@ import torch
 
 from engine import TRAINER_REGISTRY, TrainerX, check_availability
 from engine.errors import ConfigError
+from engine.run_identity import file_digest
 from engine.utils import read_json
 
 from .backbone import ClipWeightsCheck, cosine_logits, load_backbone
 from .routed import BranchScorer, RoutedTrainerMixin
-from .tuned import TUNED_METHODS, file_sha256, run_checkpoint
+from .tuned import TUNED_METHODS, run_checkpoint
 from .zeroshot import ensemble_classifier
 
 
@@ -56,7 +57,7 @@ class PETRX(RoutedTrainerMixin, ClipWeightsCheck, TrainerX):
             self.templates, self.ensemble_text = ensemble_classifier(self.clip_model, cfg.DATASET.NAME, classnames,
                                                                      self.device)
         self.routing.provenance = {"tuned_trainer": ns.TUNED_TRAINER,
-                                   "tuned_checkpoint_sha256": file_sha256(self.plugin_source)}
+                                   "tuned_checkpoint_sha256": file_digest(self.plugin_source)}
 
     def note_fit_set(self, tuned_dir: str) -> None:
         """Say so when the tuned run's results.json shows other training images than this run's router_x."""

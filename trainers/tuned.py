@@ -8,7 +8,6 @@ the loader that builds that model from one checkpoint file: the trainer's own ``
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,10 +67,3 @@ def run_checkpoint(run_dir: str, model_name: str, epoch: int, trainer: str, dir_
     return path
 
 
-def file_sha256(path: str) -> str:
-    """sha256 of a file's bytes (identifies a checkpoint wherever it is copied)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
