@@ -26,6 +26,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 if __name__ == "__main__":  # process-wide, so only as a program; read when torch loads, hence before the imports below
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -194,7 +195,7 @@ class Demo:
                  "TRAINER.MODAL", "base2novel", *opts, *self.plan.opts.get(method, ())]
         return tuple(argv)
 
-    def job(self, stage: str, **fields) -> Job:
+    def job(self, stage: str, **fields: Any) -> Job:
         """A runner job (``runner.jobs.Job`` fields), recorded under ``stage`` for the time table."""
         job = Job(**fields)
         self.stages[job.name] = stage
