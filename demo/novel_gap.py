@@ -15,7 +15,6 @@ import argparse
 import hashlib
 import os
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,9 +22,9 @@ from tabulate import tabulate
 
 from analysis.stats import harmonic_mean
 from demo import report
-from demo.jobs import Job, run_jobs
-from demo.pipeline import FULL, RESULTS, Demo, default_paths
+from demo.pipeline import FULL, RESULTS, Demo, default_paths, failures
 from engine.utils import read_json
+from runner.jobs import Job
 
 VAL = ("TEST.SPLIT", "val")
 ALL_VAL = ("DATASET.NUM_SHOTS", "0")
@@ -95,13 +94,16 @@ class NovelGap:
                     name = f"{trainer} {run_key(opts)} seed{seed}"
                     distill = (*self.demo.distill_opts(trainer), *VAL)
                     argv = self.demo.train_argv(trainer, train, seed, "base", (*distill, *opts))
-                    jobs[name] = Job(name, v.name, argv, os.path.join(train, RESULTS), deps=(teacher_job,))
+                    jobs[name] = self.demo.job(v.name, name=name, kind="train", method=trainer,
+                                               dataset=self.demo.short, argv=argv, runs=(train,), deps=(teacher_job,),
+                                               seed=seed, trainer=trainer)
                     for part, subsample in (("val_base", "base"), ("val_new", "new")):
                         out = os.path.join(run, part)
                         argv = self.demo.train_argv(trainer, out, seed, subsample, (*distill, *opts, *ALL_VAL),
                                                     model_dir=train)
-                        jobs[f"{name} {part}"] = Job(f"{name} {part}", v.name, argv, os.path.join(out, RESULTS),
-                                                     deps=(name,))
+                        jobs[f"{name} {part}"] = self.demo.job(
+                            v.name, name=f"{name} {part}", kind="test", method=trainer, dataset=self.demo.short,
+                            argv=argv, runs=(out,), deps=(name,), seed=seed, trainer=trainer)
         return list(jobs.values())
 
     def read(self, trainer: str, opts: Sequence[str], seed: int) -> dict[str, dict]:
@@ -147,9 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     teacher = [j for j in demo.b2n_jobs() if j.name.startswith("b2n PromptSRC") and j.name.endswith("base")]
     variants = [v for v in VARIANTS if not args.variants or v.name in args.variants]
     gap = NovelGap(demo, variants, args.seeds)
-    start = time.time()
-    run_jobs(teacher + gap.jobs(teacher[0].name), args.jobs, args.threads, os.path.join(gap.root, "logs"),
-             lambda: time.time() - start, repo)
+    outcome = demo.run_jobs(teacher + gap.jobs(teacher[0].name), os.path.join(gap.root, "logs"))
+    if not outcome.ok:
+        print(failures(outcome))
+        return 1
     print(gap.table())
     return 0
 

@@ -8,10 +8,11 @@ Three protocols, each through the commands a researcher types (printed before th
 * cross-dataset and domain generalisation with ``DemoNet`` (the toy ImageNet) as source: ``scripts/teacher``,
   ``scripts/zsclip``, ``scripts/promptkd`` and ``scripts/petr`` xd/dg scripts with ``SOURCE=demonet``
   (``<output>/xd``, ``<output>/dg``, ``<output>/ZeroshotCLIP``).
-Runs go several at once (``demo.jobs``: ``train.py`` runs in warm worker processes, scripts as subprocesses); a run
-whose results exist is skipped, so a rerun only does what is missing. The summary: ``parse_test_res.py b2n``, mean
-± std over seeds, PETR − PromptKD per seed, routing, the paper's effects over seeds, the cross-dataset and DG tables,
-the routing-score plot and per-stage times.
+Runs go several at once on the protocol runner's CPU slots (``runner.schedule.run_plan`` on a
+``runner.local.LocalExecutor``: ``train.py`` runs in warm worker processes, scripts as subprocesses); a run whose
+results exist is skipped, so a rerun only does what is missing, and a failed run stops only the runs that need it.
+The summary: ``parse_test_res.py b2n``, mean ± std over seeds, PETR − PromptKD per seed, routing, the paper's effects
+over seeds, the cross-dataset and DG tables, the routing-score plot and per-stage times.
 
 Command line: ``python -m demo.pipeline [--quick] [--workdir DIR] [--data DIR] [--output DIR] [--cache DIR]
 [--seeds S ...] [--transfer-seeds S ...] [--threads N] [--jobs N]``. Environment: ``DEMO_DATA``, ``DEMO_OUTPUT``,
@@ -23,8 +24,9 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 if __name__ == "__main__":  # process-wide, so only as a program; read when torch loads, hence before the imports below
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -32,12 +34,14 @@ if __name__ == "__main__":  # process-wide, so only as a program; read when torc
 import parse_test_res
 from analysis.dumps import find_units, unit_scores
 from demo import report
-from demo.jobs import Job, run_jobs, stage_times
 from demo.pretrain import PretrainParams, default_params, default_path, pretrained_path
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
 from engine.runs import RESULTS_FILE as RESULTS
 from engine.runs import run_dir
 from engine.utils import read_json
+from runner.jobs import Job, check_graph
+from runner.local import LocalExecutor
+from runner.schedule import Report, run_plan
 
 CONFIG = "demo"
 """Name of the demo configs: ``configs/trainers/<TRAINER>/demo.yaml``."""
@@ -54,6 +58,8 @@ SOURCE = "demonet"
 XD_TARGETS = ("democool", "demosoft", "demofancy")
 DG_TARGETS = ("demonetv2", "demonet_sketch", "demonet_a", "demonet_r")
 TRANSFER_METHODS = ("ZeroshotCLIP", "PromptKD", "PETR")
+KINDS = {"ZeroshotCLIP": "zero-shot", "PromptSRC": "teacher", "PETRCoOp": "plug-in", "PETRX": "plug-in"}
+"""Runner job kind of a trainer's training run (others: ``train``; evaluations of a saved model: ``test``)."""
 PRETRAIN_THREADS = 2
 """Torch threads of the tiny CLIPs' pretraining (it runs alone, in this process). Fixed, because the float sums and
 so the cached CLIPs (and every number after them) depend on the thread count; OMP_WAIT_POLICY=PASSIVE (set when this
@@ -137,10 +143,11 @@ class Demo:
         self.plan, self.paths = plan, paths
         self.threads, self.workers = threads, workers
         self.short = DATASET_DIRS[plan.dataset]  # its folder = the stem of its yaml, as scripts name datasets
-        self.repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self.start = time.time()
         self.student_clip = self.teacher_clip = ""
         self.prepare_times: list[list] = []
+        self.stages: dict[str, str] = {}
+        """Job name -> the stage whose times are reported together (e.g. "base-to-novel: seed 2")."""
 
     # ----- bookkeeping ----------------------------------------------------------------------------------
     def clock(self) -> float:
@@ -188,20 +195,29 @@ class Demo:
                  "TRAINER.MODAL", "base2novel", *opts, *self.plan.opts.get(method, ())]
         return tuple(argv)
 
-    def train_py(self, method: str, role: str, seed: int, extra: Sequence[str] = (), model_dir: str = "") -> Job:
-        """One base-to-novel run in the CoOp layout (training on base, or evaluating ``model_dir`` on novel)."""
+    def job(self, stage: str, **fields: Any) -> Job:
+        """A runner job (``runner.jobs.Job`` fields), recorded under ``stage`` for the time table."""
+        job = Job(**fields)
+        self.stages[job.name] = stage
+        return job
+
+    def train_py(self, method: str, role: str, seed: int, stage: str, extra: Sequence[str] = (),
+                 model_dir: str = "", deps: Sequence[str] = ()) -> Job:
+        """One base-to-novel run in the CoOp layout (training on base, or evaluating ``model_dir`` on novel); finished
+        when its run folder is."""
         trainer, config = method_run(method)
         out = self.run_dir(role, self.shots(method), trainer, seed, config)
         subsample, part = ("base", "base") if role == "train_base" else ("new", "novel")
-        return Job(f"b2n {method} seed{seed} {part}", "", self.train_argv(method, out, seed, subsample, extra,
-                                                                           model_dir), os.path.join(out, RESULTS))
+        return self.job(stage, name=f"b2n {method} seed{seed} {part}",
+                        kind="test" if model_dir else KINDS.get(trainer, "train"), method=method, dataset=self.short,
+                        argv=self.train_argv(method, out, seed, subsample, extra, model_dir), runs=(out,),
+                        deps=tuple(deps), seed=seed, config=config, trainer=trainer)
 
     def base_and_novel(self, method: str, seed: int, stage: str, extra: Sequence[str] = (),
                        deps: Sequence[str] = ()) -> list[Job]:
         """Train (or evaluate) on the base classes, then evaluate the saved model on the novel classes."""
-        base = replace(self.train_py(method, "train_base", seed, extra), stage=stage, deps=tuple(deps))
-        novel = self.train_py(method, "test_new", seed, extra, model_dir=os.path.dirname(base.result))
-        return [base, replace(novel, stage=stage, deps=(base.name,))]
+        base = self.train_py(method, "train_base", seed, stage, extra, deps=deps)
+        return [base, self.train_py(method, "test_new", seed, stage, extra, model_dir=base.runs[0], deps=(base.name,))]
 
     def distill_opts(self, trainer: str) -> tuple[str, ...]:
         """The student CLIP, the teacher CLIP and the shared base-to-novel teacher run of PromptKD / PETR."""
@@ -231,7 +247,7 @@ class Demo:
                 learner = self.base_and_novel(x, seed, stage, student)
                 jobs += learner
                 jobs += self.base_and_novel(f"PETR+{x}", seed, stage, (*student, "TRAINER.PETRX.TUNED_MODEL_DIR",
-                                                                       os.path.dirname(learner[0].result)),
+                                                                       learner[0].runs[0]),
                                             deps=(learner[0].name,))
         return jobs
 
@@ -241,15 +257,17 @@ class Demo:
                 "BACKBONE": self.student_clip, "TEACHER_NAME": self.teacher_clip, "TEACHER_DIR": self.paths.teachers,
                 "KD_WEIGHT": self.plan.kd_weight, "PYTHON": sys.executable}
 
-    def script(self, name: str, stage: str, path: str, args: Sequence[str], result: str, deps: Sequence[str] = (),
-               env: dict[str, str] | None = None) -> Job:
+    def script(self, name: str, stage: str, path: str, args: Sequence[str], runs: Sequence[str] = (),
+               files: Sequence[str] = (), deps: Sequence[str] = (), env: dict[str, str] | None = None) -> Job:
         """A ``bash scripts/<method>/...`` job with the demo's script environment (the plan's overrides of the
-        script's trainer as EXTRA_OPTS)."""
+        script's trainer as EXTRA_OPTS); finished when its run folders are and its files exist."""
         trainer = {"teacher": "PromptSRC", "zsclip": "ZeroshotCLIP", "promptkd": "PromptKD", "petr": "PETR"}[
             path.split("/")[1]]
         extra = {"EXTRA_OPTS": " ".join(self.plan.opts[trainer])} if trainer in self.plan.opts else {}
-        return Job(name, stage, ("bash", path, *args), result, {**self.script_env(), **extra, **(env or {})},
-                   tuple(deps))
+        return self.job(stage, name=name, kind="test" if path.endswith("_test.sh") else KINDS.get(trainer, "train"),
+                        method=trainer, dataset=args[0] if trainer != "PromptSRC" else SOURCE,
+                        argv=("bash", path, *args), env={**self.script_env(), **extra, **(env or {})},
+                        runs=tuple(runs), files=tuple(files), deps=tuple(deps), config=CONFIG, trainer=trainer)
 
     def zeroshot_dir(self, dataset: str) -> str:
         return os.path.join(self.paths.output, "ZeroshotCLIP", CONFIG, dataset)
@@ -267,21 +285,22 @@ class Demo:
         source_name = next(name for name, folder in DATASET_DIRS.items() if folder == SOURCE)
         teacher_file = os.path.join(self.paths.teachers, f"{source_name}-xd", "VLPromptLearner", "checkpoint")
         jobs = [self.script(teacher_name, "cross-dataset / DG: teacher", "scripts/teacher/xd_train.sh",
-                            [str(plan.transfer_seeds[0])], teacher_file, env={"SHOTS": str(plan.teacher_shots)})]
+                            [str(plan.transfer_seeds[0])], files=[teacher_file],
+                            env={"SHOTS": str(plan.teacher_shots)})]
         for ds in (SOURCE, *plan.xd_targets, *plan.dg_targets):
             jobs.append(self.script(f"zero-shot {ds}", "cross-dataset / DG: zero-shot", "scripts/zsclip/zeroshot.sh",
-                                    [ds, CONFIG], os.path.join(self.zeroshot_dir(ds), RESULTS)))
+                                    [ds, CONFIG], runs=[self.zeroshot_dir(ds)]))
         for seed in plan.transfer_seeds:
             stage = f"cross-dataset / DG: seed {seed}"
             retest = seed == plan.transfer_seeds[0]
             for ds in (SOURCE, *plan.xd_targets):
                 jobs.append(self.script(f"PromptKD xd {ds} seed{seed}", stage, "scripts/promptkd/xd_train.sh",
-                                        [ds, str(seed)], self.result("xd/train", ds, "PromptKD", seed),
+                                        [ds, str(seed)], runs=[self.transfer_run("xd/train", ds, "PromptKD", seed)],
                                         deps=(teacher_name,)))
                 jobs += self.petr_transfer("xd", ds, seed, stage, teacher_name, retest)
             for ds in plan.dg_targets:
                 jobs.append(self.script(f"PromptKD dg {ds} seed{seed}", stage, "scripts/promptkd/xd_test.sh",
-                                        [ds, str(seed)], self.result("xd/test", ds, "PromptKD", seed),
+                                        [ds, str(seed)], runs=[self.transfer_run("xd/test", ds, "PromptKD", seed)],
                                         deps=(f"PromptKD xd {SOURCE} seed{seed}",)))
                 jobs += self.petr_transfer("dg", ds, seed, stage, teacher_name, retest)
         return jobs
@@ -291,18 +310,22 @@ class Demo:
         """PETR's ``<protocol>_train.sh`` run, and its ``<protocol>_test.sh`` re-evaluation when ``retest``."""
         train = f"PETR {protocol} {dataset} seed{seed}"
         jobs = [self.script(train, stage, f"scripts/petr/{protocol}_train.sh", [dataset, str(seed)],
-                            self.result(f"{protocol}/train", dataset, "PETR", seed), deps=(teacher_job,))]
+                            runs=[self.transfer_run(f"{protocol}/train", dataset, "PETR", seed)], deps=(teacher_job,))]
         if retest:
             jobs.append(self.script(f"PETR {protocol} test {dataset} seed{seed}", stage,
                                     f"scripts/petr/{protocol}_test.sh", [dataset, str(seed)],
-                                    self.result(f"{protocol}/test", dataset, "PETR", seed), deps=(train,)))
+                                    runs=[self.transfer_run(f"{protocol}/test", dataset, "PETR", seed)], deps=(train,)))
         return jobs
 
-    def result(self, protocol_role: str, dataset: str, trainer: str, seed: int) -> str:
-        """results.json of an xd/dg script run (SHOTS 0): ``<output>/<xd|dg>/<train|test>/<dataset>/shots_0/<T>/demo/
+    def transfer_run(self, protocol_role: str, dataset: str, trainer: str, seed: int) -> str:
+        """Folder of an xd/dg script run (SHOTS 0): ``<output>/<xd|dg>/<train|test>/<dataset>/shots_0/<T>/demo/
         seed<S>``."""
         protocol, role = protocol_role.split("/")
-        return os.path.join(run_dir(self.paths.output, protocol, role, dataset, 0, trainer, CONFIG, seed), RESULTS)
+        return run_dir(self.paths.output, protocol, role, dataset, 0, trainer, CONFIG, seed)
+
+    def result(self, protocol_role: str, dataset: str, trainer: str, seed: int) -> str:
+        """results.json of an xd/dg script run (:meth:`transfer_run`)."""
+        return os.path.join(self.transfer_run(protocol_role, dataset, trainer, seed), RESULTS)
 
     # ----- stages ---------------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -325,17 +348,30 @@ class Demo:
             self.teacher_clip = clip_file(self.plan.teacher, self.paths.cache)
         self.prepare_times.append(["tiny CLIPs", "", "", self.clock() - start, ""])
 
-    def run(self) -> None:
-        """Every stage, then the summary."""
+    def run_jobs(self, jobs: Sequence[Job], log_dir: str) -> Report:
+        """Run ``jobs`` on the runner's CPU slots (``workers`` at once, ``threads`` torch threads each), skipping
+        finished ones; a failed job is reported with its log's tail and only the jobs that need it are not run."""
+        check_graph(jobs)
+        executor = LocalExecutor([], cpu_jobs=max(1, self.workers), threads=self.threads)
+        self.header(f"{len(jobs)} runs on {executor.describe()} (logs in {log_dir})")
+        try:
+            return run_plan(jobs, executor, log_dir)
+        finally:
+            executor.close()
+
+    def run(self) -> bool:
+        """Every stage, then the summary; False (after the failures and the time table) when a run failed."""
         self.prepare()
-        jobs = self.b2n_jobs() + self.transfer_jobs()
-        self.header(f"{len(jobs)} runs, up to {self.workers} at once with {self.threads} torch thread(s) each "
-                    f"(logs in {self.paths.logs})")
-        timings = run_jobs(jobs, self.workers, self.threads, self.paths.logs, self.clock, self.repo)
-        self.summary()
+        outcome = self.run_jobs(self.b2n_jobs() + self.transfer_jobs(), self.paths.logs)
+        if outcome.ok:
+            self.summary()
         self.header("Time per stage (wall: first start to last end; run s: summed over runs that ran at once)")
-        print(report.stage_table(self.prepare_times + stage_times(timings)))
+        print(report.stage_table(self.prepare_times + stage_times(self.stages, outcome)))
+        if not outcome.ok:
+            print(failures(outcome))
+            return False
         self.header(f"Done in {self.clock():.0f} s; outputs under {self.paths.output}")
+        return True
 
     def collect(self) -> dict[int, report.SeedRows]:
         """``{seed: {trainer: {"base": results.json, "novel": results.json}}}`` of the base-to-novel methods."""
@@ -408,6 +444,29 @@ class Demo:
               f"{'yes' if same else 'NO'}")
 
 
+def stage_times(stages: Mapping[str, str], outcome: Report) -> list[list]:
+    """Per stage (``stages``: job name -> stage, in plan order): runs done, runs finished before (skipped), wall time
+    (first start to last end) and the summed run time, in seconds, from the runner's job spans."""
+    rows: dict[str, list] = {}
+    for name, stage in stages.items():
+        row = rows.setdefault(stage, [stage, [], 0])
+        if name in outcome.spans:
+            row[1].append(outcome.spans[name])
+        row[2] += name in outcome.finished_before
+    return [[stage, len(spans), skipped, max(e for _, e in spans) - min(s for s, _ in spans) if spans else 0.0,
+             sum(e - s for s, e in spans)] for stage, spans, skipped in rows.values()]
+
+
+def failures(outcome: Report) -> str:
+    """The failed runs with their log's tails and the runs left out because they need one; an ``error:`` line."""
+    lines = [f"FAILED {name}: {why}" for name, why in outcome.failed.items()]
+    if outcome.skipped:
+        lines.append(f"Not run (they need a failed run): {', '.join(outcome.skipped)}")
+    lines.append(f"error: {len(outcome.failed)} demo run(s) failed (logs above); fix the cause and rerun the same "
+                 "command: finished runs are skipped")
+    return "\n".join(lines)
+
+
 def method_run(method: str) -> tuple[str, str]:
     """The trainer and config of a table method: PETR+X is PETRX with ``configs/trainers/PETRX/demo_<x>.yaml``."""
     if method.startswith("PETR+"):
@@ -468,8 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = replace(plan, seeds=tuple(args.seeds))
     if args.transfer_seeds is not None:
         plan = replace(plan, transfer_seeds=tuple(args.transfer_seeds))
-    Demo(plan, paths, args.threads, args.jobs).run()
-    return 0
+    return 0 if Demo(plan, paths, args.threads, args.jobs).run() else 1
 
 
 if __name__ == "__main__":

@@ -181,5 +181,5 @@ def transfer_table(title: str, source: str, targets: Sequence[str], values: Mapp
 
 
 def stage_table(rows: Sequence[Sequence]) -> str:
-    """Per-stage times (``demo.jobs.stage_times``)."""
+    """Per-stage times (``demo.pipeline.stage_times``)."""
     return tabulate(rows, headers=["stage", "runs", "skipped", "wall s", "run s (summed)"], floatfmt=".0f")

@@ -23,6 +23,7 @@ from typing import IO
 
 from runner import unit
 from runner.jobs import Job
+from runner.layout import REPO
 from runner.profiles import card_has_bf16, launch_env
 from runner.schedule import Outcome
 
@@ -48,7 +49,9 @@ def is_train_py(job: Job) -> bool:
 
 
 def _warm_up(devices: str | None, threads: int | None) -> None:
-    """Worker initializer: the slot's GPUs and torch threads, and train.py's imports paid once."""
+    """Worker initializer: the repository root (train.py's relative paths start there, as for child processes), the
+    slot's GPUs and torch threads, and train.py's imports paid once."""
+    os.chdir(REPO)
     if devices is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = devices
     import torch

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from runner.jobs import Job, dependents, finished_jobs, log_name
+from runner.jobs import Job, command_line, dependents, finished_jobs, log_name
 
 EXIT_PREEMPTED = 75
 """train.py's exit status after a preemption signal (sysexits' EX_TEMPFAIL): rerun the same command to resume."""
@@ -166,7 +166,7 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
     def launch(job: Job) -> None:
         log = os.path.join(log_dir, log_name(job))
         running[executor.start(job, log)] = (job, time.monotonic())
-        say(f"started {job.name} (log {log})")
+        say(f"started {job.name} (log {log})\n    $ {command_line(job)}")
 
     def finish(job: Job, outcome: Outcome, seconds: float) -> None:
         log = os.path.join(log_dir, log_name(job))

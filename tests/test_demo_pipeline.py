@@ -25,8 +25,12 @@ from demo.pipeline import (
     Demo,
     Paths,
     default_paths,
+    failures,
+    stage_times,
 )
 from engine.utils import read_json
+from runner.local import is_train_py
+from runner.schedule import Report
 from tests.helpers_run import HANG_GUARD_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,7 +88,7 @@ def test_each_prompt_learner_runs_per_seed_and_petr_x_routes_on_its_run(tmp_path
             assert base.argv[base.argv.index("--config-file") + 1] == f"configs/trainers/{x}/demo.yaml"
             assert novel.deps == (base.name,) and novel.argv[novel.argv.index("--load-epoch") + 1] == "last"
             x_run = demo.run_dir("train_base", 16, x, seed)
-            assert base.result == os.path.join(x_run, "results.json")
+            assert base.runs == (x_run,) and novel.runs == (demo.run_dir("test_new", 16, x, seed),)
             plug, plug_novel = jobs[f"b2n PETR+{x} seed{seed} base"], jobs[f"b2n PETR+{x} seed{seed} novel"]
             assert plug.deps == (base.name,) and plug_novel.deps == (plug.name,)
             assert plug.argv[plug.argv.index("--trainer") + 1] == "PETRX"
@@ -117,8 +121,12 @@ def test_transfer_runs_use_the_scripts_with_the_toy_source(tmp_path):
             assert kd.deps == (f"PromptKD xd {SOURCE} seed{seed}",)  # the student distilled on the source
     teacher = jobs["xd teacher"]
     assert teacher.argv == ("bash", "scripts/teacher/xd_train.sh", "1")
-    assert teacher.result == os.path.join(str(tmp_path / "out"), "teachers", "DemoNet-xd", "VLPromptLearner",
-                                          "checkpoint")
+    # finished when its pointer file exists; the scripts' runs when their folders are finished (results.json)
+    assert teacher.files == (os.path.join(str(tmp_path / "out"), "teachers", "DemoNet-xd", "VLPromptLearner",
+                                          "checkpoint"),) and teacher.runs == ()
+    assert jobs["zero-shot democool"].runs == (os.path.join(str(tmp_path / "out"), "ZeroshotCLIP", "demo", "democool"),)
+    assert jobs["PromptKD dg demonetv2 seed2"].runs == (
+        os.path.join(str(tmp_path / "out"), "xd", "test", "demonetv2", "shots_0", "PromptKD", "demo", "seed2"),)
 
 
 def test_quick_plan_passes_its_epochs_to_the_scripts(tmp_path):
@@ -128,6 +136,54 @@ def test_quick_plan_passes_its_epochs_to_the_scripts(tmp_path):
     assert jobs["PETR xd democool seed1"].env["EXTRA_OPTS"] == "OPTIM.MAX_EPOCH 5"
     assert jobs["xd teacher"].env["EXTRA_OPTS"] == "OPTIM.MAX_EPOCH 3"
     assert "EXTRA_OPTS" not in jobs["zero-shot democool"].env
+
+
+def test_train_py_runs_go_to_warm_workers_and_scripts_to_child_processes(tmp_path):
+    _, jobs = planned(tmp_path, replace(FULL, transfer_seeds=(1,)))
+    assert all(is_train_py(job) == name.startswith("b2n ") for name, job in jobs.items())
+    assert jobs["b2n PETR seed1 base"].kind == "train" and jobs["b2n PETR seed1 novel"].kind == "test"
+    assert jobs["xd teacher"].kind == "teacher" and jobs["PETR xd test democool seed1"].kind == "test"
+
+
+def test_stage_times_from_the_runner_report():
+    stages = {"a": "one", "b": "one", "c": "two", "d": "two", "e": "three"}
+    outcome = Report(done=["a", "b", "c"], finished_before=["d"], failed={"e": "exit status 1"},
+                     spans={"a": (0.0, 2.0), "b": (3.0, 7.5), "c": (1.0, 4.0)})
+    assert stage_times(stages, outcome) == [["one", 2, 0, 7.5, 6.5], ["two", 1, 1, 3.0, 3.0], ["three", 0, 0, 0.0, 0]]
+
+
+def test_demo_skips_finished_runs_and_a_failure_stops_only_its_dependents(tmp_path):
+    """The demo's jobs on the runner: a run folder with results.json (or the xd teacher's pointer file) is not run
+    again, a failed job is reported with its log's tail, the jobs that need it are not run and the others are."""
+    demo = Demo(QUICK, Paths(str(tmp_path / "d"), str(tmp_path / "o"), str(tmp_path / "c")), threads=1, workers=2)
+    ran = tmp_path / "ran.txt"
+
+    def job(name: str, script: str, run: str = "", files: tuple[str, ...] = (), deps: tuple[str, ...] = ()):
+        body = f"echo {name} >> {ran}; {script}"
+        if run:
+            body += f' && mkdir -p "{run}" && echo {{}} > "{run}/results.json"'
+        return demo.job("stage", name=name, kind="train", method="M", dataset="d", argv=("bash", "-c", body),
+                        runs=(run,) if run else (), files=files, deps=deps)
+
+    done_run, pointer = tmp_path / "done", tmp_path / "teacher" / "checkpoint"
+    done_run.mkdir()
+    (done_run / "results.json").write_text("{}")
+    pointer.parent.mkdir()
+    pointer.write_text("model.pth.tar-3")
+    jobs = [job("finished", "true", str(done_run)), job("teacher", "true", files=(str(pointer),)),
+            job("bad", "for i in $(seq 1 20); do echo line $i; done; echo 'error: the reason'; exit 3",
+                str(tmp_path / "bad")),
+            job("needs bad", "true", str(tmp_path / "x"), deps=("bad",)),
+            job("other", "true", str(tmp_path / "other"), deps=("finished", "teacher"))]
+    outcome = demo.run_jobs(jobs, str(tmp_path / "logs"))
+    assert sorted(ran.read_text().split("\n")) == ["", "bad", "other"]
+    assert outcome.finished_before == ["finished", "teacher"] and outcome.done == ["other"]
+    assert outcome.skipped == {"needs bad": "bad"} and list(outcome.failed) == ["bad"]
+    text = failures(outcome)
+    assert text.startswith(f"FAILED bad: exit status 3; log {tmp_path / 'logs' / 'bad.log'}\n")
+    assert "line 7\n" in text and "line 6\n" not in text and "error: the reason" in text  # the log's last 15 lines
+    assert "Not run (they need a failed run): needs bad" in text and text.splitlines()[-1].startswith("error: 1 ")
+    assert stage_times(demo.stages, outcome)[0][1:3] == [1, 2]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,10 @@ SMALL = ("INPUT.SIZE (32,32) OPTIM.MAX_EPOCH 1 DATALOADER.NUM_WORKERS 0 DATALOAD
 """Tiny runs of the shipped configs (as tests/test_petr_scripts.py)."""
 
 
-def test_train_py_in_a_warm_worker_equals_a_child_process(tmp_path, tiny_clip_file):
+def test_train_py_in_a_warm_worker_equals_a_child_process(tmp_path, tiny_clip_file, monkeypatch):
+    """Both start in the repository root whatever the runner's working folder (the configs' paths are relative);
+    a user error in the warm worker comes back as train.py's exit status 2 with its ``error:`` line in the tail."""
+    monkeypatch.chdir(tmp_path)
     write_tree("EuroSAT", tmp_path / "data", mode="json")
 
     def job(name: str, env: dict[str, str]) -> Job:
@@ -35,9 +38,14 @@ def test_train_py_in_a_warm_worker_equals_a_child_process(tmp_path, tiny_clip_fi
                    runs=(str(out),))
 
     warm, child = job("warm", {}), job("child", {"PETR_DEBUG": "0"})
-    assert is_train_py(warm) and not is_train_py(child)
-    report = run_plan([warm, child], LocalExecutor([], cpu_jobs=2, threads=1), str(tmp_path / "logs"))
-    assert report.ok and sorted(report.done) == ["child", "warm"]
+    bad = Job(name="bad", kind="train", method="M", dataset="eurosat", runs=(str(tmp_path / "bad"),),
+              argv=(sys.executable, "train.py", "--trainer", "NoSuchTrainer", "--output-dir", str(tmp_path / "bad")))
+    assert is_train_py(warm) and not is_train_py(child) and is_train_py(bad)
+    executor = LocalExecutor([], cpu_jobs=2, threads=1)
+    report = run_plan([warm, child, bad], executor, str(tmp_path / "logs"))
+    executor.close()
+    assert sorted(report.done) == ["child", "warm"] and list(report.failed) == ["bad"]
+    assert report.failed["bad"].startswith("exit status 2; ") and "error: Unknown trainer" in report.failed["bad"]
     results = {name: json.loads((tmp_path / name / "results.json").read_text()) for name in ("warm", "child")}
     assert results["warm"]["accuracy"] == results["child"]["accuracy"]
     assert results["warm"]["macro_f1"] == results["child"]["macro_f1"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -19,7 +20,7 @@ def finishing(name: str, run: str, script: str = "", deps: tuple[str, ...] = ())
     return Job(name=name, kind="train", method="M", dataset="d", argv=("bash", "-c", body), runs=(run,), deps=deps)
 
 
-def test_failure_skips_only_its_dependents(tmp_path):
+def test_failure_skips_only_its_dependents(tmp_path, capsys):
     order = tmp_path / "order.txt"
     jobs = [finishing("a", str(tmp_path / "a"), f"echo a >> {order}"),
             Job(name="b", kind="train", method="M", dataset="d", runs=(str(tmp_path / "b"),),
@@ -36,6 +37,19 @@ def test_failure_skips_only_its_dependents(tmp_path):
     assert why.splitlines()[-1] == "error: bad thing" and "line 17" in why and "line 16" not in why  # 15-line tail
     log = (tmp_path / "logs" / "b.log").read_text().splitlines()
     assert log[0].startswith("=== ") and log[0].endswith("local CPU slot") and log[1].startswith("$ bash -c")
+    out = capsys.readouterr().out
+    assert f"started a (log {tmp_path / 'logs' / 'a.log'})\n    $ bash -c " in out  # the command a user can paste
+    assert "FAILED b after " in out and "    | error: bad thing" in out
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_independent_jobs_share_the_slots(tmp_path, slots):
+    """Two independent jobs run at the same time on two slots and one after the other on one."""
+    jobs = [finishing(n, str(tmp_path / n), "sleep 1") for n in "ab"]
+    report = run_plan(jobs, LocalExecutor([], cpu_jobs=slots), str(tmp_path / "logs"))
+    (a_start, a_end), (b_start, b_end) = report.spans["a"], report.spans["b"]
+    overlap = b_start < a_end and a_start < b_end
+    assert report.done and overlap == (slots == 2)
 
 
 def test_preempted_job_runs_again_and_resumes(tmp_path):
@@ -72,9 +86,9 @@ def test_slots_pin_gpus_and_threads(tmp_path):
     assert [s.devices for s in four.pool] == ["0", "0", "1", "1"]
     assert [s.devices for s in LocalExecutor(["0", "1", "2"], gpus_per_job=2).pool] == ["0,1"]
     out = tmp_path / "env.txt"
-    job = finishing("env", str(tmp_path / "r"), f'echo "$CUDA_VISIBLE_DEVICES|$OMP_NUM_THREADS" > {out}')
-    assert run_plan([job], LocalExecutor(["3"], threads=2), str(tmp_path / "logs")).ok
-    assert out.read_text() == "3|2\n"
+    job = finishing("env", str(tmp_path / "r"), f'echo "$CUDA_VISIBLE_DEVICES|$OMP_NUM_THREADS|$X" > {out}')
+    assert run_plan([replace(job, env={"X": "x"})], LocalExecutor(["3"], threads=2), str(tmp_path / "logs")).ok
+    assert out.read_text() == "3|2|x\n"  # the job's own environment too
 
 
 def test_eta_from_measured_run_times():
