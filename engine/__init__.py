@@ -1,7 +1,7 @@
 """Dassl-compatible engine: registries, config, data, optimisation, evaluation, checkpoints and trainers.
 
 The public names are exported lazily (PEP 562): ``from engine import TrainerX`` imports ``engine.trainer`` (and
-torch) on first use, while ``import engine.runs`` or ``engine.config`` stays free of torch.
+torch) on first use, while ``import engine.runs`` stays free of torch.
 """
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ Each also derives from the built-in type callers already catch (ValueError, File
 """
 from __future__ import annotations
 
+import os
+
 
 class UserError(Exception):
     """A mistake in the user's input (name, config value, path, file); the message names it and the fix."""
@@ -37,3 +39,16 @@ def first_line(error: BaseException) -> str:
 def is_user_error(error: BaseException) -> bool:
     """True for errors train.py reports in one line: UserError, and any missing file (its message names the path)."""
     return isinstance(error, (UserError, FileNotFoundError))
+
+
+def output_dir_error(folder: str, error: OSError) -> ConfigError:
+    """The one-line error for an output folder that cannot be used: it is a file, lies under one, or the OS refuses."""
+    if os.path.isfile(folder):
+        reason = "is a file"
+    else:
+        parent = os.path.dirname(os.path.abspath(folder))
+        while parent != os.path.dirname(parent) and not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        reason = (f"lies under the file {parent}" if os.path.isfile(parent)
+                  else f"cannot be written ({error.strerror or error})")
+    return ConfigError(f"OUTPUT_DIR {folder} {reason}; choose another --output-dir")

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TextIO
 
-from .errors import ConfigError
+from .errors import output_dir_error
 from .runs import LOG_FILE
 from .utils import mkdir_if_missing
 
@@ -71,18 +71,6 @@ class Logger:
         self.close()
 
 
-def _unwritable(folder: str, error: OSError) -> str:
-    """Why ``folder`` cannot hold a log: it is a file, lies under one, or the OS refuses (``error``)."""
-    if os.path.isfile(folder):
-        return "is a file"
-    parent = os.path.dirname(os.path.abspath(folder))
-    while parent != os.path.dirname(parent) and not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if os.path.isfile(parent):
-        return f"lies under the file {parent}"
-    return f"cannot be written ({error.strerror or error})"
-
-
 def setup_logger(output: str | None = None) -> Logger | None:
     """Tee stdout to ``<output>/log.txt`` (or ``output`` if it ends in .txt/.log), appending; returns the Logger.
 
@@ -93,7 +81,6 @@ def setup_logger(output: str | None = None) -> Logger | None:
     try:
         logger = Logger(fpath)
     except OSError as e:
-        folder = os.path.dirname(fpath) or "."
-        raise ConfigError(f"OUTPUT_DIR {folder} {_unwritable(folder, e)}; choose another --output-dir") from None
+        raise output_dir_error(os.path.dirname(fpath) or ".", e) from None
     sys.stdout = logger
     return logger

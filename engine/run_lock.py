@@ -12,7 +12,7 @@ import socket
 import time
 from collections.abc import Mapping
 
-from .errors import ConfigError, UserError
+from .errors import UserError, output_dir_error
 
 LOCK_FILE = "run.lock"
 """Locked (``flock``) by the process working in the folder; it names that process."""
@@ -107,8 +107,7 @@ class RunLock:
             os.makedirs(self.folder, exist_ok=True)
             return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as e:
-            raise ConfigError(f"cannot use {self.folder} as the output folder ({e.strerror}: {e.filename}); give "
-                              "another --output-dir") from None
+            raise output_dir_error(self.folder, e) from None
 
     def _same_file(self, fd: int) -> bool:
         try:

@@ -374,7 +374,7 @@ CASES = {
         "takes square images)")), ["log.txt"], False),
     "INPUT.SIZE (48, 48) on a 32 px CLIP": (_opts("INPUT.SIZE", "(48, 48)", expected=(
         "error: images of size (48, 48) give 36 patches; this CLIP expects 32x32 inputs: set INPUT.SIZE (32, 32)")),
-        ["log.txt"], True),
+        ["log.txt", "run.json"], True),
     "yaml with a tab": (_config_file("OPTIM:\n\tLR: 0.1\n", "error: trainer config file {path}: line 2, column 1: "
                                      "found character '\\t' that cannot start any token; indent with spaces, not "
                                      "tabs"), [], False),
@@ -389,12 +389,12 @@ CASES = {
     "TEACHER_CKPT = CLIP weights": (_teacher_is_clip_weights, ["log.txt"], True),
     "TEACHER_CKPT = a student checkpoint": (_teacher_is_a_student, ["log.txt"], True),
     "TEACHER_CKPT = random bytes": (_teacher_is_random_bytes, ["log.txt"], True),
-    "checkpoint of another backbone": (_checkpoint_other_backbone, ["log.txt"], True),
-    "checkpoint of another trainer": (_checkpoint_other_trainer, ["log.txt"], True),
-    "resume state of another trainer": (_resume_other_trainer, ["log.txt", "resume.pth.tar"], True),
-    "resume state of another backbone": (_resume_other_backbone, ["log.txt", "resume.pth.tar"], True),
-    "checkpoint with a pickled os.system": (_pickled_os_system, ["log.txt"], True),
-    "raw pickle as checkpoint": (_raw_pickle, ["log.txt"], True),
+    "checkpoint of another backbone": (_checkpoint_other_backbone, ["log.txt", "run.json"], True),
+    "checkpoint of another trainer": (_checkpoint_other_trainer, ["log.txt", "run.json"], True),
+    "resume state of another trainer": (_resume_other_trainer, ["log.txt", "resume.pth.tar", "run.json"], True),
+    "resume state of another backbone": (_resume_other_backbone, ["log.txt", "resume.pth.tar", "run.json"], True),
+    "checkpoint with a pickled os.system": (_pickled_os_system, ["log.txt", "run.json"], True),
+    "raw pickle as checkpoint": (_raw_pickle, ["log.txt", "run.json"], True),
 }
 UNTOUCHED = {"rerun with another config (finished run)", "output folder in use by a live run"}
 """Cases that stop before the run's log opens: what the folder held stays byte for byte (its log included)."""

@@ -195,8 +195,9 @@ def test_fewshot_dir_holds_the_files(tmp_path, capsys):
 
 
 READ_SHOTS = """import sys
-import datasets
+from datasets.catalog import register_datasets
 from engine.dataset_base import build_dataset
+register_datasets()
 from tests.helpers_datasets import make_cfg
 build_dataset(make_cfg(sys.argv[1], "EuroSAT", **{"DATASET.NUM_SHOTS": 2, "OUTPUT_DIR": sys.argv[2]}))
 """

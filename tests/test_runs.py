@@ -53,7 +53,7 @@ def test_cli_and_imports_do_not_load_torch(tmp_path):
     assert done.returncode == 2 and done.stdout == "" and done.stderr.rstrip().splitlines()[-1] == (
         f"error: no checkpoint in {tmp_path} (no <model>/checkpoint file): train the model first")
     light = subprocess.run([sys.executable, "-c", "import sys, engine, engine.runs, engine.run_identity, "
-                            "engine.run_lock, engine.config; from engine import pointed_checkpoint; "
+                            "engine.run_lock; from engine import pointed_checkpoint; "
                             "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"],
                            cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert light.stdout.strip() == "[]", light.stderr

@@ -211,6 +211,10 @@ def test_data_unset_is_an_error_line_and_relative_paths_are_the_callers(tmp_path
     assert done.stderr == (f"error: DATA={tmp_path}/datasets is not a folder (see DATASETS.md for the dataset "
                            "layout)\n")
     (tmp_path / "datasets").mkdir()
-    done = run(DATA="datasets", OUTPUT_ROOT="out", PYTHON="false")  # stops at the Python check, after the paths
+    # a Python without site-packages: engine.runs (standard library) places the run, the torch check then stops
+    bare = tmp_path / "bare_python.sh"
+    bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    bare.chmod(0o755)
+    done = run(DATA="datasets", OUTPUT_ROOT="out", PYTHON=str(bare))
     run_folder = tmp_path / "out" / "base2new" / "train_base" / "eurosat" / "shots_16" / "CoOp" / "vit_b16_ctxv1"
-    assert f"-> {run_folder}/seed1\n" in done.stdout and done.stderr.startswith("error: PYTHON=false has no torch")
+    assert f"-> {run_folder}/seed1\n" in done.stdout and done.stderr.startswith(f"error: PYTHON={bare} has no torch")
