@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from tabulate import tabulate
 
 from runner.costs import STEP_MS, projected_seconds
-from runner.jobs import KINDS, Job, command_line
-from runner.layout import FINISHED_STATES, base2new_datasets, dg_targets, run_states, xd_targets
+from runner.jobs import KINDS, Job, command_line, is_finished
+from runner.layout import base2new_datasets, dg_targets, run_states, xd_targets
 from runner.methods import METHODS, find_method
 from runner.profiles import PROFILES
 from runner.protocols import PASSED_KNOBS, PROTOCOLS, Planner, Sweep
@@ -115,7 +115,7 @@ def job_states(jobs: Sequence[Job]) -> dict[str, str]:
     out = {}
     for job in jobs:
         runs = [states[r] for r in job.runs]
-        if all(s in FINISHED_STATES for s in runs) and all(os.path.exists(f) for f in job.files):
+        if is_finished(job, states):
             out[job.name] = "finished"
         elif "resumable" in runs:
             out[job.name] = "resume"

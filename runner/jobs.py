@@ -69,12 +69,16 @@ def check_graph(jobs: Sequence[Job]) -> None:
         seen.add(job.name)
 
 
+def is_finished(job: Job, states: dict[str, str]) -> bool:
+    """``job``'s runs are all finished (``states``: run folder -> state) and its files all exist."""
+    return all(states[r] in FINISHED_STATES for r in job.runs) and all(os.path.exists(f) for f in job.files)
+
+
 def finished_jobs(jobs: Iterable[Job]) -> set[str]:
     """Names of the jobs whose runs are all finished and whose files all exist (one state query for all)."""
     jobs = list(jobs)
     states = run_states(sorted({r for j in jobs for r in j.runs}))
-    return {j.name for j in jobs
-            if all(states[r] in FINISHED_STATES for r in j.runs) and all(os.path.exists(f) for f in j.files)}
+    return {j.name for j in jobs if is_finished(j, states)}
 
 
 def dependents(jobs: Sequence[Job], name: str) -> list[str]:
