@@ -172,7 +172,7 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
         log = os.path.join(log_dir, log_name(job))
         if outcome.status == EXIT_PREEMPTED and requeues.get(job.name, 0) < MAX_REQUEUES:
             requeues[job.name] = requeues.get(job.name, 0) + 1
-            say(f"preempted {job.name} (exit {EXIT_PREEMPTED}): starting it again to resume")
+            say(f"preempted {job.name} ({outcome.reason or f'exit {EXIT_PREEMPTED}'}): starting it again to resume")
             launch(job)
             return
         if outcome.status == 0 and job.name not in finished_jobs([job]):

@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from runner import unit
 from runner.jobs import Job
-from runner.layout import REPO
+from runner.layout import REPO, run_states
 from runner.profiles import launch_env
 from runner.schedule import EXIT_PREEMPTED, Outcome
 
@@ -50,6 +50,10 @@ job)."""
 LOST_AFTER_S = 60.0
 """A job that SLURM has not run for this long and that left no result is lost (a requeue passes through
 inactive states for a moment only)."""
+RESUBMIT_STATES = {"PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "FAILED", "unknown to squeue"}
+"""How a lost job may have ended for a rerun to go further: when its runs saved their resume state, it counts as
+preempted and the runner submits it again (a cluster that cancels preempted jobs, a failed node, a requeue that did
+not happen). A job cancelled by a user (CANCELLED) or out of memory is reported as failed."""
 
 
 class UnitFailed(RuntimeError):
@@ -113,6 +117,15 @@ def preempt_signal() -> signal.Signals:
     return getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"))
 
 
+def last_line(path: str) -> str:
+    """The last non-empty line of a text file ("" when there is none), e.g. srun's error in a job's output."""
+    if not os.path.isfile(path):
+        return ""
+    with open(path, errors="replace") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    return lines[-1] if lines else ""
+
+
 def squeue_states() -> dict[str, str]:
     """``{job id: state}`` of this user's jobs that SLURM still knows."""
     done = subprocess.run(["squeue", "-h", "-t", "all", "--me", "-o", "%i %T"], capture_output=True, text=True)
@@ -154,6 +167,7 @@ class SlurmExecutor:
             with open(self.record_path) as f:
                 self.record = json.load(f)
         self.inactive_since: dict[str, float] = {}
+        self.jobs: dict[str, Job] = {}
 
     def describe(self) -> str:
         return f"SLURM through submitit, up to {self.slots} jobs queued at once; submitit files in {self.folder}"
@@ -162,9 +176,11 @@ class SlurmExecutor:
         previous = self.record.get(job.name)
         if previous and squeue_states().get(previous) in ACTIVE_STATES:
             tqdm.write(f"following SLURM job {previous} ({job.name}), submitted by an earlier run of the runner")
+            self.jobs[previous] = job
             return submitit.SlurmJob(folder=os.path.join(self.folder, "%j"), job_id=previous)
         self.executor.update_parameters(job_name=re.sub(r"[^\w.+-]+", "_", job.name))
         submitted = self.executor.submit(UnitJob(job, log, self.threads, self.grace_s))
+        self.jobs[submitted.job_id] = job
         self.record[job.name] = submitted.job_id
         with open(self.record_path + ".tmp", "w") as f:
             json.dump(self.record, f, indent=1)
@@ -184,9 +200,20 @@ class SlurmExecutor:
                 continue
             since = self.inactive_since.setdefault(handle.job_id, time.monotonic())
             if time.monotonic() - since >= LOST_AFTER_S:
-                ended[handle] = Outcome(1, f"SLURM job {handle.job_id} ended ({state}) without a result: cancelled, "
-                                           "out of time or memory, or its node failed")
+                ended[handle] = self._lost(handle, state)
         return ended
+
+    def _lost(self, handle: submitit.SlurmJob, state: str) -> Outcome:
+        """A job SLURM no longer runs and that left no result: preempted when a rerun can resume it (see
+        :data:`RESUBMIT_STATES`), else failed; either way with the last line its output holds."""
+        job = self.jobs.get(handle.job_id)
+        said = last_line(str(handle.paths.stdout))
+        where = f"SLURM job {handle.job_id} ended ({state}) without a result" + (f" (its last line: {said})" if said
+                                                                                 else "")
+        runs = run_states(job.runs) if job is not None else {}
+        if state in RESUBMIT_STATES and runs and all(s in ("resumable", "finished") for s in runs.values()):
+            return Outcome(EXIT_PREEMPTED, f"{where}; its runs saved their resume state")
+        return Outcome(1, f"{where}: cancelled, out of time or memory, or its node failed")
 
     @staticmethod
     def _outcome(handle: submitit.SlurmJob) -> Outcome:

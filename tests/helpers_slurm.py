@@ -50,11 +50,25 @@ def squeue_state(job_id: str, env: dict[str, str]) -> str:
     return done.stdout.strip()
 
 
-def start_now_if_requeued(job_id: str, env: dict[str, str]) -> bool:
-    """SLURM holds a requeued job for about two minutes (reason BeginTime); make it eligible at once, as an admin
-    would (``scontrol update StartTime=now``). Returns whether it did."""
-    if squeue_state(job_id, env) != "PENDING|BeginTime":
-        return False
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True, env=env,
-                   capture_output=True)
-    return True
+class RequeueRelease:
+    """Makes a requeued job eligible at once, as an admin would (``scontrol update StartTime=now``), after it has
+    waited :data:`SETTLE_S`. SLURM holds a requeued job for about two minutes (reason BeginTime): a job started
+    again within the second its previous run's credential was revoked is killed as "Job credential revoked"."""
+
+    SETTLE_S = 5.0
+
+    def __init__(self, job_id: str, env: dict[str, str]):
+        self.job_id, self.env = job_id, env
+        self.pending_since: float | None = None
+        self.released = False
+
+    def poll(self) -> None:
+        if squeue_state(self.job_id, self.env) != "PENDING|BeginTime":
+            self.pending_since = None
+            return
+        now = time.monotonic()
+        self.pending_since = self.pending_since or now
+        if now - self.pending_since >= self.SETTLE_S:
+            subprocess.run(["scontrol", "update", f"JobId={self.job_id}", "StartTime=now"], check=True, env=self.env,
+                           capture_output=True)
+            self.released = True

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A one-node SLURM cluster on this machine for the tests (Debian's slurmctld, slurmd and munge packages):
 # CPUs from the machine (2 on the test machine), no cgroups (proctrack/linuxproc, task/none), no accounting, every
-# daemon run as the calling user (root in CI). Everything it writes stays in DIR: the config, the munge key and
-# socket, the daemons' state, logs and pid files; no system file is edited.
+# daemon run as the calling user (root in CI). Partition "debug" (default) takes the jobs; a job in partition
+# "urgent" preempts them, and preemption cancels them (PreemptMode=CANCEL, as on clusters that do not requeue).
+# Everything it writes stays in DIR: the config, the munge key and socket, the daemons' state, logs and pid files;
+# no system file is edited.
 # Usage: bash tests/slurm_cluster.sh start DIR    starts the daemons, waits until the node takes jobs, prints
 #                                                 "export SLURM_CONF=DIR/slurm.conf" (sbatch, squeue, ... read it)
 #        bash tests/slurm_cluster.sh stop DIR     stops the daemons started in DIR (by their pid files)
@@ -69,7 +71,10 @@ ReturnToService=2
 KillWait=30
 MinJobAge=600
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 EOF
 }
 

@@ -1,6 +1,7 @@
 """The toy base-to-novel protocol (demo world, tiny CLIPs: teacher → PETR, CoOp → PETR+CoOp, train → test) through
 the protocol runner on the local executor and on a real one-node SLURM cluster through submitit: the same tables,
-a job preempted mid-run (``scancel --signal=USR1``, ``scontrol requeue``) requeues, resumes and ends identical, and
+a job preempted mid-run (``scancel --signal=USR1``, ``scontrol requeue``, a higher partition's job) requeues or is
+submitted again, resumes and ends identical, a job SLURM lost is resubmitted only when a rerun can resume it, and
 a failed job skips only its dependents and is reported with its log's tail."""
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import sys
 import time
 
 import pytest
+import submitit
 import torch
 
 from demo.shapes import GenParams, generate
+from runner.jobs import Job
 from tests.helpers_run import HANG_GUARD_S
-from tests.helpers_slurm import slurm_cluster, squeue_state, start_now_if_requeued
+from tests.helpers_slurm import RequeueRelease, slurm_cluster, squeue_state
 
 pytestmark = pytest.mark.slow
 
@@ -119,13 +122,32 @@ def weights(run_dir: str) -> dict[str, torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("preempt", [["scancel", "--signal=USR1"], ["scontrol", "requeue"]],
-                         ids=["scancel-USR1", "scontrol-requeue"])
-def test_preempted_slurm_job_resumes_and_ends_identical(toy, cluster, local_run, preempt):
-    """The job requeues (submitit's checkpoint, or SLURM's requeue) and resumes; with ``scontrol requeue`` the
-    runner is killed too, and the same command run again follows the requeued job instead of submitting another."""
+PREEMPTIONS = {"scancel-USR1": ["scancel", "--signal=USR1"], "scontrol-requeue": ["scontrol", "requeue"],
+               "partition-preemption": ["sbatch", "--partition=urgent", "--exclusive", "--output=/dev/null",
+                                        "--wrap=sleep 2"]}
+"""How the tests preempt a job (the last one takes no job id: a job of a higher partition takes the node, and the
+cluster cancels the preempted job, see tests/slurm_cluster.sh)."""
+
+
+def slurm_story(output: str, cluster: dict) -> str:
+    """What SLURM and submitit wrote about the sweep's jobs (for a failure message)."""
+    conf_dir = os.path.dirname(cluster["SLURM_CONF"])
+    found = []
+    for folder, _, files in os.walk(os.path.join(output, "logs", "base2new", "slurm")):
+        found += [os.path.join(folder, f) for f in files if f.endswith("_log.out")]
+    found.append(os.path.join(conf_dir, "slurmctld.log"))
+    return "\n".join(f"--- {path}\n" + "".join(open(path, errors="replace").readlines()[-25:]) for path in found)
+
+
+@pytest.mark.parametrize("how", PREEMPTIONS)
+def test_preempted_slurm_job_resumes_and_ends_identical(toy, cluster, local_run, how):
+    """A job preempted after saving its state resumes and ends identical to the uninterrupted local run.
+    ``scancel --signal=USR1``: submitit checkpoints and requeues it; ``scontrol requeue``: SLURM requeues it, and
+    the runner, killed too and run again, follows the requeued job instead of submitting another; a job of a
+    higher partition: the cluster cancels the job (PREEMPTED), which saved its state, and the runner submits it
+    again."""
     local = local_run[0]
-    output = str(toy["tmp"] / f"preempt_{preempt[0]}")
+    output = str(toy["tmp"] / f"preempt_{how}")
     run_dir = os.path.join(output, PETR_RUN)
     argv = runner_argv(toy, output, *SLURM_ARGS, methods=("PETR",), teachers=os.path.join(local, "teachers"))
     proc = subprocess.Popen(argv, cwd=REPO, env=cluster, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -136,26 +158,34 @@ def test_preempted_slurm_job_resumes_and_ends_identical(toy, cluster, local_run,
         time.sleep(0.05)
     job_id = json.load(open(record))["PETR train demo_shapes_hard seed1"]
     assert not os.path.isfile(os.path.join(run_dir, "results.json"))
-    subprocess.run([*preempt, job_id], check=True, env=cluster)
-    rerun = preempt[0] == "scontrol"
-    if rerun:
+    by_id = [job_id] if how != "partition-preemption" else []
+    subprocess.run([*PREEMPTIONS[how], *by_id], check=True, env=cluster, capture_output=True)
+    if how == "scontrol-requeue":
         proc.kill()
         proc.wait()
         proc = subprocess.Popen(argv, cwd=REPO, env=cluster, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
-    released = False
+    requeue = RequeueRelease(job_id, cluster)
     while proc.poll() is None:
         assert time.monotonic() < deadline
-        released |= start_now_if_requeued(job_id, cluster)
+        requeue.poll()
         time.sleep(0.2)
     out = proc.stdout.read()
-    assert proc.returncode == 0, out[-4000:]
-    assert released and squeue_state(job_id, cluster).startswith("COMPLETED")
-    assert json.load(open(record))["PETR train demo_shapes_hard seed1"] == job_id
-    if rerun:
-        assert f"following SLURM job {job_id} (PETR train demo_shapes_hard seed1)" in out
+    assert proc.returncode == 0, out[-4000:] + "\n" + slurm_story(output, cluster)
+    final_id = json.load(open(record))["PETR train demo_shapes_hard seed1"]
     job_log = open(os.path.join(output, "logs", "base2new", "PETR_train_demo_shapes_hard_seed1.log")).read()
-    assert f"SLURM job {job_id}, attempt 1" in job_log and f"SLURM job {job_id}, attempt 2" in job_log
+    assert f"SLURM job {job_id}, attempt 1" in job_log
+    resubmitted = (f"preempted PETR train demo_shapes_hard seed1 (SLURM job {job_id} ended (PREEMPTED) without a "
+                   "result")
+    if how == "partition-preemption":  # cancelled by the cluster: the runner submitted the job again
+        assert final_id != job_id and resubmitted in out and "its runs saved their resume state" in out, out
+        assert f"SLURM job {final_id}, attempt 1" in job_log and not requeue.released
+    else:  # requeued: the same job ran again
+        assert final_id == job_id and requeue.released and f"SLURM job {job_id}, attempt 2" in job_log
+        assert "starting it again" not in out
+    assert squeue_state(final_id, cluster).startswith("COMPLETED")
+    if how == "scontrol-requeue":
+        assert f"following SLURM job {job_id} (PETR train demo_shapes_hard seed1)" in out
     assert "Resuming from" in open(os.path.join(run_dir, "log.txt")).read()
     assert results(output) == {k: v for k, v in results(local).items() if "/PETR/" in k}
     reference, resumed = weights(os.path.join(local, PETR_RUN)), weights(run_dir)
@@ -182,3 +212,29 @@ def test_failed_slurm_job_skips_only_its_dependents(toy, cluster, slurm_run):
         assert f"| error: {partial}/demo_shapes/images not found" in found.group(0)  # the log's tail
         assert found.group(0).rstrip().splitlines()[-1] == f"  not run because of it: {blocked}"
     assert f"{DATASET}  PETR" in out  # the table of what finished
+
+
+@pytest.mark.parametrize("state,saved,expected", [
+    ("PREEMPTED", True, 75), ("FAILED", True, 75), ("NODE_FAIL", True, 75), ("unknown to squeue", True, 75),
+    ("CANCELLED", True, 1), ("OUT_OF_MEMORY", True, 1), ("PREEMPTED", False, 1),
+])
+def test_lost_job_is_resubmitted_only_when_a_rerun_can_resume(tmp_path, state, saved, expected):
+    """A job SLURM no longer lists as running, without a result: preempted (exit 75, the runner submits it again)
+    when it ended as a preemption or a failure and its run saved a resume state; a user's ``scancel``, an
+    out-of-memory kill or a run with nothing saved is a failure, reported with the last line SLURM wrote."""
+    from runner.slurm import SlurmExecutor
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "log.txt").write_text("epoch [1/20]\n")
+    if saved:
+        (run / "resume.pth.tar").write_bytes(b"state")
+    executor = SlurmExecutor(str(tmp_path / "slurm"))
+    job = submitit.SlurmJob(folder=str(tmp_path / "slurm" / "%j"), job_id="41")
+    job.paths.stdout.parent.mkdir(parents=True)
+    job.paths.stdout.write_text("srun: error: task 0 launch failed\n\n")
+    executor.jobs["41"] = Job(name="j", kind="train", method="PETR", dataset="d", argv=("true",), runs=(str(run),))
+    outcome = executor._lost(job, state)
+    assert outcome.status == expected
+    assert outcome.reason.startswith(f"SLURM job 41 ended ({state}) without a result (its last line: srun: error: "
+                                     "task 0 launch failed)")
