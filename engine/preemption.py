@@ -12,11 +12,16 @@ sends SIGHUP. ``handle_signals()`` (train.py) turns each of them into a request 
 ``Preempted`` derives from BaseException (as KeyboardInterrupt) so that no ``except Exception`` on the way turns it
 into another error; train.py reports it in one line and exits with status 75 (``EXIT_PREEMPTED``).
 DataLoader workers ignore these signals (:func:`ignore_in_worker`): a signal sent to the whole process group must not
-kill the workers of the step that is being finished.
+kill the workers of the step that is being finished. Multiprocessing ends daemonic children at exit with SIGTERM and
+then waits for them, so workers still alive then (a loader that outlived its run) are ended with SIGKILL first
+(:func:`_kill_workers_at_exit`), else the process would never exit.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
+import multiprocessing
+import multiprocessing.util
 import signal
 import threading
 from collections.abc import Iterator
@@ -81,3 +86,21 @@ def ignore_in_worker(worker_id: int) -> None:
     """DataLoader ``worker_init_fn``: the worker ignores the preemption signals (its main process handles them)."""
     for sig in SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
+
+
+def _kill_workers_at_exit() -> None:
+    """The daemonic children (DataLoader workers) still alive at exit, ended with SIGKILL: they ignore the SIGTERM
+    that multiprocessing's own exit handler sends before it waits for them. torch's SIGCHLD handler, which would
+    report each as a failed worker, is set back to the default first."""
+    workers = [child for child in multiprocessing.active_children() if child.daemon]
+    if not workers:
+        return
+    if hasattr(signal, "SIGCHLD") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for child in workers:
+        child.kill()
+
+
+# atexit runs handlers last-registered first: this runs before multiprocessing's (registered when multiprocessing.util
+# was imported above).
+atexit.register(_kill_workers_at_exit)

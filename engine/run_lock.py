@@ -128,6 +128,7 @@ class RunLock:
         if self._same_file(self.fd):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self.path)
+        fcntl.flock(self.fd, fcntl.LOCK_UN)  # for forked children (DataLoader workers) sharing the descriptor too
         os.close(self.fd)
         self.fd = None
 

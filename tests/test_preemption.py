@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 
 import pytest
@@ -297,3 +298,19 @@ def test_cuda_graph_refuses_the_cpu_in_one_line(tiny_root, tmp_path, capsys):
                    "False on the CPU"]
     assert not os.path.exists(os.path.join(out, "resume.pth.tar")) and not os.path.exists(os.path.join(out,
                                                                                                        "linear_probe"))
+
+
+def test_a_loader_alive_at_exit_does_not_hang_the_process(tmp_path):
+    """Multiprocessing ends daemonic children at exit with SIGTERM, which the workers ignore (``ignore_in_worker``),
+    then waits for them: a loader still iterating when the interpreter exits must not keep the process alive (the
+    hang that kept a CI run waiting after its last test), nor print torch's "worker killed" error."""
+    script = tmp_path / "loader_at_exit.py"
+    script.write_text("from torch.utils.data import DataLoader\n"
+                      "from engine.preemption import ignore_in_worker\n"
+                      "loader = DataLoader(list(range(64)), batch_size=4, num_workers=2, "
+                      "worker_init_fn=ignore_in_worker)\n"
+                      "batches = iter(loader)\n"
+                      "print(next(batches).tolist(), flush=True)\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=REPO, env={**ENV, "PYTHONPATH": REPO},
+                          capture_output=True, text=True, timeout=300)  # a hang guard: the script takes seconds
+    assert done.returncode == 0 and done.stdout == "[0, 1, 2, 3]\n" and done.stderr == "", done.stderr
