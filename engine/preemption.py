@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import multiprocessing
 import multiprocessing.util
 import signal
 import threading
@@ -95,7 +94,7 @@ def _kill_workers_at_exit() -> None:
     workers = [child for child in multiprocessing.active_children() if child.daemon]
     if not workers:
         return
-    if hasattr(signal, "SIGCHLD") and threading.current_thread() is threading.main_thread():
+    if hasattr(signal, "SIGCHLD"):  # atexit handlers run in the main thread, where signal.signal is allowed
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for child in workers:
         child.kill()

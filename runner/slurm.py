@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from runner import unit
 from runner.jobs import Job
-from runner.layout import REPO, run_states
+from runner.layout import FINISHED_STATES, REPO, run_states
 from runner.profiles import launch_env
 from runner.schedule import EXIT_PREEMPTED, Outcome
 
@@ -206,12 +206,11 @@ class SlurmExecutor:
     def _lost(self, handle: submitit.SlurmJob, state: str) -> Outcome:
         """A job SLURM no longer runs and that left no result: preempted when a rerun can resume it (see
         :data:`RESUBMIT_STATES`), else failed; either way with the last line its output holds."""
-        job = self.jobs.get(handle.job_id)
         said = last_line(str(handle.paths.stdout))
         where = f"SLURM job {handle.job_id} ended ({state}) without a result" + (f" (its last line: {said})" if said
                                                                                  else "")
-        runs = run_states(job.runs) if job is not None else {}
-        if state in RESUBMIT_STATES and runs and all(s in ("resumable", "finished") for s in runs.values()):
+        runs = run_states(self.jobs[handle.job_id].runs).values()
+        if state in RESUBMIT_STATES and runs and all(s == "resumable" or s in FINISHED_STATES for s in runs):
             return Outcome(EXIT_PREEMPTED, f"{where}; its runs saved their resume state")
         return Outcome(1, f"{where}: cancelled, out of time or memory, or its node failed")
 
