@@ -8,7 +8,8 @@ the tokens up to the longest caption of a batch, which is exact under the causal
 
 The teacher is wider (192 vs 128, embedding 256 vs 128) and pretrained under random lighting
 (``shapes.PRETRAIN_RELIT``); the student sees neutral light only, so the downstream images' dim warm light costs
-it zero-shot accuracy that prompts (and the teacher's guidance) can win back.
+it zero-shot accuracy that prompts can win back (the teacher's guidance wins back little of it: docs/demo.md, the
+transfer study).
 
 Command line: ``python -m demo.pretrain --size student`` (cached in ``demo_cache/``; skipped when cached).
 """
@@ -59,7 +60,12 @@ SPECS: dict[str, TinyClipSpec] = {
                             text_width=128, text_layers=3),
     "teacher": TinyClipSpec(embed_dim=256, image_size=32, patch_size=8, vision_width=192, vision_layers=4,
                             text_width=192, text_layers=3),
+    "student_wide": TinyClipSpec(embed_dim=128, image_size=32, patch_size=8, vision_width=192, vision_layers=4,
+                                 text_width=128, text_layers=3),
 }
+"""``student_wide`` (the transfer study's, ``demo.transfer``) has a vision tower as wide as its patch holds values
+(8 x 8 x 3 = 192), as ViT-B/16's (768 for 768) and ViT-L/14's (1024 for 588) are; the demo's student maps each
+patch's 192 values to 128."""
 
 
 @dataclass(frozen=True)

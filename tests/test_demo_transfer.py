@@ -1,0 +1,39 @@
+"""The transfer study's arithmetic (demo.transfer): the teacher's lead and the share of it each seed's student
+recovers, from the runs' results.json files, against hand-computed values."""
+import os
+
+from demo.pipeline import Paths
+from demo.pretrain import default_params
+from demo.transfer import VARIANTS, TransferStudy
+from engine.utils import write_json
+
+
+def _write(folder: str, accuracy: float) -> None:
+    write_json({"accuracy": accuracy}, os.path.join(folder, "results.json"))
+
+
+def test_row_reports_the_lead_and_the_share_recovered_per_seed(tmp_path):
+    variant = VARIANTS[0]
+    study = TransferStudy([variant], [1, 2], Paths(str(tmp_path / "data"), str(tmp_path / "out"), ""), 1, 1)
+    for part, zs, teacher in (("base", 50.0, 70.0), ("novel", 40.0, 60.0)):
+        _write(study.shared_dir(variant, f"zeroshot_{part}"), zs)
+        _write(study.shared_dir(variant, f"teacher_{part}"), teacher)
+    for seed, base, novel in ((1, 60.0, 45.0), (2, 64.0, 55.0)):
+        _write(os.path.join(study.student_dir(variant, seed), "val_base"), base)
+        _write(os.path.join(study.student_dir(variant, seed), "val_novel"), novel)
+    row = study.row(variant, probes=False)
+    # lead 20 on novel; seeds recover 5/20 = 25 % and 15/20 = 75 % (mean 50, sample std 35.36);
+    # base: 10/20 = 50 % and 14/20 = 70 % (mean 60, std 14.14)
+    assert row[1:4] == ["50.00 / 40.00", "70.00 / 60.00", "20.00"]
+    assert row[4] == "50.00 ± 7.07"
+    assert row[5] == "50.00 ± 35.36 %"
+    assert row[6] == "60.00 ± 14.14 %"
+
+
+def test_the_first_variant_is_the_demo_and_variants_of_one_pair_of_clips_share_their_runs():
+    assert (VARIANTS[0].student, VARIANTS[0].teacher) == (default_params("student"), default_params("teacher"))
+    narrow = [v for v in VARIANTS if v.student.size == "student" and not v.long]
+    assert len(narrow) >= 2 and len({v.world() for v in narrow}) == 1
+    assert len({v.student_key() for v in narrow}) == len(narrow)
+    wide = [v for v in VARIANTS if v.student.size == "student_wide"]
+    assert wide and wide[0].world() != narrow[0].world()
