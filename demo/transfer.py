@@ -57,7 +57,7 @@ class Variant:
     teacher: PretrainParams = field(default_factory=lambda: default_params("teacher"))
     promptkd: tuple[str, ...] = ()
     long: bool = False
-    """Pretraining too long for 2 cores (an hour and more): run only when named."""
+    """Pretraining too long for a default run on 2 cores (10 minutes to over an hour): run only when named."""
 
     def plan(self, seeds: Sequence[int]) -> DemoPlan:
         """The demo plan of this design."""
@@ -89,6 +89,7 @@ VARIANTS: tuple[Variant, ...] = (
             "saw the same data", *clips(400, 500, student_relit=True, student=WIDE)),
     Variant("wide, neutral teacher", "the wide student; the teacher pretrained on the neutral stream too (its lead "
             "then owes nothing to lighting)", *clips(400, 500, teacher_relit=False, student=WIDE)),
+    Variant("narrow S400 / T1500", "a longer-trained teacher only", *clips(400, 1500), long=True),
     Variant("narrow S800 / T1500", "longer pretraining of both (student on the neutral stream)",
             *clips(800, 1500), long=True),
     Variant("narrow S800 / T1500, same stream", "both longer, both on the relit stream",
