@@ -26,14 +26,15 @@ import numpy as np
 from tabulate import tabulate
 
 from demo import report
+from demo.novel_gap import ALL_VAL, VAL, run_key
 from demo.pipeline import FULL, RESULTS, Demo, DemoPlan, Paths, default_paths, failures
 from demo.pretrain import PretrainParams, default_params
 from demo.shapes import PRETRAIN, PRETRAIN_RELIT
+from engine.run_identity import evaluated_files, file_digest
 from engine.utils import read_json, write_json
 from runner.jobs import Job
 
-VAL = ("TEST.SPLIT", "val")
-ALL_VAL = (*VAL, "DATASET.NUM_SHOTS", "0")
+EVAL = (*VAL, *ALL_VAL)
 """Evaluations read every val image (NUM_SHOTS >= 1 would sample CoOp's min(K, 4) per class)."""
 PARTS = (("base", "base"), ("novel", "new"))
 """(result name, DATASET.SUBSAMPLE_CLASSES) of the two evaluations of every model."""
@@ -69,7 +70,7 @@ class Variant:
 
     def student_key(self) -> str:
         """Folder name of PromptKD's settings within the world (identical settings share runs)."""
-        return hashlib.sha256(repr(self.promptkd).encode()).hexdigest()[:10]
+        return run_key(self.promptkd)
 
 
 NARROW = clips(400, 500)
@@ -152,10 +153,10 @@ class TransferStudy:
             for part, subsample in PARTS:
                 out = self.shared_dir(v, f"zeroshot_{part}")
                 add(demo, v.name, f"{world} zero-shot {part}", "zero-shot", "ZeroshotCLIP", demo.train_argv(
-                    "ZeroshotCLIP", out, first, subsample, ("MODEL.BACKBONE.NAME", demo.student_clip, *ALL_VAL)), out)
+                    "ZeroshotCLIP", out, first, subsample, ("MODEL.BACKBONE.NAME", demo.student_clip, *EVAL)), out)
                 out = self.shared_dir(v, f"teacher_{part}")
                 add(demo, v.name, f"{teacher} {part}", "test", "PromptSRC", demo.train_argv(
-                    "PromptSRC", out, first, subsample, ("MODEL.BACKBONE.NAME", demo.teacher_clip, *ALL_VAL),
+                    "PromptSRC", out, first, subsample, ("MODEL.BACKBONE.NAME", demo.teacher_clip, *EVAL),
                     model_dir=teacher_run), out, (teacher,))
             distill = (*demo.distill_opts("PromptKD"), *v.promptkd)
             for seed in self.seeds:
@@ -167,19 +168,34 @@ class TransferStudy:
                 for part, subsample in PARTS:
                     out = os.path.join(run, f"val_{part}")
                     add(demo, v.name, f"{name} {part}", "test", "PromptKD", demo.train_argv(
-                        "PromptKD", out, seed, subsample, (*distill, *ALL_VAL), model_dir=train), out, (name,), seed)
+                        "PromptKD", out, seed, subsample, (*distill, *EVAL), model_dir=train), out, (name,), seed)
         return list(jobs.values())
 
     def accuracy(self, folder: str) -> float:
         return read_json(os.path.join(folder, RESULTS))["accuracy"]
 
+    def probe_inputs(self, v: Variant) -> dict:
+        """What the probes of ``v`` read: both CLIP files, the teacher's checkpoints, the data and the images per
+        class (digests)."""
+        demo = self.demo(v)
+        return {"student_clip": file_digest(demo.student_clip), "teacher_clip": file_digest(demo.teacher_clip),
+                "teacher": [file_digest(f) for f in evaluated_files(self.teacher_dir(v), "last")],
+                "data": demo.plan.data.digest(), "shots": demo.plan.student_shots}
+
     def probes(self, v: Variant) -> dict[str, float]:
-        """Novel val accuracy (%) of the two linear probes of ``v``'s student CLIP (cached in the world's folder)."""
+        """Novel val accuracy (%) of the two linear probes of ``v``'s student CLIP, cached in the world's folder
+        with the digests of what they read; fitted again (and said so) when those differ."""
         path = os.path.join(self.root, v.world(), "val", PROBES_FILE)
-        if not os.path.isfile(path):
-            demo = self.demo(v)
-            write_json(linear_probes(demo.student_clip, demo.teacher_clip, self.teacher_dir(v), demo.plan), path)
-        return read_json(path)
+        inputs = self.probe_inputs(v)
+        cached = read_json(path) if os.path.isfile(path) else None
+        if cached is not None and cached.get("inputs") == inputs:
+            return cached["accuracy"]
+        if cached is not None:
+            print(f"{path} was fitted on other CLIPs, teacher checkpoints or data: fitting the probes again")
+        demo = self.demo(v)
+        accuracy = linear_probes(demo.student_clip, demo.teacher_clip, self.teacher_dir(v), demo.plan)
+        write_json({"inputs": inputs, "accuracy": accuracy}, path)
+        return accuracy
 
     def row(self, v: Variant, probes: bool) -> list:
         """One table row: val accuracies, the teacher's lead and the recovered shares."""

@@ -37,3 +37,26 @@ def test_the_first_variant_is_the_demo_and_variants_of_one_pair_of_clips_share_t
     assert len({v.student_key() for v in narrow}) == len(narrow)
     wide = [v for v in VARIANTS if v.student.size == "student_wide"]
     assert wide and wide[0].world() != narrow[0].world()
+
+
+def test_probes_are_fitted_again_when_what_they_read_changes(tmp_path, monkeypatch, capsys):
+    variant = VARIANTS[0]
+    study = TransferStudy([variant], [1], Paths(str(tmp_path / "data"), str(tmp_path / "out"), ""), 1, 1)
+    inputs = {"student_clip": "a", "teacher": ["b"]}
+    fits = []
+
+    def fit(*args) -> dict:
+        fits.append(args)
+        return {"teacher_labels": 40.0 + len(fits), "true_labels": 50.0}
+
+    monkeypatch.setattr(study, "probe_inputs", lambda v: dict(inputs))
+    monkeypatch.setattr(study, "demo", lambda v: type("D", (), {"student_clip": "s", "teacher_clip": "t",
+                                                               "plan": None})())
+    monkeypatch.setattr(study, "teacher_dir", lambda v: "run")
+    monkeypatch.setattr("demo.transfer.linear_probes", fit)
+    assert study.probes(variant)["teacher_labels"] == 41.0
+    assert study.probes(variant)["teacher_labels"] == 41.0 and len(fits) == 1
+    assert "fitting the probes again" not in capsys.readouterr().out
+    inputs["teacher"] = ["c"]
+    assert study.probes(variant)["teacher_labels"] == 42.0 and len(fits) == 2
+    assert "fitting the probes again" in capsys.readouterr().out
