@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from tabulate import tabulate
 
 from runner.costs import STEP_MS, projected_seconds
-from runner.jobs import KINDS, Job, command_line, is_finished
-from runner.layout import base2new_datasets, dg_targets, run_states, xd_targets
+from runner.jobs import KINDS, Job, command_line, job_states
+from runner.layout import base2new_datasets, dg_targets, xd_targets
 from runner.methods import METHODS, find_method
 from runner.profiles import PROFILES
 from runner.protocols import PASSED_KNOBS, PROTOCOLS, Planner, Sweep
@@ -109,23 +109,6 @@ def make_sweep(args: argparse.Namespace) -> Sweep:
                  extra_opts=args.extra_opts, knobs=knobs, gpus_per_job=args.gpus_per_job)
 
 
-def job_states(jobs: Sequence[Job]) -> dict[str, str]:
-    """Per job what the run will do: finished (skipped), resume, retry (only a failed attempt's log), or new."""
-    states = run_states(sorted({r for j in jobs for r in j.runs}))
-    out = {}
-    for job in jobs:
-        runs = [states[r] for r in job.runs]
-        if is_finished(job, states):
-            out[job.name] = "finished"
-        elif "resumable" in runs:
-            out[job.name] = "resume"
-        elif "failed" in runs:
-            out[job.name] = "retry"
-        else:
-            out[job.name] = "new"
-    return out
-
-
 def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = True) -> None:
     """Jobs per kind with their states and projected GPU-hours, the step times used, and every command."""
     states = job_states(jobs)
@@ -144,18 +127,19 @@ def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = True) ->
             seconds = projected_seconds(job, sweep.protocol, profile)
             if seconds is None:
                 unknown.add(job.dataset)
-            elif states[job.name] != "finished":
+            elif states[job.name] not in ("finished", "check"):
                 hours += seconds / 3600
-        rows.append([kind, len(of_kind), count["new"], count["resume"], count["retry"], count["finished"], hours])
-    rows.append(["tables", 1, 1, 0, 0, 0, 0.0])
-    total = ["total", sum(r[1] for r in rows), *[sum(r[i] for r in rows) for i in range(2, 6)],
-             sum(r[6] for r in rows)]
-    print(tabulate([*rows, total], headers=["jobs", "count", "new", "resume", "retry", "finished (skipped)",
+        rows.append([kind, len(of_kind), count["new"], count["resume"], count["retry"], count["check"],
+                     count["finished"], hours])
+    rows.append(["tables", 1, 1, 0, 0, 0, 0, 0.0])
+    total = ["total", sum(r[1] for r in rows), *[sum(r[i] for r in rows) for i in range(2, 7)],
+             sum(r[7] for r in rows)]
+    print(tabulate([*rows, total], headers=["jobs", "count", "new", "resume", "retry", "check", "finished (skipped)",
                                             "GPU-h (H100)"], floatfmt=".1f"))
     by_method = Counter()
     for job in jobs:
         seconds = projected_seconds(job, sweep.protocol, profile)
-        if seconds is not None and states[job.name] != "finished":
+        if seconds is not None and states[job.name] not in ("finished", "check"):
             by_method[job.method] += seconds / 3600
     if by_method:
         print("GPU-hours to run, per method: " + ", ".join(f"{m} {h:.1f}" for m, h in by_method.items()))

@@ -1,18 +1,25 @@
 """A job: one unit command (a ``scripts/<method>/*.sh`` call, or ``python train.py``) and what it must leave.
 
 A job is finished when each of its run folders is finished (the scripts' run states) and each of its files
-exists; the runner skips finished jobs and starts the others, whose scripts resume interrupted runs.
+exists. The runner skips a finished job only when the same job finished those runs: each run folder's
+:data:`JOB_RECORD` holds the command line and config-file digests of the jobs that finished it, written when they did.
+Any other job starts, and its script resumes an interrupted run, or leaves a finished one to train.py, which skips
+it when its recorded config (``run.json``) is this job's and stops with the differences when it is not.
 """
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from runner.layout import FINISHED_STATES, run_states
+from engine.run_identity import file_digest
+from runner.layout import FINISHED_STATES, REPO, run_states
 
+JOB_RECORD = "job.json"
+"""In each run folder: ``{job name: record}`` (:func:`job_record`) of the runner jobs that finished it."""
 KINDS = ("teacher", "zero-shot", "train", "test", "plug-in")
 """Job kinds, in the order the plan counts them."""
 
@@ -74,11 +81,73 @@ def is_finished(job: Job, states: dict[str, str]) -> bool:
     return all(states[r] in FINISHED_STATES for r in job.runs) and all(os.path.exists(f) for f in job.files)
 
 
-def finished_jobs(jobs: Iterable[Job]) -> set[str]:
-    """Names of the jobs whose runs are all finished and whose files all exist (one state query for all)."""
+def config_files(job: Job) -> list[str]:
+    """The trainer and dataset config files of ``job`` that exist (their contents change what it runs)."""
+    files = [os.path.join(REPO, "configs", "trainers", job.trainer, f"{job.config}.yaml"),
+             os.path.join(REPO, "configs", "datasets", f"{job.dataset}.yaml")]
+    return [f for f in files if os.path.isfile(f)]
+
+
+def job_record(job: Job) -> dict:
+    """What the runner can see of what ``job`` runs: its command line (less ``DATA``: where the data lies no more
+    changes a run than ``DATASET.ROOT`` does its identity; train.py compares the data itself) and the digests of its
+    config files."""
+    located = replace(job, env={k: v for k, v in job.env.items() if k != "DATA"})
+    return {"command": command_line(located),
+            "configs": {os.path.relpath(f, REPO): file_digest(f) for f in config_files(job)}}
+
+
+def _records(run: str) -> dict:
+    try:
+        with open(os.path.join(run, JOB_RECORD)) as f:
+            records = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return records if isinstance(records, dict) else {}
+
+
+def is_recorded(job: Job) -> bool:
+    """Each of ``job``'s runs was finished by this job with its present command line and config files."""
+    record = job_record(job)
+    return all(_records(run).get(job.name) == record for run in job.runs)
+
+
+def record_job(job: Job) -> None:
+    """Write ``job``'s record into each of its run folders (atomically; other jobs' records are kept)."""
+    record = job_record(job)
+    for run in job.runs:
+        records = {**_records(run), job.name: record}
+        tmp = os.path.join(run, f".{JOB_RECORD}.tmp-{os.getpid()}")
+        with open(tmp, "w") as f:
+            json.dump(records, f, indent=1)
+        os.replace(tmp, os.path.join(run, JOB_RECORD))
+
+
+def job_states(jobs: Iterable[Job]) -> dict[str, str]:
+    """Per job what running the plan does with it: ``finished`` (skipped: finished by this very job), ``check``
+    (finished, but by another command or config, or not by the runner: it runs, and train.py skips each run whose
+    recorded config is the job's and stops on one that differs), ``resume``, ``retry`` (only a failed attempt's
+    log) or ``new``."""
     jobs = list(jobs)
     states = run_states(sorted({r for j in jobs for r in j.runs}))
-    return {j.name for j in jobs if is_finished(j, states)}
+    out = {}
+    for job in jobs:
+        runs = [states[r] for r in job.runs]
+        if is_finished(job, states):
+            out[job.name] = "finished" if is_recorded(job) else "check"
+        elif "resumable" in runs:
+            out[job.name] = "resume"
+        elif "failed" in runs:
+            out[job.name] = "retry"
+        else:
+            out[job.name] = "new"
+    return out
+
+
+def finished_jobs(jobs: Iterable[Job]) -> set[str]:
+    """Names of the jobs to skip: their runs are finished, by them with their present command and configs, and their
+    files all exist."""
+    return {name for name, state in job_states(jobs).items() if state == "finished"}
 
 
 def dependents(jobs: Sequence[Job], name: str) -> list[str]:

@@ -1,10 +1,12 @@
 """Runs a plan's jobs on an executor in dependency order, with a live status line and an ETA.
 
-A job starts when every job it depends on has finished. A finished job (its runs and files, see
-:func:`runner.jobs.finished_jobs`) is skipped. A job that fails (non-zero exit, or exit 0 without its runs finished)
-is reported with the tail of its log; only the jobs that depend on it are skipped, the others go on. A job that
-exits with ``EXIT_PREEMPTED`` (train.py was stopped by a signal after saving its state) starts again and resumes,
-up to :data:`MAX_REQUEUES` times (under SLURM the job requeues itself first, see :mod:`runner.slurm`).
+A job starts when every job it depends on has finished. A job this very command finished before (its runs, files
+and record, see :func:`runner.jobs.job_states`) is skipped; one whose finished runs another command or config
+made runs again, and train.py skips or stops on each of its runs after comparing their recorded config.
+A job that fails (non-zero exit, or exit 0 without its runs finished) is reported with the tail of its log; only the
+jobs that depend on it are skipped, the others go on. A job that exits with ``EXIT_PREEMPTED`` (train.py was stopped
+by a signal after saving its state) starts again and resumes, up to :data:`MAX_REQUEUES` times (under SLURM the job
+requeues itself first, see :mod:`runner.slurm`).
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from runner.jobs import Job, command_line, dependents, finished_jobs, log_name
+from runner.jobs import Job, command_line, dependents, is_finished, job_states, log_name, record_job
+from runner.layout import run_states
 
 EXIT_PREEMPTED = 75
 """train.py's exit status after a preemption signal (sysexits' EX_TEMPFAIL): rerun the same command to resume."""
@@ -138,7 +141,9 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
     """Run every job of ``jobs`` (dependencies first) on ``executor``; returns what happened."""
     os.makedirs(log_dir, exist_ok=True)
     report, eta = Report(), Eta(projected)
-    finished = finished_jobs(jobs)
+    states = job_states(jobs)
+    finished = {name for name, state in states.items() if state == "finished"}
+    check = [name for name, state in states.items() if state == "check"]
     pending = [j for j in jobs if j.name not in finished]
     report.finished_before = [j.name for j in jobs if j.name in finished]
     running: dict[Any, tuple[Job, float]] = {}  # executor handle -> (job, monotonic start)
@@ -175,7 +180,7 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
             say(f"preempted {job.name} ({outcome.reason or f'exit {EXIT_PREEMPTED}'}): starting it again to resume")
             launch(job)
             return
-        if outcome.status == 0 and job.name not in finished_jobs([job]):
+        if outcome.status == 0 and not is_finished(job, run_states(job.runs)):
             outcome = Outcome(1, "exited 0, but its runs are not finished")
         if outcome.status != 0:
             why = outcome.reason or f"exit status {outcome.status}"
@@ -186,6 +191,7 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
                 report.skipped.setdefault(name, job.name)
             bar.update(1)
             return
+        record_job(job)
         succeeded.add(job.name)
         report.done.append(job.name)
         end = time.monotonic() - started
@@ -194,6 +200,10 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
         bar.update(1)
         say(f"done {job.name} in {format_seconds(seconds)}")
 
+    if check:
+        say(f"{len(check)} job(s) have finished runs made by another command or config, or not by the runner "
+            f"({', '.join(check[:3])}{', ...' if len(check) > 3 else ''}): running them; train.py skips each run "
+            "whose recorded config (run.json) is the job's and stops with the differences on one that is not")
     try:
         while pending or running:
             for job in list(pending):

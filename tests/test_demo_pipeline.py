@@ -29,6 +29,7 @@ from demo.pipeline import (
     stage_times,
 )
 from engine.utils import read_json
+from runner.jobs import record_job
 from runner.local import is_train_py
 from runner.schedule import Report
 from tests.helpers_run import HANG_GUARD_S
@@ -175,6 +176,7 @@ def test_demo_skips_finished_runs_and_a_failure_stops_only_its_dependents(tmp_pa
                 str(tmp_path / "bad")),
             job("needs bad", "true", str(tmp_path / "x"), deps=("bad",)),
             job("other", "true", str(tmp_path / "other"), deps=("finished", "teacher"))]
+    record_job(jobs[0])  # as the runner does when a job finishes its runs
     outcome = demo.run_jobs(jobs, str(tmp_path / "logs"))
     assert sorted(ran.read_text().split("\n")) == ["", "bad", "other"]
     assert outcome.finished_before == ["finished", "teacher"] and outcome.done == ["other"]

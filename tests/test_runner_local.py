@@ -73,3 +73,36 @@ def test_fast_profile_runs_end_to_end(tmp_path, tiny_clip_file, tiny_teacher_cli
     assert re.search(r"COMPILE: none\b", log)  # the user's override comes after the profile's
     assert [p.suffix for p in sorted((out / "teacher_cache").iterdir())].count(".pt") >= 1  # the sweep's shared cache
     assert re.search(r"^eurosat +PETR ", done.stdout, re.MULTILINE), done.stdout[-2000:]
+
+
+def test_a_rerun_with_another_config_is_not_skipped(tmp_path, tiny_clip_file):
+    """A finished run is skipped only for the job that made it with the same command; run again with another opt,
+    train.py compares the run's recorded config and stops with the difference (the results stay), and with an opt
+    that cannot change the result it skips the run and the new command is recorded."""
+    write_tree("EuroSAT", tmp_path / "data", mode="json")
+    out = tmp_path / "zs"
+
+    def job(*opts: str) -> Job:
+        argv = (sys.executable, "train.py", "--root", str(tmp_path / "data"), "--seed", "1", "--trainer",
+                "ZeroshotCLIP", "--dataset-config-file", "configs/datasets/eurosat.yaml", "--config-file",
+                "configs/trainers/ZeroshotCLIP/vit_b16.yaml", "--output-dir", str(out), "--eval-only",
+                "MODEL.BACKBONE.NAME", tiny_clip_file, "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0",
+                "USE_CUDA", "False", *opts)
+        return Job(name="zs", kind="zero-shot", method="ZeroshotCLIP", dataset="eurosat", argv=argv, runs=(str(out),))
+
+    executor = LocalExecutor([], cpu_jobs=1, threads=1)
+    try:
+        assert run_plan([job()], executor, str(tmp_path / "logs")).done == ["zs"]
+        results = (out / "results.json").read_text()
+        assert run_plan([job()], executor, str(tmp_path / "logs")).finished_before == ["zs"]
+        report = run_plan([job("INPUT.INTERPOLATION", "bilinear")], executor, str(tmp_path / "logs"))
+        why = report.failed.get("zs", "")
+        assert "holds a finished run that differs from this one" in why and "INPUT.INTERPOLATION" in why
+        assert (out / "results.json").read_text() == results
+        quieter = job("TRAIN.PRINT_FREQ", "7")
+        assert run_plan([quieter], executor, str(tmp_path / "logs")).done == ["zs"]
+        assert "Run finished, skipping" in (tmp_path / "logs" / "zs.log").read_text()
+        assert run_plan([quieter], executor, str(tmp_path / "logs")).finished_before == ["zs"]
+    finally:
+        executor.close()
+    assert (out / "results.json").read_text() == results

@@ -3,13 +3,15 @@ its dependents and is reported with its log's tail, a preempted job (exit 75) ru
 run, and the ETA from measured run times."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import replace
 
 import pytest
 
-from runner.jobs import Job
+from runner.jobs import JOB_RECORD, Job, job_record, job_states
+from runner.layout import REPO
 from runner.local import LocalExecutor
 from runner.schedule import EXIT_PREEMPTED, MAX_REQUEUES, Eta, run_plan
 
@@ -67,17 +69,37 @@ def test_preempted_job_runs_again_and_resumes(tmp_path):
 
 
 def test_finished_jobs_are_not_run_and_exit_zero_needs_finished_runs(tmp_path):
+    """A finished run that no job recorded (made by hand, or before the runner recorded jobs) is handed to its job
+    once; then the job's record in the run folder makes the next command skip it, until its command changes."""
     done_run = tmp_path / "done"
     done_run.mkdir()
     (done_run / "results.json").write_text(json.dumps({"accuracy": 1.0}))
     marker = tmp_path / "ran"
-    jobs = [finishing("finished", str(done_run), f"touch {marker}"),
+    jobs = [finishing("finished", str(done_run), f"echo x >> {marker}"),
             Job(name="liar", kind="test", method="M", dataset="d", runs=(str(tmp_path / "x"),),
                 argv=("bash", "-c", "echo all good")),
             finishing("after", str(tmp_path / "after"), deps=("finished",))]
+    assert job_states(jobs) == {"finished": "check", "liar": "new", "after": "new"}
     report = run_plan(jobs, LocalExecutor([], cpu_jobs=1), str(tmp_path / "logs"))
-    assert report.finished_before == ["finished"] and not marker.exists() and report.done == ["after"]
+    assert report.done == ["finished", "after"] and marker.read_text() == "x\n" and not report.finished_before
     assert report.failed["liar"].startswith("exited 0, but its runs are not finished")
+    assert json.loads((done_run / JOB_RECORD).read_text()) == {"finished": job_record(jobs[0])}
+    report = run_plan(jobs, LocalExecutor([], cpu_jobs=1), str(tmp_path / "logs"))
+    assert report.finished_before == ["finished", "after"] and marker.read_text() == "x\n"
+    changed = replace(jobs[0], env={"EXTRA_OPTS": "OPTIM.LR 0.1"})
+    assert job_states([changed, *jobs[1:]])["finished"] == "check"
+    report = run_plan([changed, *jobs[1:]], LocalExecutor([], cpu_jobs=1), str(tmp_path / "logs"))
+    assert report.finished_before == ["after"] and report.done == ["finished"] and marker.read_text() == "x\nx\n"
+
+
+def test_job_record_holds_the_command_and_the_config_files_digests():
+    job = Job(name="j", kind="train", method="CoOp", dataset="eurosat", argv=("bash", "scripts/coop/x.sh", "1"),
+              env={"DATA": "/data", "CFG": "vit_b16_ctxv1"}, config="vit_b16_ctxv1", trainer="CoOp")
+    files = ("configs/trainers/CoOp/vit_b16_ctxv1.yaml", "configs/datasets/eurosat.yaml")
+    with open(os.path.join(REPO, files[0]), "rb") as a, open(os.path.join(REPO, files[1]), "rb") as b:
+        digests = [hashlib.sha256(a.read()).hexdigest(), hashlib.sha256(b.read()).hexdigest()]
+    assert job_record(job) == {"command": "CFG=vit_b16_ctxv1 bash scripts/coop/x.sh 1",
+                               "configs": dict(zip(files, digests))}
 
 
 def test_slots_pin_gpus_and_threads(tmp_path):
