@@ -196,8 +196,9 @@ class Demo:
         return tuple(argv)
 
     def job(self, stage: str, **fields: Any) -> Job:
-        """A runner job (``runner.jobs.Job`` fields), recorded under ``stage`` for the time table."""
-        job = Job(**fields)
+        """A runner job (``runner.jobs.Job`` fields), recorded under ``stage`` for the time table; it reads the demo's
+        data (its digest goes into the job's record, so that regenerated data is not taken for the old)."""
+        job = Job(**{"reads": {"demo data": self.plan.data.digest()}, **fields})
         self.stages[job.name] = stage
         return job
 

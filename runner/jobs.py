@@ -50,6 +50,8 @@ class Job:
     trainer: str = ""
     bf16_ns: str = ""
     """Config namespace whose PREC becomes bf16 on cards that have it (the fast profile), else empty."""
+    reads: Mapping[str, str] = field(default_factory=dict)
+    """Digests of inputs its command line does not name (the demo's generated data), kept in its record."""
 
 
 def command_line(job: Job) -> str:
@@ -91,10 +93,10 @@ def config_files(job: Job) -> list[str]:
 def job_record(job: Job) -> dict:
     """What the runner can see of what ``job`` runs: its command line (less ``DATA``: where the data lies no more
     changes a run than ``DATASET.ROOT`` does its identity; train.py compares the data itself) and the digests of its
-    config files."""
+    config files, with what it :attr:`Job.reads`."""
     located = replace(job, env={k: v for k, v in job.env.items() if k != "DATA"})
     return {"command": command_line(located),
-            "configs": {os.path.relpath(f, REPO): file_digest(f) for f in config_files(job)}}
+            "configs": {os.path.relpath(f, REPO): file_digest(f) for f in config_files(job)}, "reads": dict(job.reads)}
 
 
 def _records(run: str) -> dict:

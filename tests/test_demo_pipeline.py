@@ -154,8 +154,9 @@ def test_stage_times_from_the_runner_report():
 
 
 def test_demo_skips_finished_runs_and_a_failure_stops_only_its_dependents(tmp_path):
-    """The demo's jobs on the runner: a run folder with results.json (or the xd teacher's pointer file) is not run
-    again, a failed job is reported with its log's tail, the jobs that need it are not run and the others are."""
+    """The demo's jobs on the runner: a run folder with results.json (or the xd teacher's pointer file) that the job
+    finished with the same command and data is not run again, a failed job is reported with its log's tail, the jobs
+    that need it are not run and the others are."""
     demo = Demo(QUICK, Paths(str(tmp_path / "d"), str(tmp_path / "o"), str(tmp_path / "c")), threads=1, workers=2)
     ran = tmp_path / "ran.txt"
 
@@ -181,6 +182,9 @@ def test_demo_skips_finished_runs_and_a_failure_stops_only_its_dependents(tmp_pa
     assert sorted(ran.read_text().split("\n")) == ["", "bad", "other"]
     assert outcome.finished_before == ["finished", "teacher"] and outcome.done == ["other"]
     assert outcome.skipped == {"needs bad": "bad"} and list(outcome.failed) == ["bad"]
+    regenerated = Demo(replace(QUICK, data=replace(QUICK.data, seed=1)), demo.paths, threads=1, workers=2)
+    again = regenerated.job("stage", **{k: v for k, v in jobs[0].__dict__.items() if k != "reads"})
+    assert regenerated.run_jobs([again], str(tmp_path / "logs")).done == ["finished"]  # other data: not skipped
     text = failures(outcome)
     assert text.startswith(f"FAILED bad: exit status 3; log {tmp_path / 'logs' / 'bad.log'}\n")
     assert "line 7\n" in text and "line 6\n" not in text and "error: the reason" in text  # the log's last 15 lines

@@ -99,7 +99,7 @@ def test_job_record_holds_the_command_and_the_config_files_digests():
     with open(os.path.join(REPO, files[0]), "rb") as a, open(os.path.join(REPO, files[1]), "rb") as b:
         digests = [hashlib.sha256(a.read()).hexdigest(), hashlib.sha256(b.read()).hexdigest()]
     assert job_record(job) == {"command": "CFG=vit_b16_ctxv1 bash scripts/coop/x.sh 1",
-                               "configs": dict(zip(files, digests))}
+                               "configs": dict(zip(files, digests)), "reads": {}}
 
 
 def test_slots_pin_gpus_and_threads(tmp_path):
