@@ -38,14 +38,18 @@ EVAL = (*VAL, *ALL_VAL)
 """Evaluations read every val image (NUM_SHOTS >= 1 would sample CoOp's min(K, 4) per class)."""
 PARTS = (("base", "base"), ("novel", "new"))
 """(result name, DATASET.SUBSAMPLE_CLASSES) of the two evaluations of every model."""
-PROBES_FILE = "probes.json"
+PROBES_FILE = "probes-{shots}.json"
+"""Probe results per number of distillation images per class."""
 
 
 def clips(student_steps: int, teacher_steps: int, student_relit: bool = False, teacher_relit: bool = True,
-          student: str = "student") -> tuple[PretrainParams, PretrainParams]:
-    """Student and teacher pretraining with the given steps, each on the neutral or the relit stream."""
-    return (PretrainParams(size=student, steps=student_steps, style=PRETRAIN_RELIT if student_relit else PRETRAIN),
-            PretrainParams(size="teacher", steps=teacher_steps, style=PRETRAIN_RELIT if teacher_relit else PRETRAIN))
+          student: str = "student", seed: int = 1) -> tuple[PretrainParams, PretrainParams]:
+    """Student and teacher pretraining with the given steps, each on the neutral or the relit stream, both from
+    ``seed`` (another seed: another draw of the same design)."""
+    return (PretrainParams(size=student, steps=student_steps, seed=seed,
+                           style=PRETRAIN_RELIT if student_relit else PRETRAIN),
+            PretrainParams(size="teacher", steps=teacher_steps, seed=seed,
+                           style=PRETRAIN_RELIT if teacher_relit else PRETRAIN))
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,8 @@ class Variant:
     teacher: PretrainParams = field(default_factory=lambda: default_params("teacher"))
     promptkd: tuple[str, ...] = ()
     long: bool = False
-    """Pretraining too long for a default run on 2 cores (10 minutes to over an hour): run only when named."""
+    """Pretraining or distillation too long for a default run on 2 cores (10 minutes to over an hour): run only
+    when named."""
 
     def plan(self, seeds: Sequence[int]) -> DemoPlan:
         """The demo plan of this design."""
@@ -72,9 +77,16 @@ class Variant:
         """Folder name of PromptKD's settings within the world (identical settings share runs)."""
         return run_key(self.promptkd)
 
+    def shots(self, plan: DemoPlan) -> int:
+        """Distillation images per class: this variant's ``DATASET.NUM_SHOTS``, else the demo's."""
+        opts = dict(zip(self.promptkd[::2], self.promptkd[1::2]))
+        return int(opts.get("DATASET.NUM_SHOTS", plan.student_shots))
+
 
 NARROW = clips(400, 500)
 WIDE = "student_wide"
+WIDE_CLIPS = clips(400, 500, student=WIDE)
+ALL_IMAGES = ("DATASET.NUM_SHOTS", "200")
 VARIANTS: tuple[Variant, ...] = (
     Variant("narrow student", "the demo: student vision tower 128 wide (its 8x8x3 patches hold 192 values), "
             "400 steps, neutral stream; teacher 500 steps, relit; PromptKD 10 epochs on 32 images per class", *NARROW),
@@ -85,11 +97,24 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("narrow, all images", "distillation data: all 200 train images per class (as PromptKD uses the whole "
             "train set), 2 epochs (600 steps)", *NARROW, promptkd=("DATASET.NUM_SHOTS", "200", "OPTIM.MAX_EPOCH", "2")),
     Variant("wide student", "patch embedding: the student's vision tower 192 wide, as wide as its patch holds values "
-            "(else as the demo)", *clips(400, 500, student=WIDE)),
+            "(else as the demo)", *WIDE_CLIPS),
+    Variant("wide, all images, 2 epochs", "the wide student distilled on all 200 train images per class (600 steps)",
+            *WIDE_CLIPS, promptkd=(*ALL_IMAGES, "OPTIM.MAX_EPOCH", "2")),
+    Variant("wide, all images, 4 epochs", "the same, 1,200 steps", *WIDE_CLIPS,
+            promptkd=(*ALL_IMAGES, "OPTIM.MAX_EPOCH", "4")),
+    Variant("wide, 96 images per class", "the wide student distilled on 96 train images per class, 10 epochs "
+            "(1,440 steps)", *WIDE_CLIPS, promptkd=("DATASET.NUM_SHOTS", "96", "OPTIM.MAX_EPOCH", "10")),
     Variant("wide, same stream", "the wide student pretrained on the teacher's relit stream, as ViT-B/16 and ViT-L/14 "
             "saw the same data", *clips(400, 500, student_relit=True, student=WIDE)),
     Variant("wide, neutral teacher", "the wide student; the teacher pretrained on the neutral stream too (its lead "
             "then owes nothing to lighting)", *clips(400, 500, teacher_relit=False, student=WIDE)),
+    Variant("wide, all images, 10 epochs", "the wide student distilled as PromptKD does at real scale, on every "
+            "train image, 10 epochs (3,000 steps)", *WIDE_CLIPS, promptkd=(*ALL_IMAGES, "OPTIM.MAX_EPOCH", "10"),
+            long=True),
+    Variant("narrow, pretraining seed 2", "the demo's design, both tiny CLIPs pretrained from seed 2 (another draw)",
+            *clips(400, 500, seed=2), long=True),
+    Variant("wide, pretraining seed 2", "the wide student's design, both tiny CLIPs pretrained from seed 2",
+            *clips(400, 500, student=WIDE, seed=2), long=True),
     Variant("narrow S400 / T1500", "a longer-trained teacher only", *clips(400, 1500), long=True),
     Variant("narrow S800 / T1500", "longer pretraining of both (student on the neutral stream)",
             *clips(800, 1500), long=True),
@@ -180,20 +205,22 @@ class TransferStudy:
         demo = self.demo(v)
         return {"student_clip": file_digest(demo.student_clip), "teacher_clip": file_digest(demo.teacher_clip),
                 "teacher": [file_digest(f) for f in evaluated_files(self.teacher_dir(v), "last")],
-                "data": demo.plan.data.digest(), "shots": demo.plan.student_shots}
+                "data": demo.plan.data.digest(), "shots": v.shots(demo.plan)}
 
     def probes(self, v: Variant) -> dict[str, float]:
-        """Novel val accuracy (%) of the two linear probes of ``v``'s student CLIP, cached in the world's folder
-        with the digests of what they read; fitted again (and said so) when those differ."""
-        path = os.path.join(self.root, v.world(), "val", PROBES_FILE)
+        """Novel val accuracy (%) of the two linear probes of ``v``'s student CLIP on its distillation images, cached
+        in the world's folder per number of images with the digests of what they read; fitted again (and said so)
+        when those differ."""
         inputs = self.probe_inputs(v)
+        path = os.path.join(self.root, v.world(), "val", PROBES_FILE.format(shots=inputs["shots"]))
         cached = read_json(path) if os.path.isfile(path) else None
         if cached is not None and cached.get("inputs") == inputs:
             return cached["accuracy"]
         if cached is not None:
             print(f"{path} was fitted on other CLIPs, teacher checkpoints or data: fitting the probes again")
         demo = self.demo(v)
-        accuracy = linear_probes(demo.student_clip, demo.teacher_clip, self.teacher_dir(v), demo.plan)
+        accuracy = linear_probes(demo.student_clip, demo.teacher_clip, self.teacher_dir(v),
+                                 replace(demo.plan, student_shots=inputs["shots"]))
         write_json({"inputs": inputs, "accuracy": accuracy}, path)
         return accuracy
 

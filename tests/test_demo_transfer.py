@@ -2,7 +2,7 @@
 recovers, from the runs' results.json files, against hand-computed values."""
 import os
 
-from demo.pipeline import Paths
+from demo.pipeline import FULL, Paths
 from demo.pretrain import default_params
 from demo.transfer import VARIANTS, TransferStudy
 from engine.utils import write_json
@@ -42,7 +42,7 @@ def test_the_first_variant_is_the_demo_and_variants_of_one_pair_of_clips_share_t
 def test_probes_are_fitted_again_when_what_they_read_changes(tmp_path, monkeypatch, capsys):
     variant = VARIANTS[0]
     study = TransferStudy([variant], [1], Paths(str(tmp_path / "data"), str(tmp_path / "out"), ""), 1, 1)
-    inputs = {"student_clip": "a", "teacher": ["b"]}
+    inputs = {"student_clip": "a", "teacher": ["b"], "shots": 32}
     fits = []
 
     def fit(*args) -> dict:
@@ -51,7 +51,7 @@ def test_probes_are_fitted_again_when_what_they_read_changes(tmp_path, monkeypat
 
     monkeypatch.setattr(study, "probe_inputs", lambda v: dict(inputs))
     monkeypatch.setattr(study, "demo", lambda v: type("D", (), {"student_clip": "s", "teacher_clip": "t",
-                                                               "plan": None})())
+                                                               "plan": FULL})())
     monkeypatch.setattr(study, "teacher_dir", lambda v: "run")
     monkeypatch.setattr("demo.transfer.linear_probes", fit)
     assert study.probes(variant)["teacher_labels"] == 41.0
@@ -60,3 +60,15 @@ def test_probes_are_fitted_again_when_what_they_read_changes(tmp_path, monkeypat
     inputs["teacher"] = ["c"]
     assert study.probes(variant)["teacher_labels"] == 42.0 and len(fits) == 2
     assert "fitting the probes again" in capsys.readouterr().out
+    inputs["shots"] = 200  # other distillation images: probes of their own, the 32-image ones kept
+    assert study.probes(variant)["teacher_labels"] == 43.0 and fits[-1][3].student_shots == 200
+    assert "fitting the probes again" not in capsys.readouterr().out
+    inputs["shots"] = 32
+    assert study.probes(variant)["teacher_labels"] == 42.0 and len(fits) == 3
+
+
+def test_a_variant_distils_on_its_own_number_of_images():
+    by_name = {v.name: v for v in VARIANTS}
+    assert by_name["narrow student"].shots(FULL) == FULL.student_shots == 32
+    assert by_name["wide, all images, 4 epochs"].shots(FULL) == 200
+    assert by_name["wide, 96 images per class"].shots(FULL) == 96
