@@ -115,6 +115,9 @@ VARIANTS: tuple[Variant, ...] = (
             *clips(400, 500, seed=2), long=True),
     Variant("wide, pretraining seed 2", "the wide student's design, both tiny CLIPs pretrained from seed 2",
             *clips(400, 500, student=WIDE, seed=2), long=True),
+    Variant("wide, seed 2, all images, 2 epochs", "the closest design of seed 1 (all 200 images per class, 2 epochs) "
+            "on the seed-2 CLIPs", *clips(400, 500, student=WIDE, seed=2),
+            promptkd=(*ALL_IMAGES, "OPTIM.MAX_EPOCH", "2"), long=True),
     Variant("narrow S400 / T1500", "a longer-trained teacher only", *clips(400, 1500), long=True),
     Variant("narrow S800 / T1500", "longer pretraining of both (student on the neutral stream)",
             *clips(800, 1500), long=True),
