@@ -146,12 +146,6 @@ def job_states(jobs: Iterable[Job]) -> dict[str, str]:
     return out
 
 
-def finished_jobs(jobs: Iterable[Job]) -> set[str]:
-    """Names of the jobs to skip: their runs are finished, by them with their present command and configs, and their
-    files all exist."""
-    return {name for name, state in job_states(jobs).items() if state == "finished"}
-
-
 def dependents(jobs: Sequence[Job], name: str) -> list[str]:
     """Every job that depends on ``name``, directly or through others, in plan order."""
     out: set[str] = {name}
