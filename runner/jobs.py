@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from engine.run_identity import file_digest
-from runner.layout import FINISHED_STATES, REPO, run_states
+from runner.layout import FINISHED_STATES, REPO, run_states, write_text
 
 JOB_RECORD = "job.json"
 """In each run folder: ``{job name: record}`` (:func:`job_record`) of the runner jobs that finished it."""
@@ -118,11 +118,7 @@ def record_job(job: Job) -> None:
     """Write ``job``'s record into each of its run folders (atomically; other jobs' records are kept)."""
     record = job_record(job)
     for run in job.runs:
-        records = {**_records(run), job.name: record}
-        tmp = os.path.join(run, f".{JOB_RECORD}.tmp-{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump(records, f, indent=1)
-        os.replace(tmp, os.path.join(run, JOB_RECORD))
+        write_text(json.dumps({**_records(run), job.name: record}, indent=1), os.path.join(run, JOB_RECORD))
 
 
 def job_states(jobs: Iterable[Job]) -> dict[str, str]:

@@ -25,6 +25,15 @@ def common_sh(script: str, *args: str) -> str:
     return done.stdout.strip()
 
 
+def write_text(text: str, path: str) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file, then rename), so a reader never sees half a file; the
+    runner's own files (tables, records), written without the engine's torch-importing helpers."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def run_states(paths: Sequence[str]) -> dict[str, str]:
     """The state of each run folder (``engine.runs.run_state``: new, failed, resumable, running, finished,
     finished-upstream), as the unit commands decide."""

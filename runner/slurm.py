@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from runner import unit
 from runner.jobs import Job
-from runner.layout import FINISHED_STATES, REPO, run_states
+from runner.layout import FINISHED_STATES, REPO, run_states, write_text
 from runner.profiles import launch_env
 from runner.schedule import EXIT_PREEMPTED, Outcome
 
@@ -182,9 +182,7 @@ class SlurmExecutor:
         submitted = self.executor.submit(UnitJob(job, log, self.threads, self.grace_s))
         self.jobs[submitted.job_id] = job
         self.record[job.name] = submitted.job_id
-        with open(self.record_path + ".tmp", "w") as f:
-            json.dump(self.record, f, indent=1)
-        os.replace(self.record_path + ".tmp", self.record_path)
+        write_text(json.dumps(self.record, indent=1), self.record_path)
         return submitted
 
     def poll(self, handles: Sequence[submitit.SlurmJob]) -> dict[submitit.SlurmJob, Outcome]:

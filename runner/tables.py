@@ -7,6 +7,7 @@ import io
 import os
 
 import parse_test_res
+from runner.layout import write_text
 from runner.protocols import Sweep
 
 MODES = {"base2new": "b2n", "xd": "xd", "dg": "dg"}
@@ -44,9 +45,7 @@ def write_tables(sweep: Sweep) -> tuple[int, str]:
         content = text if fmt == "plain" else _csv_rows(table_argv(sweep, fmt))
         path = table_path(sweep, ext)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".tmp", "w") as f:
-            f.write(content)
-        os.replace(path + ".tmp", path)
+        write_text(content, path)
     return status, text
 
 
