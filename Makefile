@@ -1,4 +1,5 @@
-# Quick start: `make demo` runs the built-in demo, `make test` runs the test suite.
+# Quick start: `make demo` runs the built-in demo, `make test` the fast test tier; `make test-all` runs every test
+# (SLURM, demo, preemption and script runs too), as CI does.
 # Both create .venv from requirements*.txt when needed, or use the virtual environment that is already active.
 
 ifdef VIRTUAL_ENV
@@ -10,7 +11,7 @@ PYTHON := .venv/bin/python
 endif
 SYSTEM_PYTHON ?= python3
 
-.PHONY: demo test lint install install-dev clean-venv
+.PHONY: demo test test-all lint install install-dev clean-venv
 
 $(PYTHON):
 	$(SYSTEM_PYTHON) -m venv $(ENV_DIR)
@@ -31,6 +32,9 @@ demo: install
 	PYTHON=$(PYTHON) bash scripts/demo.sh
 
 test: install-dev
+	$(PYTHON) -m pytest -q -m "not slow"
+
+test-all: install-dev
 	$(PYTHON) -m pytest -q
 
 lint: install-dev

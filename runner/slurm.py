@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -134,6 +135,25 @@ def squeue_states() -> dict[str, str]:
     return dict(line.split(maxsplit=1) for line in done.stdout.splitlines() if " " in line)
 
 
+def lost_outcome(job_id: str, state: str, stdout: str, runs: Sequence[str]) -> Outcome:
+    """How a job that SLURM no longer runs and that left no result ended: preempted when a rerun can resume it (see
+    :data:`RESUBMIT_STATES`), else failed; either way with the last line of its output file ``stdout``."""
+    said = last_line(stdout)
+    where = f"SLURM job {job_id} ended ({state}) without a result" + (f" (its last line: {said})" if said else "")
+    states = run_states(runs).values()
+    if state in RESUBMIT_STATES and states and all(s == "resumable" or s in FINISHED_STATES for s in states):
+        return Outcome(EXIT_PREEMPTED, f"{where}; its runs saved their resume state")
+    return Outcome(1, f"{where}: cancelled, out of time or memory, or its node failed")
+
+
+def require_slurm() -> None:
+    """ValueError with one line when this machine cannot submit SLURM jobs (no ``sbatch`` / ``squeue``)."""
+    missing = [b for b in ("sbatch", "squeue", "scontrol") if shutil.which(b) is None]
+    if missing:
+        raise ValueError(f"--executor slurm: {', '.join(missing)} not found on this machine; run the runner on a "
+                         "SLURM login node, or use --executor local")
+
+
 class SlurmExecutor:
     """Submits each job through submitit and follows it until it leaves a result."""
 
@@ -141,6 +161,7 @@ class SlurmExecutor:
                  gpus_per_job: int = 1, cpus_per_job: int | None = None, threads: int | None = None,
                  max_jobs: int = 256, signal_delay_s: int = 120, extra: dict[str, str] | None = None,
                  poll_s: float = 5.0):
+        require_slurm()
         self.folder = os.path.abspath(folder)
         self.poll_s = poll_s
         self.threads = threads
@@ -202,15 +223,7 @@ class SlurmExecutor:
         return ended
 
     def _lost(self, handle: submitit.SlurmJob, state: str) -> Outcome:
-        """A job SLURM no longer runs and that left no result: preempted when a rerun can resume it (see
-        :data:`RESUBMIT_STATES`), else failed; either way with the last line its output holds."""
-        said = last_line(str(handle.paths.stdout))
-        where = f"SLURM job {handle.job_id} ended ({state}) without a result" + (f" (its last line: {said})" if said
-                                                                                 else "")
-        runs = run_states(self.jobs[handle.job_id].runs).values()
-        if state in RESUBMIT_STATES and runs and all(s == "resumable" or s in FINISHED_STATES for s in runs):
-            return Outcome(EXIT_PREEMPTED, f"{where}; its runs saved their resume state")
-        return Outcome(1, f"{where}: cancelled, out of time or memory, or its node failed")
+        return lost_outcome(handle.job_id, state, str(handle.paths.stdout), self.jobs[handle.job_id].runs)
 
     @staticmethod
     def _outcome(handle: submitit.SlurmJob) -> Outcome:

@@ -1,8 +1,8 @@
 """The toy base-to-novel protocol (demo world, tiny CLIPs: teacher → PETR, CoOp → PETR+CoOp, train → test) through
 the protocol runner on the local executor and on a real one-node SLURM cluster through submitit: the same tables,
 a job preempted mid-run (``scancel --signal=USR1``, ``scontrol requeue``, a higher partition's job) requeues or is
-submitted again, resumes and ends identical, a job SLURM lost is resubmitted only when a rerun can resume it, and
-a failed job skips only its dependents and is reported with its log's tail."""
+submitted again, resumes and ends identical, and a failed job skips only its dependents and is reported with its
+log's tail. (How a lost job counts, and the runner without SLURM: tests/test_runner_slurm_unit.py.)"""
 from __future__ import annotations
 
 import json
@@ -13,11 +13,9 @@ import sys
 import time
 
 import pytest
-import submitit
 import torch
 
 from demo.shapes import GenParams, generate
-from runner.jobs import Job
 from tests.helpers_run import HANG_GUARD_S
 from tests.helpers_slurm import RequeueRelease, slurm_cluster, squeue_state
 
@@ -212,29 +210,3 @@ def test_failed_slurm_job_skips_only_its_dependents(toy, cluster, slurm_run):
         assert f"| error: {partial}/demo_shapes/images not found" in found.group(0)  # the log's tail
         assert found.group(0).rstrip().splitlines()[-1] == f"  not run because of it: {blocked}"
     assert f"{DATASET}  PETR" in out  # the table of what finished
-
-
-@pytest.mark.parametrize("state,saved,expected", [
-    ("PREEMPTED", True, 75), ("FAILED", True, 75), ("NODE_FAIL", True, 75), ("unknown to squeue", True, 75),
-    ("CANCELLED", True, 1), ("OUT_OF_MEMORY", True, 1), ("PREEMPTED", False, 1),
-])
-def test_lost_job_is_resubmitted_only_when_a_rerun_can_resume(tmp_path, state, saved, expected):
-    """A job SLURM no longer lists as running, without a result: preempted (exit 75, the runner submits it again)
-    when it ended as a preemption or a failure and its run saved a resume state; a user's ``scancel``, an
-    out-of-memory kill or a run with nothing saved is a failure, reported with the last line SLURM wrote."""
-    from runner.slurm import SlurmExecutor
-
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "log.txt").write_text("epoch [1/20]\n")
-    if saved:
-        (run / "resume.pth.tar").write_bytes(b"state")
-    executor = SlurmExecutor(str(tmp_path / "slurm"))
-    job = submitit.SlurmJob(folder=str(tmp_path / "slurm" / "%j"), job_id="41")
-    job.paths.stdout.parent.mkdir(parents=True)
-    job.paths.stdout.write_text("srun: error: task 0 launch failed\n\n")
-    executor.jobs["41"] = Job(name="j", kind="train", method="PETR", dataset="d", argv=("true",), runs=(str(run),))
-    outcome = executor._lost(job, state)
-    assert outcome.status == expected
-    assert outcome.reason.startswith(f"SLURM job 41 ended ({state}) without a result (its last line: srun: error: "
-                                     "task 0 launch failed)")
