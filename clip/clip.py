@@ -20,50 +20,17 @@ from engine.errors import ConfigError, CorruptFileError, InputNotFoundError
 
 from .model import CLIP, build_model
 from .tokenizer import EOT_TOKEN, SOT_TOKEN, encode
+from .weights import MODELS as _MODELS
+from .weights import cache_dir, candidate_paths, find_weights
 
 __all__ = ["available_models", "build_model", "load", "load_model", "preprocess_for", "tokenize", "weights_path"]
 
-# OpenAI's public checkpoints; the second-to-last path segment is the file's SHA-256.
-_MODELS = {
-    "RN50": "https://openaipublic.azureedge.net/clip/models/"
-            "afeb0e10f9e5a86da6080e35cf09123aca3b358a0c3e3b6c78a7b63bc04b6762/RN50.pt",
-    "RN101": "https://openaipublic.azureedge.net/clip/models/"
-             "8fa8567bab74a42d41c5915025a8e4538c3bdbe8804a470a72f30b0d94fab599/RN101.pt",
-    "RN50x4": "https://openaipublic.azureedge.net/clip/models/"
-              "7e526bd135e493cef0776de27d5f42653e6b4c8bf9e0f653bb11773263205fdd/RN50x4.pt",
-    "RN50x16": "https://openaipublic.azureedge.net/clip/models/"
-               "52378b407f34354e150460fe41077663dd5b39c54cd0bfd2b27167a4a06ec9aa/RN50x16.pt",
-    "RN50x64": "https://openaipublic.azureedge.net/clip/models/"
-               "be1cfb55d75a9666199fb2206c106743da0f6468c9d327f3e0d0a543a9919d9c/RN50x64.pt",
-    "ViT-B/32": "https://openaipublic.azureedge.net/clip/models/"
-                "40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af/ViT-B-32.pt",
-    "ViT-B/16": "https://openaipublic.azureedge.net/clip/models/"
-                "5806e77cd80f8b59890b7e101eabd078d9fb84e6937f9e85e4ecb61988df416f/ViT-B-16.pt",
-    "ViT-L/14": "https://openaipublic.azureedge.net/clip/models/"
-                "b8cca3fd41ae0c99ba7e8951adf17d267cdb84cd88be6f7c2e0eca1737a03836/ViT-L-14.pt",
-    "ViT-L/14@336px": "https://openaipublic.azureedge.net/clip/models/"
-                      "3035c92b350959924f9f00213499208652fc7ea050643e8b385c2dac08641f02/ViT-L-14-336px.pt",
-}
 _DOWNLOAD_TIMEOUT_S = 30
 
 
 def available_models() -> list[str]:
     """Names accepted by ``load`` besides file paths."""
     return list(_MODELS)
-
-
-def _cache_dir() -> str:
-    return os.path.join(os.path.expanduser("~"), ".cache", "clip")
-
-
-def _candidate_paths(name: str, download_root: str | None = None) -> list[str]:
-    """Places searched for a named model, in order: ./clip/, $CLIP_WEIGHTS_DIR, ``download_root`` or ~/.cache/clip."""
-    basename = os.path.basename(_MODELS[name])
-    dirs = [os.path.join(os.getcwd(), "clip")]
-    if os.environ.get("CLIP_WEIGHTS_DIR"):
-        dirs.append(os.environ["CLIP_WEIGHTS_DIR"])
-    dirs.append(download_root or _cache_dir())
-    return [os.path.join(d, basename) for d in dirs]
 
 
 def download(url: str, root: str) -> str:
@@ -95,24 +62,22 @@ def download(url: str, root: str) -> str:
 def weights_path(name_or_path: str, download_root: str | None = None) -> str:
     """Path of the weight file for a file path or a model name, downloading into ``download_root`` (default
     ~/.cache/clip) when needed."""
-    if os.path.isfile(name_or_path):
-        return name_or_path
+    found = find_weights(name_or_path, download_root)
+    if found:
+        return found
     if name_or_path not in _MODELS:
         raise ConfigError(f"CLIP weights '{name_or_path}' are neither a file nor a known model; "
                            f"available models: {', '.join(available_models())}")
-    tried = _candidate_paths(name_or_path, download_root)
-    for path in tried:
-        if os.path.isfile(path):
-            return path
+    tried = candidate_paths(name_or_path, download_root)
     url = _MODELS[name_or_path]
     try:
-        return download(url, download_root or _cache_dir())
+        return download(url, download_root or cache_dir())
     except (urllib.error.URLError, OSError) as e:
         basename = os.path.basename(url)
         raise InputNotFoundError(
             f"CLIP weights for {name_or_path} not found (tried {', '.join(tried)}) and the download failed ({e}); "
             f"download {url} and put {basename} in ./clip/ (run from the repository root), in $CLIP_WEIGHTS_DIR "
-            f"or in {download_root or _cache_dir()}"
+            f"or in {download_root or cache_dir()}"
         ) from None
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import random
 import re
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -17,7 +17,16 @@ from tqdm import tqdm
 
 from engine.dataset_base import Datum
 from engine.errors import InvalidInputError
-from engine.utils import read_json, write_json
+from engine.utils import write_json
+
+from .split_files import (
+    SPLITS,
+    layout_hint,
+    read_wnid_classnames,
+    sorted_files,
+    sorted_subdirs,
+    split_entries,
+)
 
 SPLIT_SEED = 1
 """Seed of the ``random.Random`` that creates a missing split file (fixed, so every run creates the same split)."""
@@ -64,9 +73,6 @@ class SplitData:
     test_only: bool = False
 
 
-def layout_hint(name: str) -> str:
-    """The pointer to the dataset's section of DATASETS.md used in every error message."""
-    return f"expected layout for {name}: see DATASETS.md#{name.lower()}"
 
 
 def dataset_folder(root: str, folder: str, name: str) -> str:
@@ -100,14 +106,8 @@ def make_datum(impath: str, label: int, classname: str, source: str, name: str) 
         raise FileNotFoundError(f"Image not found: {impath} (listed in {source}; {layout_hint(name)})") from None
 
 
-def sorted_subdirs(path: str) -> list[str]:
-    """Names of the non-hidden sub-folders of ``path`` in sorted order (files such as README.txt are skipped)."""
-    return sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
 
 
-def sorted_files(path: str) -> list[str]:
-    """Names of the non-hidden files of ``path`` in sorted order (so listings do not depend on the file system)."""
-    return sorted(e.name for e in os.scandir(path) if e.is_file() and not e.name.startswith("."))
 
 
 def collect_lab2cname(name: str, source: str, *item_lists: Sequence[Datum] | None) -> dict[int, str]:
@@ -190,23 +190,12 @@ def make_split_data(name: str, dataset_dir: str, split_file: str, train: list[Da
 
 
 def read_split(split_path: str, prefix: str, name: str) -> tuple[list[Datum], list[Datum], list[Datum]]:
-    """Read a ``split_zhou_*.json`` file: ``{"train"|"val"|"test": [[relpath, label, classname], ...]}``."""
+    """Read a ``split_zhou_*.json`` file (``split_entries``) into records of images under ``prefix``."""
     print(f"Reading split from {split_path}")
-    split = read_json(split_path)
-    if not isinstance(split, dict) or any(key not in split for key in ("train", "val", "test")):
-        raise InvalidInputError(f"Split file {split_path} must hold a JSON object with keys train, val and test; "
-                                f"re-download it ({layout_hint(name)})")
-    output = []
-    for key in ("train", "val", "test"):
-        items = []
-        for entry in split[key]:
-            if not (isinstance(entry, list) and len(entry) == 3):
-                raise InvalidInputError(f"Split file {split_path}: entry {entry!r} in {key!r} is not "
-                                        "[path, label, name]")
-            relpath, label, classname = entry
-            items.append(make_datum(os.path.join(prefix, relpath), int(label), classname, split_path, name))
-        output.append(items)
-    return output[0], output[1], output[2]
+    entries = split_entries(split_path, name)
+    train, val, test = ([make_datum(os.path.join(prefix, relpath), label, classname, split_path, name)
+                         for relpath, label, classname in entries[key]] for key in SPLITS)
+    return train, val, test
 
 
 def relative_path(impath: str, base: str) -> str:
@@ -328,15 +317,6 @@ def split_by_label_group(groups: dict[int, list[str]], lab2cname: dict[int, str]
     return train, val, test
 
 
-def read_wnid_classnames(path: str) -> OrderedDict[str, str]:
-    """``classnames.txt`` of the ImageNet family: lines ``<wnid> <class name ...>`` → ordered wnid → name."""
-    classnames: OrderedDict[str, str] = OrderedDict()
-    with open(path) as f:
-        for line in f:
-            parts = line.strip().split(" ")
-            if parts[0]:
-                classnames[parts[0]] = " ".join(parts[1:])
-    return classnames
 
 
 def read_class_folders(image_dir: str, folders: Sequence[str], classnames: Sequence[str], name: str

@@ -5,7 +5,8 @@ Examples:
   python -m runner base2new --data /data --executor local --jobs-per-gpu 2
   python -m runner xd --data /data --executor slurm --partition gpu --time 1440 --profile fast
 Exit status: 0 when every job finished and the table was written, 1 when a job failed (the others went on),
-2 for bad arguments (one ``error:`` line), 130 when interrupted (rerun the same command to continue).
+2 for bad arguments (one ``error:`` line) or missing inputs (the preflight, one line each: docs/RUNNER.md), 130 when
+interrupted (rerun the same command to continue).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from runner.costs import STEP_MS, projected_seconds
 from runner.jobs import KINDS, Job, command_line, job_states
 from runner.layout import base2new_datasets, dg_targets, xd_targets
 from runner.methods import METHODS, find_method
+from runner.preflight import add_arguments, preflight
 from runner.profiles import PROFILES
 from runner.protocols import PASSED_KNOBS, PROTOCOLS, Planner, Sweep
 
@@ -57,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="paper: the shipped configs (fp16, online teacher); fast: bf16 on bf16 cards, compile, "
                         "teacher cache views, persistent workers (docs/RUNNER.md)")
     p.add_argument("--executor", choices=("local", "slurm"), default="local")
-    p.add_argument("--dry-run", action="store_true", help="print the plan (jobs, commands, GPU-hours) and stop")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (jobs, commands, GPU-hours) and the preflight, and stop; exit 2 when an input "
+                        "is missing (without --skip-missing), so scripts can use it as a check")
     p.add_argument("--log-dir", help="per-job logs (default <output>/logs/<protocol>)")
     p.add_argument("--gpus-per-job", type=int, default=1,
                    help="GPUs per run (NPROC: torchrun when > 1; 0: CPU jobs, as on a CPU-only SLURM partition)")
@@ -74,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     slurm.add_argument("--poll", type=float, default=5.0, help="seconds between two looks at the queue")
     slurm.add_argument("--slurm-opt", nargs="+", default=[], metavar="KEY=VALUE",
                        help="more sbatch options, e.g. qos=high constraint=a100")
+    add_arguments(p)
     return p
 
 
@@ -144,7 +149,7 @@ def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = True) ->
     if by_method:
         print("GPU-hours to run, per method: " + ", ".join(f"{m} {h:.1f}" for m, h in by_method.items()))
     if unknown:
-        print(f"No projection for {', '.join(sorted(unknown))} (no sizes in runner/costs.py): counted as 0 h.")
+        print(f"No projection for {', '.join(sorted(unknown))} (no sizes in datasets/sizes.py): counted as 0 h.")
     used = sorted({(j.trainer, profile) for j in jobs if j.kind in ("train", "teacher")} & set(STEP_MS))
     print("Projection: steps from the dataset sizes and each config's epochs and batch, times per step:")
     for key in used:
@@ -199,11 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     if args.dry_run:
+        jobs, status = preflight(args, sweep, jobs)
         print_plan(sweep, jobs)
-        return 0
-    if not os.path.isdir(sweep.data):
-        print(f"error: --data {sweep.data} is not a folder (see DATASETS.md for the dataset layout)", file=sys.stderr)
-        return EXIT_USAGE
+        return status
     from runner.costs import projected_seconds as project
     from runner.schedule import run_plan
     from runner.tables import table_path, write_tables
@@ -214,6 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    jobs, status = preflight(args, sweep, jobs)
+    if status:
+        executor.close()
+        return status
     print_plan(sweep, jobs, show_commands=False)
     print(f"Executor: {executor.describe()}; logs in {log_dir}")
     try:

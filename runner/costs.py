@@ -15,39 +15,9 @@ from functools import cache
 
 import yaml
 
+from datasets.sizes import PUBLISHED_SIZES, Sizes
 from runner.jobs import Job
 from runner.layout import REPO
-
-
-@dataclass(frozen=True)
-class DataSize:
-    """Images of a dataset's split files."""
-
-    classes: int
-    train: int
-    test: int
-
-
-DATA_SIZES = {
-    "imagenet": DataSize(1000, 1_281_167, 50_000),
-    "caltech101": DataSize(100, 4_128, 2_465),
-    "oxford_pets": DataSize(37, 2_944, 3_669),
-    "stanford_cars": DataSize(196, 6_509, 8_041),
-    "oxford_flowers": DataSize(102, 4_093, 2_463),
-    "food101": DataSize(101, 50_500, 30_300),
-    "fgvc_aircraft": DataSize(100, 3_334, 3_333),
-    "sun397": DataSize(397, 15_880, 19_850),
-    "dtd": DataSize(47, 2_820, 1_692),
-    "eurosat": DataSize(10, 13_500, 8_100),
-    "ucf101": DataSize(101, 7_639, 3_783),
-    "imagenetv2": DataSize(1000, 0, 10_000),
-    "imagenet_sketch": DataSize(1000, 0, 50_889),
-    "imagenet_a": DataSize(200, 0, 7_500),
-    "imagenet_r": DataSize(200, 0, 30_000),
-}
-"""Classes, train and test images of CoOp's splits (``split_zhou_*.json``, FGVC's lists; CoOp's dataset statistics
-table, Zhou et al., IJCV 2022); ImageNet: the ILSVRC-2012 train set and its 50,000 val images (the test set). The
-DG variants have test images only (their train split is the test split, used unlabelled by PETR)."""
 
 
 @dataclass(frozen=True)
@@ -86,23 +56,28 @@ CACHED_TRAINERS = ("PETR", "PromptKD")
 
 
 @cache
+def trainer_config(trainer: str, config: str) -> dict:
+    """configs/trainers/<trainer>/<config>.yaml as read (an empty file: {})."""
+    with open(os.path.join(REPO, "configs", "trainers", trainer, f"{config}.yaml")) as f:
+        return yaml.safe_load(f) or {}
+
+
 def config_schedule(trainer: str, config: str) -> tuple[int, int, str]:
     """``(MAX_EPOCH, TRAIN_X batch size, COUNT_ITER)`` of configs/trainers/<trainer>/<config>.yaml."""
-    with open(os.path.join(REPO, "configs", "trainers", trainer, f"{config}.yaml")) as f:
-        cfg = yaml.safe_load(f) or {}
+    cfg = trainer_config(trainer, config)
     epochs = cfg.get("OPTIM", {}).get("MAX_EPOCH", 0)
     batch = cfg.get("DATALOADER", {}).get("TRAIN_X", {}).get("BATCH_SIZE", 32)
     return int(epochs), int(batch), cfg.get("TRAIN", {}).get("COUNT_ITER", "train_x")
 
 
-def base_fraction(size: DataSize) -> float:
+def base_fraction(size: Sizes) -> float:
     """Share of a dataset's images in its base classes (the first ceil(n/2) labels), taken proportional."""
     return math.ceil(size.classes / 2) / size.classes
 
 
 def train_images(job: Job, protocol: str, shots: int) -> int:
     """Images per epoch of the job's training loop (the loader that counts the iterations)."""
-    size = DATA_SIZES[job.dataset]
+    size = PUBLISHED_SIZES[job.dataset]
     if protocol == "base2new":
         if job.trainer in ("CoOp", "PromptSRC"):
             return shots * math.ceil(size.classes / 2)
@@ -115,7 +90,7 @@ def train_images(job: Job, protocol: str, shots: int) -> int:
 
 def eval_images(job: Job, protocol: str) -> int:
     """Test images the job evaluates (plus the router's fit images of a plug-in)."""
-    size = DATA_SIZES[job.dataset]
+    size = PUBLISHED_SIZES[job.dataset]
     if protocol != "base2new":
         return size.test
     base = round(size.test * base_fraction(size))
@@ -128,7 +103,7 @@ def eval_images(job: Job, protocol: str) -> int:
 
 def projected_seconds(job: Job, protocol: str, profile: str) -> float | None:
     """Projected seconds of ``job`` on one H100, or None when its dataset or trainer has no numbers here."""
-    if job.dataset not in DATA_SIZES:
+    if job.dataset not in PUBLISHED_SIZES:
         return None
     seconds = JOB_OVERHEAD_S
     eval_ms = EVAL_MS_PER_IMAGE[EVAL_MODEL.get(job.trainer, "ViT-B/16")]

@@ -10,6 +10,9 @@ if os.environ.get("PETR_TEST_CUDA") != "1":
 # Idle OpenMP threads sleep instead of spinning, so processes sharing a busy machine do not burn each other's CPU time
 # while they wait; results are the same, only the waiting changes.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# No test reaches the network: the runner's preflight calls missing CLIP weights missing instead of probing OpenAI's
+# server.
+os.environ["PETR_OFFLINE"] = "1"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -65,7 +65,7 @@ def test_fast_profile_runs_end_to_end(tmp_path, tiny_clip_file, tiny_teacher_cli
     done = subprocess.run(
         [sys.executable, "-m", "runner", "base2new", "--methods", "PETR", "--datasets", "eurosat", "--seeds", "1",
          "--profile", "fast", "--data", str(tmp_path / "data"), "--output", str(out), "--threads", "1",
-         "--extra-opts", f"{SMALL} TRAIN.COMPILE none"],
+         "--other-splits", "--extra-opts", f"{SMALL} TRAIN.COMPILE none"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     log = (out / "base2new/train_base/eurosat/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed1/log.txt").read_text()

@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
+from datasets.sizes import PUBLISHED_SIZES
 from runner.cli import main as runner_main
-from runner.costs import DATA_SIZES, projected_seconds
+from runner.costs import projected_seconds
 from runner.jobs import job_states, record_job
 from runner.methods import METHODS, find_method
 from runner.profiles import FAST, PAPER, bf16_opts, launch_env
@@ -176,7 +177,7 @@ def test_projected_seconds_by_hand(tmp_path):
                                                                                                     / 1000)
     assert projected_seconds(jobs["teacher eurosat"], "base2new", "paper") == pytest.approx(
         60 + 4050 * 1.0 / 1000 + 20 * math.ceil(80 / 8) * 43.3 / 1000)
-    assert DATA_SIZES["imagenet"].train == 1_281_167
+    assert PUBLISHED_SIZES["imagenet"].train == 1_281_167
 
 
 def test_fast_profile_overrides(tmp_path):
@@ -230,7 +231,8 @@ def test_dry_run_prints_the_plan(tmp_path, capsys):
                           "--data", str(tmp_path / "data"), "--output", str(tmp_path / "out"), "--teacher-dir",
                           str(tmp_path / "teachers"), "--dry-run"])
     out = capsys.readouterr().out
-    assert status == 0
+    assert status == 2  # the preflight: no data (tests/test_runner_preflight.py); the plan is printed all the same
+    assert re.search(r"^dataset +dtd +missing +3$", out, re.MULTILINE)  # its teacher, PETR train and test
     table = {line.split()[0]: line.split()[1:] for line in out.splitlines()
              if line.split() and line.split()[0] in ("teacher", "train", "test", "total")}
     assert table["teacher"][:5] == ["2", "2", "0", "0", "0"] and table["train"][:5] == ["2", "1", "1", "0", "0"]
