@@ -66,11 +66,16 @@ def _candidate_paths(name: str, download_root: str | None = None) -> list[str]:
     return [os.path.join(d, basename) for d in dirs]
 
 
+def url_sha256(url: str) -> str:
+    """The SHA-256 an OpenAI weight URL carries (its second-to-last path segment)."""
+    return url.split("/")[-2]
+
+
 def download(url: str, root: str) -> str:
     """Download ``url`` into ``root`` under its basename with a progress bar; SHA-256 checked before the rename."""
     os.makedirs(root, exist_ok=True)
     target = os.path.join(root, os.path.basename(url))
-    expected = url.split("/")[-2]
+    expected = url_sha256(url)
     fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=os.path.basename(url))
     digest = hashlib.sha256()
     try:
@@ -83,8 +88,8 @@ def download(url: str, root: str) -> str:
                     bar.update(len(chunk))
         actual = digest.hexdigest()
         if actual != expected:
-            raise RuntimeError(f"SHA-256 mismatch for {url}: got {actual}, expected {expected}; the download is "
-                               "corrupt or the file changed, so it was discarded")
+            raise CorruptFileError(f"SHA-256 mismatch for {url}: got {actual}, expected {expected}; the download is "
+                                   "corrupt or the file changed, so it was discarded")
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
