@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import re
 import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
 
-from engine.archives import archive_stem, unpack
+from engine.archives import archive_stem, name_key, unpack
 from engine.errors import CorruptFileError, UserError
 
 from .catalog import DATASETS
@@ -43,11 +42,6 @@ class Target:
 
     def keys(self) -> set[str]:
         return {name_key(self.name), name_key(self.folder)}
-
-
-def name_key(text: str) -> str:
-    """Lower-case letters and digits only, so ``food-101``, ``Food101`` and ``food101`` are one name."""
-    return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
 def benchmark_targets() -> list[Target]:

@@ -1,4 +1,5 @@
-"""Unpack downloaded zip / tar archives safely: every member must be a plain file or folder inside the destination.
+"""Unpack downloaded zip / tar archives safely (every member must be a plain file or folder inside the destination)
+and match their names to dataset names.
 
 Used by the fetch commands (datasets, teachers), which unpack into a temporary folder and rename it into place, so
 an archive that is refused or cut off leaves nothing where the data is read from. Standard library only.
@@ -6,6 +7,7 @@ an archive that is refused or cut off leaves nothing where the data is read from
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tarfile
 import zipfile
@@ -18,9 +20,18 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
 
 
 def archive_stem(name: str) -> str | None:
-    """``name`` without its archive suffix (``eurosat.zip`` -> ``eurosat``); None when it is not an archive."""
+    """``name`` without its archive suffix (``eurosat.zip`` -> ``eurosat``); None when it is not an archive (Dassl's
+    ``*.pth.tar`` checkpoints are torch files, not tar archives)."""
     lower = name.lower()
+    if lower.endswith(".pth.tar"):
+        return None
     return next((name[: -len(s)] for s in ARCHIVE_SUFFIXES if lower.endswith(s)), None)
+
+
+def name_key(text: str) -> str:
+    """Lower-case letters and digits only: how fetched file names are matched to dataset names, so ``food-101``,
+    ``Food101`` and ``food101.zip``'s stem are one name."""
+    return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
 def _safe_parts(member: str, archive: str) -> tuple[str, ...]:
@@ -36,6 +47,9 @@ def _members(archive: str):
     """(path parts, is folder, opener) of each member; links and special files are refused."""
     if zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as zf:
+            if zf.infolist() and min(info.header_offset for info in zf.infolist()) != 0:
+                # the directory found belongs to a zip stored inside (a torch file): the archive's own end is missing
+                raise zipfile.BadZipFile("its central directory is not the archive's own")
             for info in zf.infolist():
                 yield _safe_parts(info.filename, archive), info.is_dir(), lambda info=info: zf.open(info)
         return

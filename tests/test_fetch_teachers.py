@@ -1,0 +1,107 @@
+"""python -m tools.fetch_teachers: PromptKD-format teachers (built here from known prompts) downloaded with gdown from
+a local file server, verified with the restricted loader (their pickled code never runs) and moved into the teacher
+folder; a cut-off archive, a truncated checkpoint and a missing teacher are one line each and leave nothing there."""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import zipfile
+
+import pytest
+import torch
+
+from tests.helpers_fetch import serve_folder
+from tests.helpers_upstream import fp16_prompts, promptkd_checkpoint
+from tools import fetch_teachers as ft
+from trainers.teacher import read_teacher_prompts, resolve_teacher_file
+
+CHECKPOINT = "VLPromptLearner/model-best.pth.tar"
+
+
+@pytest.fixture
+def drive(tmp_path, tiny_teacher_clip, monkeypatch):
+    """A served folder standing in for the Drive folder: EuroSAT as an archive, upstream's StandfordCars as a plain
+    checkpoint, OxfordPets as an archive of a truncated checkpoint, Food101 as an archive cut off in transfer."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # gdown keeps its cookies there
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    learner = fp16_prompts(tiny_teacher_clip)
+    marker = str(tmp_path / "pickled_code_ran")
+    buffer = io.BytesIO()
+    torch.save(promptkd_checkpoint(learner, tiny_teacher_clip, marker), buffer)
+    data = buffer.getvalue()
+    served = tmp_path / "served"
+    (served / "StandfordCars" / "VLPromptLearner").mkdir(parents=True)
+    (served / "StandfordCars" / CHECKPOINT).write_bytes(data)
+    for name, payload in (("EuroSAT", data), ("OxfordPets", data[: len(data) // 2])):
+        with zipfile.ZipFile(served / f"{name}.zip", "w") as zf:
+            zf.writestr(f"{name}/{CHECKPOINT}", payload)
+    (served / "Food101.zip").write_bytes((served / "EuroSAT.zip").read_bytes()[:-100])
+    with serve_folder(served) as base_url:
+        files = [ft.RemoteFile(path, f"{base_url}/{path}") for path in
+                 ("EuroSAT.zip", f"StandfordCars/{CHECKPOINT}", "OxfordPets.zip", "Food101.zip", "notes.txt")]
+        yield files, learner, hashlib.sha256(data).hexdigest(), marker
+
+
+def test_fetch_verify_and_place(tmp_path, drive, capsys):
+    files, learner, sha, marker = drive
+    teachers = tmp_path / "teachers"
+    names = ["EuroSAT", "StanfordCars", "OxfordPets", "Food101", "UCF101"]
+    assert ft.fetch_teachers(str(teachers), names, files, "the-folder") == 2
+    captured = capsys.readouterr()
+    assert f"EuroSAT: EuroSAT.zip from the-folder -> {teachers / 'EuroSAT'}" in captured.out
+    assert f"EuroSAT: {teachers / 'EuroSAT'} is in place, verified: {CHECKPOINT}: 3 text x 4 and 4 vision x 4 " \
+           "prompt tokens" in captured.out
+    assert f"StanfordCars: StandfordCars/{CHECKPOINT} from the-folder -> {teachers / 'StanfordCars'}" in captured.out
+    errors = [line for line in captured.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 3
+    assert errors[0].startswith(f"error: OxfordPets: {tmp_path}") and "is truncated or corrupt" in errors[0]
+    assert errors[1].startswith("error: Food101: ") and "cannot be unpacked" in errors[1]
+    assert all(line.endswith(f"nothing was placed in {teachers}") for line in errors[:2])
+    assert errors[2].startswith("error: UCF101: the-folder has no file named like 'UCF101' (it holds EuroSAT.zip, "
+                                f"StandfordCars/{CHECKPOINT}, OxfordPets.zip, Food101.zip, notes.txt); UCF101: ")
+    assert sorted(os.listdir(teachers)) == ["EuroSAT", "StanfordCars"]  # no partial download, no temporary folder
+    for name in ("EuroSAT", "StanfordCars"):
+        path = resolve_teacher_file(str(teachers / name))
+        assert path == str(teachers / name / CHECKPOINT)
+        assert hashlib.sha256(open(path, "rb").read()).hexdigest() == sha
+        prompts = read_teacher_prompts(path)
+        for ours, reference in zip(prompts.text_prompts() + prompts.vision_prompts(),
+                                   learner.text_prompts() + learner.vision_prompts()):
+            assert torch.equal(ours, reference)
+    assert not os.path.exists(marker)  # the pickled code in the checkpoints never ran
+
+    assert ft.fetch_teachers(str(teachers), ["EuroSAT"], files, "the-folder") == 0
+    last = capsys.readouterr().out.splitlines()[-1]  # after the loader's notes on the upstream file
+    assert last.startswith(f"EuroSAT: {teachers / 'EuroSAT'} is already there, verified: {CHECKPOINT}: 3 text x 4")
+
+
+def test_dry_run_downloads_nothing(tmp_path, drive, capsys):
+    files = drive[0]
+    assert ft.fetch_teachers(str(tmp_path / "teachers"), ["EuroSAT"], files, "the-folder", dry_run=True) == 0
+    assert capsys.readouterr().out == f"EuroSAT: EuroSAT.zip from the-folder -> {tmp_path / 'teachers' / 'EuroSAT'}\n"
+    assert not (tmp_path / "teachers").exists()
+
+
+def test_offline_lines_say_how_to_place_by_hand(tmp_path, monkeypatch, capsys):
+    for var in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    for var in ("https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")  # nothing listens there: the folder cannot be listed
+    teachers = tmp_path / "teachers"
+    assert ft.main(["--dir", str(teachers), "eurosat", "imagenet-xd", "--folder", "FOLDER"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    source = "https://drive.google.com/drive/folders/FOLDER"
+    assert lines[0].startswith(f"error: cannot list {source} (")
+    assert lines[1:] == [
+        f"{name}: the file named like '{name}' in {source} -> {teachers / name}; by hand: download it on a machine "
+        f"with internet, unpack it so that {teachers / name / checkpoint} exists, then run this command again to "
+        "verify it" for name, checkpoint in (("EuroSAT", CHECKPOINT),
+                                             ("ImageNet-xd", "VLPromptLearner_large/model.pth.tar-20"))]
+    assert not teachers.exists()
+
+
+def test_unknown_teacher_is_one_line(capsys):
+    assert ft.main(["--dir", "unused", "EuroSAT", "MNIST"]) == 2
+    assert capsys.readouterr().err == ("error: unknown teacher(s) MNIST; known: " + ", ".join(ft.TEACHERS) +
+                                       ", or all\n")
