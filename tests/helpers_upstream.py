@@ -1,7 +1,7 @@
-"""Upstream Dassl run folders and PromptKD teacher checkpoints, written in the tests. Checkpoints in Dassl's layout: the model's state dict, ``epoch``,
-the optimiser's state dict, and a ``scheduler`` entry that pickles objects (as Dassl's scheduler ``state_dict()``
-does), one of them with a side effect when unpickled. Logs in Dassl's format: a finished training run, a finished
-``--eval-only`` run, and a training run killed after its first validation."""
+"""Upstream Dassl run folders and PromptKD teacher checkpoints, written in the tests. Checkpoints in Dassl's layout:
+the model's state dict, ``epoch``, the optimiser's state dict, and a ``scheduler`` entry that pickles objects (as
+Dassl's scheduler ``state_dict()`` does), one of them with a side effect when unpickled. Logs in Dassl's format: a
+finished training run, a finished ``--eval-only`` run, and a training run killed after its first validation."""
 from __future__ import annotations
 
 import os
