@@ -7,25 +7,16 @@ the SHA-256 its OpenAI URL carries, whether it is downloaded now or was there al
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import sys
 import urllib.error
 
+from engine.archives import file_sha256
 from engine.errors import CorruptFileError
 
 from .clip import _MODELS, _cache_dir, download, url_sha256
 
 EXIT_USER_ERROR = 2
-
-
-def file_sha256(path: str) -> str:
-    """Hex SHA-256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def default_dir() -> str:

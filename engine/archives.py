@@ -1,11 +1,12 @@
-"""Unpack downloaded zip / tar archives safely (every member must be a plain file or folder inside the destination)
-and match their names to dataset names.
+"""Downloaded files: their SHA-256, safe unpacking of zip / tar archives (every member must be a plain file or folder
+inside the destination) and the matching of their names to dataset names.
 
 Used by the fetch commands (datasets, teachers), which unpack into a temporary folder and rename it into place, so
 an archive that is refused or cut off leaves nothing where the data is read from. Standard library only.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -26,6 +27,15 @@ def archive_stem(name: str) -> str | None:
     if lower.endswith(".pth.tar"):
         return None
     return next((name[: -len(s)] for s in ARCHIVE_SUFFIXES if lower.endswith(s)), None)
+
+
+def file_sha256(path: str) -> str:
+    """Hex SHA-256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def name_key(text: str) -> str:
