@@ -168,3 +168,13 @@ def test_unpack_refuses_members_outside_the_folder_and_links(tmp_path):
     cut.write_bytes(zipped({"a.txt": b"a" * 1000})[:-30])
     with pytest.raises(CorruptFileError, match=f"{cut} cannot be unpacked"):
         unpack(str(cut), str(tmp_path / "out"))
+
+
+def test_dataset_repositories_are_listed_under_datasets(tmp_path):
+    repo = HubRepo(REPO_ID, {"eurosat.zip": zipped({"a": b"b"})}, repo_type="dataset")
+    with serve(repo.handler()) as hub_url:
+        result = run_fetch(tmp_path / "data", hub_url, "eurosat", "--repo-type", "dataset", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"EuroSAT: eurosat.zip from {hub_url}/datasets/{REPO_ID}/tree/main -> " \
+                            f"{tmp_path / 'data' / 'eurosat'}\n"
+    assert repo.requests == [f"GET /api/datasets/{REPO_ID}/tree/main"]
