@@ -4,14 +4,16 @@ folder; a cut-off archive, a truncated checkpoint and a missing teacher are one 
 from __future__ import annotations
 
 import hashlib
+import http.server
 import io
 import os
+import re
 import zipfile
 
 import pytest
 import torch
 
-from tests.helpers_fetch import serve_folder
+from tests.helpers_fetch import serve, serve_folder
 from tests.helpers_upstream import fp16_prompts, promptkd_checkpoint
 from tools import fetch_teachers as ft
 from trainers.teacher import read_teacher_prompts, resolve_teacher_file
@@ -74,6 +76,34 @@ def test_fetch_verify_and_place(tmp_path, drive, capsys):
     assert ft.fetch_teachers(str(teachers), ["EuroSAT"], files, "the-folder") == 0
     last = capsys.readouterr().out.splitlines()[-1]  # after the loader's notes on the upstream file
     assert last.startswith(f"EuroSAT: {teachers / 'EuroSAT'} is already there, verified: {CHECKPOINT}: 3 text x 4")
+
+
+class CutOffHandler(http.server.BaseHTTPRequestHandler):
+    """Announces 100000 bytes, sends 1000 and closes the connection: a transfer cut off."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        self.wfile.write(b"x" * 1000)
+        self.close_connection = True
+
+
+def test_cut_off_transfer_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    teachers = tmp_path / "teachers"
+    with serve(CutOffHandler) as base_url:
+        files = [ft.RemoteFile("UCF101.zip", f"{base_url}/UCF101.zip")]
+        assert ft.fetch_teachers(str(teachers), ["UCF101"], files, "the-folder") == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    expected = (r"error: UCF101: Download is incomplete: received \d+ bytes but the server announced 100000 bytes; "
+                f"nothing was placed in {re.escape(str(teachers))}")
+    assert len(errors) == 1 and re.fullmatch(expected, errors[0])
+    assert os.listdir(teachers) == []  # gdown's partial file went with the temporary folder
 
 
 def test_dry_run_downloads_nothing(tmp_path, drive, capsys):

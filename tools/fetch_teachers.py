@@ -159,8 +159,8 @@ def fetch_teachers(teachers_dir: str, names: list[str], files: list[RemoteFile] 
             os.makedirs(teachers_dir, exist_ok=True)
             fetch_teacher(name, picked, teachers_dir)
         except (DownloadError, UserError, OSError, ValueError) as e:  # cut off, refused, or not a teacher
-            print(f"error: {name}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}; "
-                  f"nothing was placed in {teachers_dir}", file=sys.stderr)
+            reason = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
+            print(f"error: {name}: {reason}; nothing was placed in {teachers_dir}", file=sys.stderr)
             status = EXIT_USER_ERROR
     return status
 
