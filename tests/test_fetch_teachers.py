@@ -39,16 +39,21 @@ def drive(tmp_path, tiny_teacher_clip, monkeypatch):
         with zipfile.ZipFile(served / f"{name}.zip", "w") as zf:
             zf.writestr(f"{name}/{CHECKPOINT}", payload)
     (served / "Food101.zip").write_bytes((served / "EuroSAT.zip").read_bytes()[:-100])
+    not_a_teacher = io.BytesIO()  # a prompt learner's checkpoint without the teacher's vision prompts
+    torch.save({"state_dict": {"prompt_learner.ctx": torch.zeros(4, 128)}, "epoch": 5}, not_a_teacher)
+    with zipfile.ZipFile(served / "Caltech101.zip", "w") as zf:
+        zf.writestr(f"Caltech101/{CHECKPOINT}", not_a_teacher.getvalue())
     with serve_folder(served) as base_url:
         files = [ft.RemoteFile(path, f"{base_url}/{path}") for path in
-                 ("EuroSAT.zip", f"StandfordCars/{CHECKPOINT}", "OxfordPets.zip", "Food101.zip", "notes.txt")]
+                 ("EuroSAT.zip", f"StandfordCars/{CHECKPOINT}", "OxfordPets.zip", "Food101.zip", "Caltech101.zip",
+                  "notes.txt")]
         yield files, learner, hashlib.sha256(data).hexdigest(), marker
 
 
 def test_fetch_verify_and_place(tmp_path, drive, capsys):
     files, learner, sha, marker = drive
     teachers = tmp_path / "teachers"
-    names = ["EuroSAT", "StanfordCars", "OxfordPets", "Food101", "UCF101"]
+    names = ["EuroSAT", "StanfordCars", "OxfordPets", "Food101", "Caltech101", "UCF101"]
     assert ft.fetch_teachers(str(teachers), names, files, "the-folder") == 2
     captured = capsys.readouterr()
     assert f"EuroSAT: EuroSAT.zip from the-folder -> {teachers / 'EuroSAT'}" in captured.out
@@ -56,12 +61,16 @@ def test_fetch_verify_and_place(tmp_path, drive, capsys):
            "prompt tokens" in captured.out
     assert f"StanfordCars: StandfordCars/{CHECKPOINT} from the-folder -> {teachers / 'StanfordCars'}" in captured.out
     errors = [line for line in captured.err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 3
-    assert errors[0].startswith(f"error: OxfordPets: {tmp_path}") and "is truncated or corrupt" in errors[0]
+    assert len(errors) == 4
+    assert errors[0].startswith(f"error: OxfordPets: OxfordPets/{CHECKPOINT} is truncated or corrupt (")
+    assert "): not a complete PromptKD teacher, so it was not placed" in errors[0]
     assert errors[1].startswith("error: Food101: ") and "cannot be unpacked" in errors[1]
-    assert all(line.endswith(f"nothing was placed in {teachers}") for line in errors[:2])
-    assert errors[2].startswith("error: UCF101: the-folder has no file named like 'UCF101' (it holds EuroSAT.zip, "
-                                f"StandfordCars/{CHECKPOINT}, OxfordPets.zip, Food101.zip, notes.txt); UCF101: ")
+    assert errors[2].startswith(f"error: Caltech101: Caltech101/{CHECKPOINT} lacks required key(s) "
+                                "['image_encoder.VPT']: not a PromptSRC/PromptKD teacher checkpoint")
+    assert all(line.endswith(f"nothing was placed in {teachers}") for line in errors[:3])
+    assert errors[3].startswith("error: UCF101: the-folder has no file named like 'UCF101' (it holds EuroSAT.zip, "
+                                f"StandfordCars/{CHECKPOINT}, OxfordPets.zip, Food101.zip, Caltech101.zip, notes.txt); "
+                                "UCF101: ")
     assert sorted(os.listdir(teachers)) == ["EuroSAT", "StanfordCars"]  # no partial download, no temporary folder
     for name in ("EuroSAT", "StanfordCars"):
         path = resolve_teacher_file(str(teachers / name))

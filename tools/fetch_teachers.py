@@ -104,7 +104,12 @@ def fetch_teacher(name: str, files: list[RemoteFile], teachers_dir: str) -> str:
                 os.makedirs(os.path.dirname(placed), exist_ok=True)
                 os.replace(local, placed)
         root = teacher_root(unpacked)
-        summary = verify_teacher(root, name)
+        try:
+            summary = verify_teacher(root, name)
+        except (UserError, OSError, ValueError) as e:  # the loader's line names the temporary path and a run's fix
+            reason = str(e).strip().splitlines()[0].split("; ")[0].replace(unpacked + os.sep, "")
+            raise UserError(f"{reason}: not a complete PromptKD teacher, so it was not placed (a download cut off: "
+                            "run this command again)") from None
         final = os.path.join(teachers_dir, name)
         os.rename(root, final)
         print(f"{name}: {final} is in place, verified: {summary}")
