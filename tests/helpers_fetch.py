@@ -7,6 +7,7 @@ import functools
 import hashlib
 import http.server
 import json
+import os
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -32,6 +33,16 @@ def serve(handler) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def tree_files(folder: str) -> dict[str, bytes]:
+    """Relative path -> bytes of every file below ``folder``."""
+    files = {}
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            files[os.path.relpath(path, folder).replace(os.sep, "/")] = open(path, "rb").read()
+    return files
 
 
 def serve_folder(root: str) -> contextlib.AbstractContextManager[str]:

@@ -19,20 +19,10 @@ from engine.archives import unpack
 from engine.dataset_base import build_dataset
 from engine.errors import CorruptFileError, InvalidInputError
 from tests.helpers_datasets import make_cfg, write_tree
-from tests.helpers_fetch import HubRepo, serve
+from tests.helpers_fetch import HubRepo, serve, tree_files
 from tests.helpers_run import HANG_GUARD_S, REPO
 
 REPO_ID = "someone/prompt_learning_dataset"
-
-
-def tree_files(folder: str) -> dict[str, bytes]:
-    """Relative path -> bytes of every file below ``folder``."""
-    files = {}
-    for dirpath, _, names in os.walk(folder):
-        for name in names:
-            path = os.path.join(dirpath, name)
-            files[os.path.relpath(path, folder).replace(os.sep, "/")] = open(path, "rb").read()
-    return files
 
 
 def zipped(files: dict[str, bytes], prefix: str = "") -> bytes:

@@ -13,7 +13,7 @@ import zipfile
 import pytest
 import torch
 
-from tests.helpers_fetch import serve, serve_folder
+from tests.helpers_fetch import serve, serve_folder, tree_files
 from tests.helpers_upstream import fp16_prompts, promptkd_checkpoint
 from tools import fetch_teachers as ft
 from trainers.teacher import read_teacher_prompts, resolve_teacher_file
@@ -73,6 +73,8 @@ def test_fetch_verify_and_place(tmp_path, drive, capsys):
                                 "UCF101: ")
     assert sorted(os.listdir(teachers)) == ["EuroSAT", "StanfordCars"]  # no partial download, no temporary folder
     for name in ("EuroSAT", "StanfordCars"):
+        assert sorted(tree_files(teachers / name)) == ["VLPromptLearner/checkpoint", CHECKPOINT]
+        assert (teachers / name / "VLPromptLearner" / "checkpoint").read_text() == "model-best.pth.tar\n"
         path = resolve_teacher_file(str(teachers / name))
         assert path == str(teachers / name / CHECKPOINT)
         assert hashlib.sha256(open(path, "rb").read()).hexdigest() == sha

@@ -5,8 +5,9 @@
 The folder is listed, and each teacher's file (an archive or a checkpoint named like the teacher: ``EuroSAT.zip``,
 ``StandfordCars/...``; case, ``-`` and ``_`` ignored) is downloaded into a temporary folder inside ``--dir``, unpacked
 there, and its checkpoint (``<Teacher>/VLPromptLearner*/model-best.pth.tar`` or ``model.pth.tar-<E>``) is verified by
-loading it with the restricted loader (no pickled code runs) and mapping its prompt keys; only then is the teacher's
-folder renamed to ``<dir>/<Teacher>``, where the student scripts read it (``TEACHER_DIR``). A failed, partial or
+loading it with the restricted loader (no pickled code runs) and mapping its prompt keys; only then is it placed as
+``<dir>/<Teacher>/VLPromptLearner/<file>`` with the ``checkpoint`` pointer naming it (the layout of a teacher trained
+here and published), where the student scripts and the runner find it (``TEACHER_DIR``). A failed, partial or
 refused download is one line and leaves nothing in ``--dir``. Offline, each teacher gets one line: what, from where,
 to where, and how to place it by hand. Teachers already in ``--dir`` are verified the same way.
 """
@@ -29,6 +30,7 @@ from gdown.exceptions import DownloadError
 
 from engine.archives import archive_stem, name_key, unpack
 from engine.errors import UserError
+from engine.runs import POINTER_FILE
 from trainers.promptsrc import MODEL_NAME
 from trainers.teacher import read_teacher_prompts, resolve_teacher_file
 from trainers.upstream_teacher import FOLDER_TO_DATASET
@@ -87,6 +89,17 @@ def teacher_root(unpacked: str) -> str:
                     f"{', '.join(sorted(os.listdir(unpacked)))}): the folder's layout is not what this command expects")
 
 
+def published_layout(checkpoint: str, folder: str) -> str:
+    """``folder/VLPromptLearner/<checkpoint's name>`` + the ``checkpoint`` pointer naming it: the layout
+    ``scripts/teacher/publish.sh`` gives a trained teacher, which the students and the runner look for."""
+    learner = os.path.join(folder, MODEL_NAME)
+    os.makedirs(learner)
+    os.replace(checkpoint, os.path.join(learner, os.path.basename(checkpoint)))
+    with open(os.path.join(learner, POINTER_FILE), "w") as f:
+        f.write(f"{os.path.basename(checkpoint)}\n")
+    return folder
+
+
 def fetch_teacher(name: str, files: list[RemoteFile], teachers_dir: str) -> str:
     """Download, unpack and verify one teacher in a temporary folder of ``teachers_dir``, then rename it into place."""
     tmp = tempfile.mkdtemp(dir=teachers_dir, prefix=f".{name}.fetch-")
@@ -111,7 +124,7 @@ def fetch_teacher(name: str, files: list[RemoteFile], teachers_dir: str) -> str:
             raise UserError(f"{reason}: not a complete PromptKD teacher, so it was not placed (a download cut off: "
                             "run this command again)") from None
         final = os.path.join(teachers_dir, name)
-        os.rename(root, final)
+        os.rename(published_layout(resolve_teacher_file(root), os.path.join(tmp, "published")), final)
         print(f"{name}: {final} is in place, verified: {summary}")
         return final
     finally:
