@@ -21,7 +21,7 @@ from engine.errors import ConfigError, CorruptFileError, InputNotFoundError
 from .model import CLIP, build_model
 from .tokenizer import EOT_TOKEN, SOT_TOKEN, encode
 from .weights import MODELS as _MODELS
-from .weights import cache_dir, candidate_paths, find_weights
+from .weights import cache_dir, candidate_paths, find_weights, url_sha256
 
 __all__ = ["available_models", "build_model", "load", "load_model", "preprocess_for", "tokenize", "weights_path"]
 
@@ -37,7 +37,7 @@ def download(url: str, root: str) -> str:
     """Download ``url`` into ``root`` under its basename with a progress bar; SHA-256 checked before the rename."""
     os.makedirs(root, exist_ok=True)
     target = os.path.join(root, os.path.basename(url))
-    expected = url.split("/")[-2]
+    expected = url_sha256(url)
     fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=os.path.basename(url))
     digest = hashlib.sha256()
     try:
@@ -50,8 +50,8 @@ def download(url: str, root: str) -> str:
                     bar.update(len(chunk))
         actual = digest.hexdigest()
         if actual != expected:
-            raise RuntimeError(f"SHA-256 mismatch for {url}: got {actual}, expected {expected}; the download is "
-                               "corrupt or the file changed, so it was discarded")
+            raise CorruptFileError(f"SHA-256 mismatch for {url}: got {actual}, expected {expected}; the download is "
+                                   "corrupt or the file changed, so it was discarded")
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):

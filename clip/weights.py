@@ -29,6 +29,11 @@ MODELS = {
 """Model name -> download address."""
 
 
+def url_sha256(url: str) -> str:
+    """The SHA-256 an OpenAI weight URL carries (its second-to-last path segment)."""
+    return url.split("/")[-2]
+
+
 def cache_dir() -> str:
     """The default download folder, ~/.cache/clip."""
     return os.path.join(os.path.expanduser("~"), ".cache", "clip")

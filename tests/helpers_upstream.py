@@ -1,12 +1,15 @@
-"""Upstream Dassl run folders, written in the tests. Checkpoints in Dassl's layout: the model's state dict, ``epoch``,
-the optimiser's state dict, and a ``scheduler`` entry that pickles objects (as Dassl's scheduler ``state_dict()``
-does), one of them with a side effect when unpickled. Logs in Dassl's format: a finished training run, a finished
-``--eval-only`` run, and a training run killed after its first validation."""
+"""Upstream Dassl run folders and PromptKD teacher checkpoints, written in the tests. Checkpoints in Dassl's layout:
+the model's state dict, ``epoch``, the optimiser's state dict, and a ``scheduler`` entry that pickles objects (as
+Dassl's scheduler ``state_dict()`` does), one of them with a side effect when unpickled. Logs in Dassl's format: a
+finished training run, a finished ``--eval-only`` run, and a training run killed after its first validation."""
 from __future__ import annotations
 
 import os
 
 import torch
+from torch import nn
+
+from trainers.promptsrc import VLPromptLearner
 
 
 class UpstreamScheduler:
@@ -126,3 +129,46 @@ model-best.pth.tar
 epoch [2/20] batch [20/50] time 0.305 (0.320) data 0.001 (0.020) loss 1.0000 (1.1000) lr 4.9000e-03 \
 eta 0:05:00
 """
+
+
+class MakesDirectoryWhenUnpickled:
+    """A pickled global whose reduce would run ``os.mkdir(path)``: proof that code runs when it exists."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return os.mkdir, (self.path,)
+
+
+def fp16_prompts(clip_model, depth_text: int = 3, depth_vision: int = 4) -> VLPromptLearner:
+    """Random prompts rounded to fp16 (PromptKD stores them in fp16, so the import must reproduce these exactly)."""
+    torch.manual_seed(3)
+    learner = VLPromptLearner.build(clip_model, 4, 4, depth_text, depth_vision)
+    with torch.no_grad():
+        for p in learner.parameters():
+            p.copy_((p * 10).half().float())  # well away from zero so the prompts matter
+    return learner.requires_grad_(False)
+
+
+def promptkd_checkpoint(learner: VLPromptLearner, clip_model, marker: str) -> dict:
+    """A checkpoint in PromptKD's key layout, with a real torch scheduler object and a code-running global."""
+    text, vision = learner.text_prompts(), learner.vision_prompts()
+    state = {"prompt_learner.ctx": text[0].half(), "image_encoder.VPT": vision[0].half(),
+             "prompt_learner.token_prefix": torch.zeros(3, 1, clip_model.text_width).half(),
+             "prompt_learner.token_suffix": torch.zeros(3, 72, clip_model.text_width).half(),
+             "logit_scale": clip_model.logit_scale.detach().clone()}
+    state.update({f"text_encoder.transformer.resblocks.{i}.VPT_shallow": p.half() for i, p in enumerate(text) if i})
+    state.update({f"image_encoder.transformer.resblocks.{i}.VPT_shallow": p.half()
+                  for i, p in enumerate(vision) if i})
+    for key, value in clip_model.visual.state_dict().items():
+        state[f"image_encoder.{key}"] = value.half()
+        state[f"prompt_learner.ZS_image_encoder.{key}"] = value.half()
+    state["text_encoder.text_projection"] = clip_model.text_projection.detach().half()
+    state["text_encoder.positional_embedding"] = clip_model.positional_embedding.detach().half()
+    param = nn.Parameter(text[0].clone())
+    optimizer = torch.optim.SGD([param], lr=0.005, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=20)
+    return {"state_dict": state, "epoch": 20, "optimizer": optimizer.state_dict(),
+            "scheduler": {**scheduler.__dict__, "successor": scheduler, "hook": MakesDirectoryWhenUnpickled(marker)},
+            "val_result": 91.5}

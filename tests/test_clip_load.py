@@ -2,12 +2,9 @@
 from __future__ import annotations
 
 import copy
-import functools
 import hashlib
-import http.server
 import os
 import shutil
-import threading
 
 import numpy as np
 import pytest
@@ -17,6 +14,7 @@ from PIL import Image
 import clip
 from clip import clip as clip_module
 from tests.helpers_clip import IMAGE_SIZE, make_tiny_openclip, rel_err
+from tests.helpers_fetch import serve_folder
 
 URL_B16 = clip_module._MODELS["ViT-B/16"]
 
@@ -129,22 +127,13 @@ def test_unknown_name_bad_file_and_jit_flag(tmp_path):
         clip.load(str(not_clip), jit=True)
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # keep pytest output clean
-        pass
-
-
 @pytest.fixture
 def local_server(tmp_path):
-    """A local HTTP server on a free port serving tmp_path/served; yields its base URL."""
+    """A local HTTP server on a free port serving tmp_path/served; yields it and its base URL."""
     root = tmp_path / "served"
     root.mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=root))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serve_folder(root) as base_url:
+        yield root, base_url
 
 
 def test_download_checks_sha256_then_loads(isolated_dirs, local_server, monkeypatch, tiny_clip_file):
@@ -157,7 +146,7 @@ def test_download_checks_sha256_then_loads(isolated_dirs, local_server, monkeypa
     cache = isolated_dirs / "home" / ".cache" / "clip"
 
     monkeypatch.setitem(clip_module._MODELS, "ViT-B/16", f"{base_url}/{bad_sha}/ViT-B-16.pt")
-    with pytest.raises(RuntimeError, match=f"SHA-256 mismatch.*got {good_sha}, expected {bad_sha}"):
+    with pytest.raises(FileNotFoundError, match=f"SHA-256 mismatch.*got {good_sha}, expected {bad_sha}"):
         clip.load_model("ViT-B/16")
     assert list(cache.iterdir()) == []
 

@@ -8,72 +8,28 @@ import pickle
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 import clip
 from tests.helpers_clip import IMAGE_SIZE
+from tests.helpers_upstream import fp16_prompts, promptkd_checkpoint
 from tools.import_promptkd_teacher import default_output_dir
 from tools.import_promptkd_teacher import main as import_main
-from trainers.promptsrc import VLPromptLearner
 from trainers.teacher import Teacher, build_teacher
 
 NAMES = ["Annual Crop Land", "Forest", "Herbaceous Vegetation Land", "Highway or Road", "Industrial Buildings"]
-
-
-class MakesDirectoryWhenUnpickled:
-    """A pickled global whose reduce would run ``os.mkdir(path)``: proof that code runs when it exists."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __reduce__(self):
-        return os.mkdir, (self.path,)
 
 
 def _images(n: int = 3) -> torch.Tensor:
     return torch.randn(n, 3, IMAGE_SIZE, IMAGE_SIZE, generator=torch.Generator().manual_seed(0))
 
 
-def _fp16_prompts(clip_model, depth_text: int = 3, depth_vision: int = 4) -> VLPromptLearner:
-    """Random prompts rounded to fp16 (PromptKD stores them in fp16, so the import must reproduce these exactly)."""
-    torch.manual_seed(3)
-    learner = VLPromptLearner.build(clip_model, 4, 4, depth_text, depth_vision)
-    with torch.no_grad():
-        for p in learner.parameters():
-            p.copy_((p * 10).half().float())  # well away from zero so the prompts matter
-    return learner.requires_grad_(False)
-
-
-def _promptkd_checkpoint(learner: VLPromptLearner, clip_model, marker: str) -> dict:
-    """A checkpoint in PromptKD's key layout, with a real torch scheduler object and a code-running global."""
-    text, vision = learner.text_prompts(), learner.vision_prompts()
-    state = {"prompt_learner.ctx": text[0].half(), "image_encoder.VPT": vision[0].half(),
-             "prompt_learner.token_prefix": torch.zeros(3, 1, clip_model.text_width).half(),
-             "prompt_learner.token_suffix": torch.zeros(3, 72, clip_model.text_width).half(),
-             "logit_scale": clip_model.logit_scale.detach().clone()}
-    state.update({f"text_encoder.transformer.resblocks.{i}.VPT_shallow": p.half() for i, p in enumerate(text) if i})
-    state.update({f"image_encoder.transformer.resblocks.{i}.VPT_shallow": p.half()
-                  for i, p in enumerate(vision) if i})
-    for key, value in clip_model.visual.state_dict().items():
-        state[f"image_encoder.{key}"] = value.half()
-        state[f"prompt_learner.ZS_image_encoder.{key}"] = value.half()
-    state["text_encoder.text_projection"] = clip_model.text_projection.detach().half()
-    state["text_encoder.positional_embedding"] = clip_model.positional_embedding.detach().half()
-    param = nn.Parameter(text[0].clone())
-    optimizer = torch.optim.SGD([param], lr=0.005, momentum=0.9)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=20)
-    return {"state_dict": state, "epoch": 20, "optimizer": optimizer.state_dict(),
-            "scheduler": {**scheduler.__dict__, "successor": scheduler, "hook": MakesDirectoryWhenUnpickled(marker)},
-            "val_result": 91.5}
-
-
 @pytest.fixture
 def promptkd_file(tmp_path, tiny_teacher_clip):
-    learner = _fp16_prompts(tiny_teacher_clip)
+    learner = fp16_prompts(tiny_teacher_clip)
     marker = str(tmp_path / "pickled_code_ran")
     path = tmp_path / "teacher_model" / "EuroSAT" / "VLPromptLearner" / "model-best.pth.tar"
     path.parent.mkdir(parents=True)
-    torch.save(_promptkd_checkpoint(learner, tiny_teacher_clip, marker), path)
+    torch.save(promptkd_checkpoint(learner, tiny_teacher_clip, marker), path)
     return str(path), learner, marker
 
 
