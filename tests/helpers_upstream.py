@@ -126,3 +126,14 @@ model-best.pth.tar
 epoch [2/20] batch [20/50] time 0.305 (0.320) data 0.001 (0.020) loss 1.0000 (1.1000) lr 4.9000e-03 \
 eta 0:05:00
 """
+
+
+def write_dassl_log(folder: str, cfg, tail: str = UPSTREAM_TRAIN_LOG) -> str:
+    """``<folder>/log.txt`` as Dassl's train.py starts it (the arguments, then the merged config ``cfg`` printed by
+    yacs under the ``** Config **`` banner), followed by ``tail`` (default: a finished training run's end)."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "log.txt")
+    with open(path, "w") as f:
+        f.write(f"***************\n** Arguments **\n***************\ntrainer: {cfg.TRAINER.NAME}\n"
+                f"************\n** Config **\n************\n{cfg}\nCollecting env info ...\n{tail}")
+    return path
