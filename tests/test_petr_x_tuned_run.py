@@ -21,7 +21,7 @@ from tests.helpers_petr import write_eurosat
 from tests.helpers_routed import BASE, NEW, check_against_reference, coop_branch, reference_routing, run_argv
 from tests.helpers_upstream import UPSTREAM_TRAIN_LOG, write_dassl_checkpoint, write_dassl_log
 from trainers.tuned import TUNED_METHODS
-from trainers.tuned_run import logged_config
+from trainers.tuned_run import logged_config, same_backbone
 
 DEPTH = 3
 
@@ -157,3 +157,12 @@ def test_petr_x_notes_an_unfinished_or_unrecorded_tuned_run(case, tree, tmp_path
                         config="vit_b16_coop", flags=("--eval-only", "--model-dir", str(out))))
     check_against_reference(novel, reference_routing(tree, tiny_openclip_model, coop_branch(ctx), NEW))
 
+
+
+def test_backbones_are_the_same_by_weights_when_both_are_files(tmp_path, tiny_clip_file):
+    copy, other = tmp_path / "copy.pt", tmp_path / "other.pt"
+    weights = open(tiny_clip_file, "rb").read()
+    copy.write_bytes(weights)
+    other.write_bytes(weights + b"more")
+    assert same_backbone(str(copy), tiny_clip_file) and not same_backbone(str(other), tiny_clip_file)
+    assert same_backbone("ViT-B/16", "ViT-B/16") and not same_backbone("ViT-B/16", "ViT-B/32")
