@@ -36,7 +36,7 @@ from analysis.layout import (
     seed_key,
 )
 from analysis.paper import METRICS, PAPER_FILE, load_paper, paper_as_summary, paper_rows
-from analysis.readers import read_run, read_text, selected_on, val_values_from_log
+from analysis.readers import foreign_result, read_run, read_text, selected_on, val_values_from_log
 
 ZERO_SHOT_TRAINER = "ZeroshotCLIP"
 """Default Δ baseline when ``--methods`` does not name one: zero-shot CLIP, the training-free reference."""
@@ -97,6 +97,8 @@ def _matches(patterns: Sequence[str] | None, *names: str) -> bool:
 
 
 def _read_run_into(rp: RunPath, keyword: str, found: _Found) -> None:
+    if foreign_result(rp.path, rp.dataset):
+        return
     seed = seed_key(rp.seed)
     role = ROLE_DIRS[rp.role]
     value = read_run(rp.path, keyword, test_log=role == "novel")

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from analysis import stats
 from analysis.errors import ResultsError
 from analysis.layout import is_run_dir, require_dir, seed_key
-from analysis.readers import read_run
+from analysis.readers import foreign_result, read_run
 
 ZERO_SHOT_TRAINER = "ZeroshotCLIP"
 SEARCH = {"xd": {"source": ("xd/train",), "target": ("xd/train", "xd/test")},
@@ -83,7 +83,7 @@ def collect_transfer(root: str, protocol: str, source: str, targets: Sequence[st
         for key, runs in cells.items():
             if methods and not any(fnmatch.fnmatch(n, p) for p in methods for n in (key[0], f"{key[0]}/{key[1]}")):
                 continue
-            read = {seed: read_run(path, keyword) for seed, path in runs.items()}
+            read = {seed: read_run(path, keyword) for seed, path in runs.items() if not foreign_result(path, dataset)}
             values[key][dataset] = {seed: v for seed, v in read.items() if v is not None}
     if not values:
         raise ResultsError(f"no {protocol} runs of source '{source}' under {root} (expected {root}/xd/train/{source}/"

@@ -195,13 +195,11 @@ def run_preflight(sweep: Sweep, jobs: Sequence[Job], full: bool = False, other_s
 def fetch_weights(report: Preflight) -> None:
     """Download here every weight file that ``will download here`` (SLURM: before any job is queued, so that no
     compute node has to); one that fails becomes a problem."""
-    target = os.environ.get("CLIP_WEIGHTS_DIR") or None
     for item in report.inputs.values():
         if item.kind != "weights" or item.status != "will download here":
             continue
         print(f"Fetching the CLIP weights {item.name} on this node")
-        code = "import sys; from clip.clip import weights_path; print(weights_path(sys.argv[1], sys.argv[2] or None))"
-        done = subprocess.run([sys.executable, "-c", code, item.name, target or ""], cwd=REPO)
+        done = subprocess.run([sys.executable, "-m", "clip.download", item.name], cwd=REPO)
         if done.returncode == 0:
             item.status = "cached (fetched here)"
         else:

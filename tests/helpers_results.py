@@ -55,10 +55,10 @@ def write_text(path: str, text: str) -> None:
 
 
 def write_results_json(run_dir: str, accuracy: float, **extra) -> None:
-    """This project's results.json (percent accuracy)."""
+    """This project's results.json (percent accuracy); its ``dataset`` field only when given."""
     os.makedirs(run_dir, exist_ok=True)
-    record = {"dataset": extra.pop("dataset", "x"), "trainer": extra.pop("trainer", "PETR"), "config": "cfg",
-              "seed": 1, "split": "test", "accuracy": accuracy, "macro_f1": accuracy - 1.0, **extra}
+    record = {"trainer": extra.pop("trainer", "PETR"), "config": "cfg", "seed": 1, "split": "test",
+              "accuracy": accuracy, "macro_f1": accuracy - 1.0, **extra}
     with open(os.path.join(run_dir, "results.json"), "w") as f:
         json.dump(record, f)
 

@@ -172,3 +172,14 @@ def promptkd_checkpoint(learner: VLPromptLearner, clip_model, marker: str) -> di
     return {"state_dict": state, "epoch": 20, "optimizer": optimizer.state_dict(),
             "scheduler": {**scheduler.__dict__, "successor": scheduler, "hook": MakesDirectoryWhenUnpickled(marker)},
             "val_result": 91.5}
+
+
+def write_dassl_log(folder: str, cfg, tail: str = UPSTREAM_TRAIN_LOG) -> str:
+    """``<folder>/log.txt`` as Dassl's train.py starts it (the arguments, then the merged config ``cfg`` printed by
+    yacs under the ``** Config **`` banner), followed by ``tail`` (default: a finished training run's end)."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "log.txt")
+    with open(path, "w") as f:
+        f.write(f"***************\n** Arguments **\n***************\ntrainer: {cfg.TRAINER.NAME}\n"
+                f"************\n** Config **\n************\n{cfg}\nCollecting env info ...\n{tail}")
+    return path

@@ -27,6 +27,7 @@ from engine.checkpoint import get_rng_state, save_checkpoint
 from tests.helpers_datasets import write_image
 from tests.helpers_petr import petr_argv, write_eurosat
 from tests.helpers_run import HANG_GUARD_S, read_only
+from tests.helpers_upstream import write_dassl_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATRIX: list[list[str]] = []
@@ -320,6 +321,57 @@ def _raw_pickle(tmp, data, tree, clip_file, mp):
             "nothing in it was run: restore a good copy or point to another file")
 
 
+def _petr_x_argv(data, tmp, clip_file: str, tuned: str, x: str = "coop") -> list[str]:
+    """A tiny PETR+X run on the tuned run folder ``tuned`` (prompt learner ``x``)."""
+    return ["--root", str(data), "--seed", "1", "--trainer", "PETRX", "--dataset-config-file",
+            "configs/datasets/eurosat.yaml", "--config-file", f"configs/trainers/PETRX/vit_b16_{x}.yaml",
+            "--output-dir", str(tmp / "run"), "MODEL.BACKBONE.NAME", clip_file, "INPUT.SIZE", "(32, 32)",
+            "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False", "DATASET.NUM_SHOTS", "2",
+            "DATASET.SUBSAMPLE_CLASSES", "base", "TRAINER.PETRX.TUNED_MODEL_DIR", tuned]
+
+
+def _coop_tuned_run(tmp, **results) -> str:
+    """A CoOp run folder (a context of 4 tokens) whose results.json holds ``results``."""
+    folder = tmp / "tuned"
+    write_dassl_checkpoint(str(folder / "prompt_learner"), {"ctx": torch.zeros(4, 64)}, 1, None, str(tmp / "ran"))
+    (folder / "results.json").write_text(json.dumps({"trainer": "CoOp", "seed": 1, "num_shots": 2, **results}))
+    return str(folder)
+
+
+def _tuned_other_dataset(tmp, data, tree, clip_file, mp):
+    tuned = _coop_tuned_run(tmp, dataset="DescribableTextures", backbone=clip_file)
+    return (_petr_x_argv(data, tmp, clip_file, tuned),
+            f"error: TRAINER.PETRX.TUNED_MODEL_DIR {tuned} was trained on DescribableTextures, but this run's "
+            "DATASET.NAME is EuroSAT; give a CoOp run of EuroSAT")
+
+
+def _tuned_other_clip(tmp, data, tree, clip_file, mp):
+    other = tmp / "other-clip.pt"
+    other.write_bytes(open(clip_file, "rb").read() + b"another file")  # not the weights this run loads
+    tuned = _coop_tuned_run(tmp, dataset="EuroSAT", backbone=str(other))
+    return (_petr_x_argv(data, tmp, clip_file, tuned),
+            f"error: TRAINER.PETRX.TUNED_MODEL_DIR {tuned} was trained on the CLIP {other}, but this run's "
+            f"MODEL.BACKBONE.NAME is {clip_file}; set MODEL.BACKBONE.NAME to the tuned run's CLIP")
+
+
+def _tuned_other_trainer(tmp, data, tree, clip_file, mp):
+    tuned = _coop_tuned_run(tmp, dataset="EuroSAT", backbone=clip_file, trainer="CoCoOp")
+    return (_petr_x_argv(data, tmp, clip_file, tuned),
+            f"error: TRAINER.PETRX.TUNED_MODEL_DIR {tuned} is a CoCoOp run, but TRAINER.PETRX.TUNED_TRAINER is CoOp; "
+            "set TUNED_TRAINER CoCoOp or give a CoOp run")
+
+
+def _tuned_words_unknown(tmp, data, tree, clip_file, mp):
+    """An upstream IVLP run folder without its log.txt: its 2 text tokens may stand before kept words."""
+    folder = tmp / "tuned"
+    state = {"prompt_learner.ctx": torch.zeros(2, 64).half(), "image_encoder.VPT": torch.zeros(2, 64).half()}
+    path = write_dassl_checkpoint(str(folder / "VLPromptLearner"), state, 5, None, str(tmp / "ran"))
+    return (_petr_x_argv(data, tmp, clip_file, str(folder), x="ivlp"),
+            f"error: cannot tell the words of the class prompts of {path}: {folder} records no TRAINER.IVLP.CTX_INIT "
+            "(run.json, or the config dump of log.txt), and its 2 text tokens may have been initialised from words "
+            f"that stay in the prompt; put the run's log.txt (Dassl writes the config at its top) back in {folder}")
+
+
 # case -> (setup, files left in the output folder, few-shot file written)
 CASES = {
     "unknown trainer": (_unknown_trainer, ["log.txt"], False),
@@ -395,6 +447,10 @@ CASES = {
     "resume state of another backbone": (_resume_other_backbone, ["log.txt", "resume.pth.tar", "run.json"], True),
     "checkpoint with a pickled os.system": (_pickled_os_system, ["log.txt", "run.json"], True),
     "raw pickle as checkpoint": (_raw_pickle, ["log.txt", "run.json"], True),
+    "PETR+X on a run of another dataset": (_tuned_other_dataset, ["log.txt"], True),
+    "PETR+X on a run of another CLIP": (_tuned_other_clip, ["log.txt"], True),
+    "PETR+X on a run of another trainer": (_tuned_other_trainer, ["log.txt"], True),
+    "PETR+X on IVLP prompts of unknown words": (_tuned_words_unknown, ["log.txt"], True),
 }
 UNTOUCHED = {"rerun with another config (finished run)", "output folder in use by a live run"}
 """Cases that stop before the run's log opens: what the folder held stays byte for byte (its log included)."""

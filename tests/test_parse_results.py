@@ -336,6 +336,28 @@ def test_runs_selected_on_test_are_flagged(tmp_path, capsys):
                                                         ("average", "PETR"): "-", ("average", "CoOp"): "base test"}
 
 
+def test_b2n_leaves_out_a_result_of_another_dataset_with_one_warning(tmp_path, capsys):
+    """A results.json in eurosat's folder recording DescribableTextures is another dataset's result: out of the
+    table, one warning line naming it; dtd's own runs (DATASET.NAME DescribableTextures) stay in."""
+    root = str(tmp_path / "base2new")
+    for ds, name in (("eurosat", "EuroSAT"), ("dtd", "DescribableTextures")):
+        for seed, (base, novel) in enumerate(zip(*PETR[ds]), 1):
+            write_results_json(run_dir(root, "train_base", ds, "PETR", "cfg", seed), base, dataset=name)
+            write_results_json(run_dir(root, "test_new", ds, "PETR", "cfg", seed), novel, dataset=name)
+    foreign = run_dir(root, "test_new", "eurosat", "PETR", "cfg", 4)
+    write_results_json(run_dir(root, "train_base", "eurosat", "PETR", "cfg", 4), 10.0, dataset="EuroSAT")
+    write_results_json(foreign, 10.0, dataset="DescribableTextures")
+    assert ptr.main(["b2n", root, "--format", "csv"]) == 0
+    captured = capsys.readouterr()
+    rows = {row["dataset"]: row for row in csv.DictReader(io.StringIO(captured.out)) if row.get("method") == "PETR"}
+    assert float(rows["eurosat"]["Novel"]) == pytest.approx(np.mean(PETR["eurosat"][1]), abs=0.01)
+    assert float(rows["eurosat"]["Base"]) == pytest.approx(np.mean([*PETR["eurosat"][0], 10.0]), abs=0.01)
+    assert float(rows["dtd"]["Base"]) == pytest.approx(np.mean(PETR["dtd"][0]), abs=0.01)
+    assert [line for line in captured.err.splitlines() if "results.json" in line] == [
+        f"warning: {foreign}/results.json records dataset 'DescribableTextures' but lies in the folder of eurosat: "
+        "another dataset's result, left out of the tables (move the run to its dataset's folder)"]
+
+
 def test_script_runs_from_the_command_line(tmp_path):
     """``python parse_test_res.py ...`` as users type it, from another working directory."""
     exp = tmp_path / "exp"

@@ -8,11 +8,11 @@ import os
 import parse_test_res
 
 
-def write(root, rel: str, accuracy: float) -> None:
+def write(root, rel: str, accuracy: float, **record) -> None:
     path = os.path.join(root, rel)
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "results.json"), "w") as f:
-        json.dump({"accuracy": accuracy}, f)
+        json.dump({"accuracy": accuracy, **record}, f)
 
 
 def table(capsys, *argv: str) -> dict[str, list[str]]:
@@ -54,6 +54,20 @@ def test_domain_generalisation_table(tmp_path, capsys):
     assert rows["method"] == ["seeds", "demonet (source)", "demonet_a", "demonet_r", "Average"]
     assert rows["PETR"] == ["1", "60.00", "12.00", "50.00", "31.00"]
     assert rows["PromptKD"] == ["1", "59.00", "13.00", "47.00", "30.00"]
+
+
+def test_a_result_of_another_dataset_is_left_out_with_a_warning(tmp_path, capsys):
+    root = str(tmp_path)
+    write(root, "xd/train/demonet/shots_0/PETR/demo/seed1", 60.0, dataset="DemoNet")
+    write(root, "xd/train/democool/shots_0/PETR/demo/seed1", 40.0, dataset="DemoCool")
+    write(root, "xd/train/democool/shots_0/PETR/demo/seed2", 90.0, dataset="DemoSoft")
+    rows = table(capsys, "xd", root, "--source", "demonet", "--targets", "democool", "--format", "csv")
+    assert rows["PETR"] == ["1", "60.00", "40.00", "40.00"]
+    assert parse_test_res.main(["xd", root, "--source", "demonet", "--targets", "democool"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: {root}/xd/train/democool/shots_0/PETR/demo/seed2/results.json records dataset 'DemoSoft' but "
+        "lies in the folder of democool: another dataset's result, left out of the tables (move the run to its "
+        "dataset's folder)"]
 
 
 def test_transfer_errors_are_one_line(tmp_path, capsys):

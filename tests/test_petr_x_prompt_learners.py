@@ -4,6 +4,7 @@ checkpoint tensors, θ_u the template ensemble, the Mahalanobis rule); upstream-
 ours; parse_test_res.py and the tools on all these run folders."""
 from __future__ import annotations
 
+import shutil
 from contextlib import nullcontext
 from types import SimpleNamespace
 
@@ -126,6 +127,7 @@ def test_upstream_checkpoints_score_as_the_papers_equations(runs, x, tmp_path, t
     upstream, folder = upstream_state(x, state, tiny_openclip_model)
     marker = tmp_path / "pickled_code_ran"
     write_dassl_checkpoint(str(tmp_path / "upstream" / folder), upstream, 5, None, str(marker))
+    shutil.copy(runs.root / x_run(x) / "log.txt", tmp_path / "upstream")  # Dassl's log: the config dump at its top
     args = train.build_parser().parse_args(["--trainer", "PETRX", "--config-file",
                                             f"configs/trainers/PETRX/vit_b16_{x}.yaml", "MODEL.BACKBONE.NAME",
                                             tiny_clip_file])

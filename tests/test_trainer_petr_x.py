@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from types import SimpleNamespace
 
 import pytest
@@ -100,6 +101,7 @@ def test_petr_x_on_upstream_run_folders(runs, tmp_path, tiny_clip_file, tiny_ope
     upstream_src = tmp_path / "upstream" / "PromptSRC"
     write_dassl_checkpoint(str(upstream_src / "VLPromptLearner"),
                            upstream_promptsrc_state(text, vision, text[0].shape[1]), 20, None, marker)
+    shutil.copy(runs.promptsrc / "log.txt", upstream_src / "log.txt")  # Dassl's log: the config dump at its top
     coop = load_checkpoint(str(runs.coop / "prompt_learner" / "model.pth.tar-2"))
     ctx = coop["state_dict"]["ctx"].half()
     upstream_coop = tmp_path / "upstream" / "CoOp"

@@ -7,22 +7,21 @@ Dassl layout, through the engine's restricted loader), fits the router on ``rout
 evaluates. ``router_x`` holds X's training images when NUM_SHOTS and SEED are those of X's run (the base classes'
 few-shot images in base2novel, the source's in cross/dg), as PETR+CoOp's. An eval-only run (``--model-dir`` = that
 run's folder) reads its router, checked to have been fitted on the same X checkpoint (sha256 in ``router.json``);
-θ_s is read from ``TUNED_MODEL_DIR`` again.
+θ_s is read from ``TUNED_MODEL_DIR`` again. X's run is checked against what it records (``trainers/tuned_run.py``):
+another trainer, dataset or CLIP is refused, an unfinished run or one that records neither is noted.
 """
 from __future__ import annotations
-
-import os
 
 import torch
 
 from engine import TRAINER_REGISTRY, TrainerX, check_availability
 from engine.errors import ConfigError
 from engine.run_identity import file_digest
-from engine.utils import read_json
 
 from .backbone import ClipWeightsCheck, cosine_logits, load_backbone
 from .routed import BranchScorer, RoutedTrainerMixin
 from .tuned import TUNED_METHODS, run_checkpoint
+from .tuned_run import TunedRun
 from .zeroshot import ensemble_classifier
 
 
@@ -50,7 +49,10 @@ class PETRX(RoutedTrainerMixin, ClipWeightsCheck, TrainerX):
                                             ns.TUNED_TRAINER, "TRAINER.PETRX.TUNED_MODEL_DIR",
                                             "TRAINER.PETRX.TUNED_LOAD_EPOCH")
         print(f"Seen branch θ_s: {ns.TUNED_TRAINER} of {self.plugin_source} over all {len(classnames)} classes")
-        self.note_fit_set(ns.TUNED_MODEL_DIR)
+        tuned_run = TunedRun.read(ns.TUNED_MODEL_DIR)
+        notes = tuned_run.check(cfg, ns.TUNED_TRAINER)
+        for note in notes:
+            print(f"Note: {note}")
         tuned = method.load(self.clip_model, cfg, self.plugin_source, self.autocast)
         self.tuned_scorer = tuned.class_scorer(classnames)
         with self.autocast():
@@ -58,19 +60,7 @@ class PETRX(RoutedTrainerMixin, ClipWeightsCheck, TrainerX):
                                                                      self.device)
         self.routing.provenance = {"tuned_trainer": ns.TUNED_TRAINER,
                                    "tuned_checkpoint_sha256": file_digest(self.plugin_source)}
-
-    def note_fit_set(self, tuned_dir: str) -> None:
-        """Say so when the tuned run's results.json shows other training images than this run's router_x."""
-        path = os.path.join(tuned_dir, "results.json")
-        if not os.path.isfile(path):
-            return
-        tuned, cfg = read_json(path), self.cfg
-        ours = {"seed": cfg.SEED, "num_shots": cfg.DATASET.NUM_SHOTS}
-        differ = [f"{key} {tuned[key]} there, {value} here" for key, value in ours.items()
-                  if key in tuned and tuned[key] != value]
-        if differ:
-            print(f"Note: {path} differs from this run ({'; '.join(differ)}): the router is fitted on other images "
-                  "than the tuned model's training images; use the tuned run's SEED and NUM_SHOTS for PETR+X")
+        self.routing.notes = {"tuned_run_state": tuned_run.state, "tuned_run_notes": notes}
 
     def branch_scorer(self) -> BranchScorer:
         """``branch_logits``: θ_s and θ_u are fixed for the whole run."""
@@ -85,4 +75,4 @@ class PETRX(RoutedTrainerMixin, ClipWeightsCheck, TrainerX):
 
     def extra_results(self) -> dict:
         return {**super().extra_results(), "plugin": True, "tuned_checkpoint": self.plugin_source,
-                **self.routing.provenance, "num_templates": len(self.templates)}
+                **self.routing.provenance, **self.routing.notes, "num_templates": len(self.templates)}

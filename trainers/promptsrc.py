@@ -105,6 +105,9 @@ class VLPromptLearner(nn.Module):
         self.vision_prompts = vision_prompts
         self.meta = dict(meta or {})
         self.gpa: GaussianPromptAggregation | None = None
+        # the words of the class prompts before the class name, their first n_ctx tokens learned ("": placeholders);
+        # an upstream run keeps CTX_INIT's words beyond its context (trainers/tuned_run.py deep_prompt_words)
+        self.prompt_prefix = ""
 
     @classmethod
     def build(cls, clip_model: CLIP, n_ctx_text: int, n_ctx_vision: int, depth_text: int, depth_vision: int,
@@ -186,7 +189,9 @@ class VLPromptCLIP(PromptedCLIP):
     prompt_learner: VLPromptLearner
 
     def prompt_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
-        return class_prompt_tokens(classnames, self.prompt_learner.text_prompts.n_ctx, self.clip_model.context_length)
+        learner = self.prompt_learner
+        return class_prompt_tokens(classnames, learner.text_prompts.n_ctx, self.clip_model.context_length,
+                                   learner.prompt_prefix)
 
     def image_features(self, images: torch.Tensor) -> torch.Tensor:
         """L2-normalised float32 prompted image features [B, D] (with grad)."""

@@ -68,7 +68,8 @@ class Routing:
     eval-only run reads it, and the routing fields of the final evaluation.
 
     ``provenance``: plain values naming the inputs the router is fitted for (e.g. the tuned checkpoint of PETR+X),
-    written to ``router.json`` and compared when an eval-only run reads the router.
+    written to ``router.json`` and compared when an eval-only run reads the router; ``notes``: plain values saying
+    what may be wrong with those inputs (e.g. an unfinished tuned run), written to ``router.json``, not compared.
     """
 
     def __init__(self, trainer: RoutedTrainer, cfg) -> None:
@@ -87,6 +88,7 @@ class Routing:
         self.router: Router | None = None
         self.source_dir = ""
         self.provenance: dict = {}
+        self.notes: dict = {}
         self._results: dict = {}
 
     # ----- scoring ----------------------------------------------------------------------------------------
@@ -148,7 +150,7 @@ class Routing:
         atomic_torch_save({"router": router.state_dict(), "num_classes": num_classes},
                           os.path.join(directory, ROUTER_FILE))
         write_json({**router.summary(), "num_classes": num_classes, "dataset": cfg.DATASET.NAME,
-                    "protocol": self.trainer.dm.dataset.splits.protocol, **self.provenance},
+                    "protocol": self.trainer.dm.dataset.splits.protocol, **self.provenance, **self.notes},
                    os.path.join(directory, ROUTER_JSON))
         print(f"Router saved to {os.path.join(directory, ROUTER_FILE)} (+ {ROUTER_JSON})")
 

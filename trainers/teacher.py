@@ -27,6 +27,7 @@ from engine.errors import InvalidInputError
 from .backbone import Autocast
 from .promptsrc import MODEL_NAME, VLPromptCLIP, VLPromptLearner
 from .templates import single_template
+from .tuned_run import TunedRun, deep_prompt_words
 from .upstream_teacher import is_upstream_layout, upstream_teacher_prompts
 
 HOW_TO_GET = ("train one with `bash scripts/teacher/base2new_train.sh <dataset> <seed>` or point TEACHER_CKPT at "
@@ -207,9 +208,15 @@ def build_teacher(name: str, ckpt: str, classnames: Sequence[str], device: torch
     return teacher.to(device)
 
 
-def deep_prompt_run(clip_model: CLIP, cfg, path: str, autocast: Autocast) -> VLPromptCLIP:
-    """A finished PromptSRC or IVLP run (ours or upstream's, read as a teacher file is) on the run's frozen CLIP, as
-    PETR+X's seen branch; the prompts are checked against MODEL.BACKBONE.NAME."""
+def deep_prompt_run(clip_model: CLIP, cfg, path: str, autocast: Autocast, ns: str) -> VLPromptCLIP:
+    """A finished PromptSRC or IVLP run (ours or upstream's, read as a teacher file is; its options in ``TRAINER.<ns>``)
+    on the run's frozen CLIP, as PETR+X's seen branch; the prompts are checked against MODEL.BACKBONE.NAME and the
+    class prompts hold the words the run's recorded config says (``<run>/<model folder>/<file>``: ``path``)."""
     prompts = read_teacher_prompts(path)
     check_teacher_fits(prompts, clip_model, cfg.MODEL.BACKBONE.NAME, path, "MODEL.BACKBONE.NAME", "tuned model")
+    run = TunedRun.read(os.path.dirname(os.path.dirname(path)))
+    prompts.prompt_prefix = deep_prompt_words(run, ns, prompts.describe(), path)
+    template = f"{prompts.prompt_prefix or ' '.join(['X'] * prompts.text_prompts.n_ctx)} {{}}."
+    print(f"{path}: class prompt {template!r}, its first {prompts.text_prompts.n_ctx} tokens learned "
+          f"({run.config_source or 'no recorded config'})")
     return VLPromptCLIP.frozen(clip_model, prompts, autocast)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from yacs.config import CfgNode
 
@@ -41,8 +42,8 @@ TUNED_METHODS: dict[str, TunedMethod] = {
     "CoOp": TunedMethod("prompt_learner", CoOpTuned.from_checkpoint),
     "CoCoOp": TunedMethod("prompt_learner", CoCoOpCLIP.from_checkpoint),
     "MaPLe": TunedMethod("MultiModalPromptLearner", MaPLeCLIP.from_checkpoint),
-    "IVLP": TunedMethod("VLPromptLearner", deep_prompt_run),
-    "PromptSRC": TunedMethod("VLPromptLearner", deep_prompt_run),
+    "IVLP": TunedMethod("VLPromptLearner", partial(deep_prompt_run, ns="IVLP")),
+    "PromptSRC": TunedMethod("VLPromptLearner", partial(deep_prompt_run, ns="PROMPTSRC")),
 }
 
 

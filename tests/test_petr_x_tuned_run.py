@@ -1,0 +1,168 @@
+"""PETR+X reads what its tuned run records: the class prompts of an upstream IVLP run built around the words of its
+logged config (upstream's defaults: 2 text tokens of "a photo of a", the rest of the words kept), scored as the
+prompt written by hand on open_clip; refusals of a checkpoint that is not the recorded run's; notes in the log,
+results.json and router.json for an unfinished tuned run and one that records nothing."""
+from __future__ import annotations
+
+import json
+from contextlib import nullcontext
+
+import pytest
+import torch
+import torch.nn.functional as F
+from yacs.config import CfgNode
+
+import clip
+import train
+from engine.errors import InvalidInputError
+from tests.helpers_baselines import deep_prompt_reference
+from tests.helpers_clip import reference_encode_image, reference_encode_text, rel_err
+from tests.helpers_petr import write_eurosat
+from tests.helpers_routed import BASE, NEW, check_against_reference, coop_branch, reference_routing, run_argv
+from tests.helpers_upstream import UPSTREAM_TRAIN_LOG, write_dassl_checkpoint, write_dassl_log
+from trainers.tuned import TUNED_METHODS
+from trainers.tuned_run import logged_config, same_backbone
+
+DEPTH = 3
+
+
+def cfg_of(trainer: str, *opts: str, config: str = ""):
+    """A merged config as train.py makes it (``configs/trainers/<trainer>/<config>.yaml`` when given)."""
+    files = ["--config-file", f"configs/trainers/{trainer}/{config}.yaml"] if config else []
+    return train.setup_cfg(train.build_parser().parse_args(["--trainer", trainer, *files, *opts]))
+
+
+def upstream_ivlp_run(folder, clip_file: str, n_ctx_logged: int | None = 2) -> tuple[list, list, str]:
+    """An upstream IVLP run with upstream's default prompts (2 text and 2 vision tokens, CTX_INIT "a photo of a"),
+    depth 3: its checkpoint in upstream's key layout and, unless ``n_ctx_logged`` is None, a log.txt whose config
+    dump records N_CTX_TEXT ``n_ctx_logged``. Returns the text and vision prompts (fp16-rounded) and the file."""
+    torch.manual_seed(3)
+    text = [(torch.randn(2, 64) * 0.3).half() for _ in range(DEPTH)]
+    vision = [(torch.randn(2, 64) * 0.3).half() for _ in range(DEPTH)]
+    state = {"prompt_learner.ctx": text[0], "image_encoder.VPT": vision[0],
+             "prompt_learner.token_prefix": torch.zeros(3, 1, 64).half(),
+             "prompt_learner.token_suffix": torch.zeros(3, 74, 64).half(), "logit_scale": torch.tensor(4.6)}
+    for i in range(1, DEPTH):
+        state[f"text_encoder.transformer.resblocks.{i}.VPT_shallow"] = text[i]
+        state[f"image_encoder.transformer.resblocks.{i}.VPT_shallow"] = vision[i]
+    path = write_dassl_checkpoint(str(folder / "VLPromptLearner"), state, 5, None, str(folder.parent / "ran"))
+    if n_ctx_logged is not None:
+        write_dassl_log(str(folder), cfg_of(
+            "IVLP", "DATASET.NAME", "EuroSAT", "MODEL.BACKBONE.NAME", clip_file, "TRAINER.IVLP.N_CTX_TEXT",
+            str(n_ctx_logged), "TRAINER.IVLP.N_CTX_VISION", "2", "TRAINER.IVLP.PROMPT_DEPTH_TEXT", str(DEPTH),
+            "TRAINER.IVLP.PROMPT_DEPTH_VISION", str(DEPTH), "TRAINER.IVLP.CTX_INIT", "a photo of a"))
+    return [t.float() for t in text], [v.float() for v in vision], path
+
+
+def test_logged_config_reads_the_config_dump_yacs_prints():
+    cfg = CfgNode({"DATASET": CfgNode({"NAME": "EuroSAT", "NUM_SHOTS": 16}),
+                   "TRAINER": CfgNode({"NAME": "IVLP", "IVLP": CfgNode({"CTX_INIT": "a photo of a", "N_CTX_TEXT": 2,
+                                                                      "PREFIX": ""})}),
+                   "INPUT": CfgNode({"SIZE": (224, 224)}), "SEED": 1})
+    log = f"Setting fixed seed: 1\nopts: []\n************\n** Config **\n************\n{cfg}\nCollecting env info ...\n"
+    assert logged_config(log) == {"DATASET.NAME": "EuroSAT", "DATASET.NUM_SHOTS": "16", "TRAINER.NAME": "IVLP",
+                                  "TRAINER.IVLP.CTX_INIT": "a photo of a", "TRAINER.IVLP.N_CTX_TEXT": "2",
+                                  "TRAINER.IVLP.PREFIX": "", "INPUT.SIZE": "(224, 224)", "SEED": "1"}
+    assert logged_config("Loading trainer: IVLP\n") == {}
+
+
+def test_upstream_ivlp_with_two_text_tokens_scores_with_its_init_words(tmp_path, tiny_clip, tiny_clip_file,
+                                                                        tiny_openclip_model):
+    """Upstream's prompt is "a photo of a <class>." with its first 2 tokens learned: "of a" stays, as written here."""
+    text, vision, path = upstream_ivlp_run(tmp_path / "ivlp", tiny_clip_file)
+    cfg = cfg_of("PETRX", "MODEL.BACKBONE.NAME", tiny_clip_file, config="vit_b16_ivlp")
+    model = TUNED_METHODS["IVLP"].load(tiny_clip, cfg, path, nullcontext)
+    names = ["annual crop land", "forest", "herbaceous vegetation land"]
+    images = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        logits = model.class_scorer(names)(images)
+    expected = deep_prompt_reference(tiny_openclip_model, text, vision)(names, images)
+    assert rel_err(logits, expected) < 1e-5
+    with torch.no_grad():  # the same prompts on "X X <class>." (placeholders instead of the words) score otherwise
+        tokens = clip.tokenize([f"X X {name}." for name in names])
+        placeholders = tiny_openclip_model.logit_scale.exp() * (
+            F.normalize(reference_encode_image(tiny_openclip_model, images, vision), dim=-1)
+            @ F.normalize(reference_encode_text(tiny_openclip_model, tokens, text), dim=-1).t())
+    assert rel_err(placeholders, expected) > 1e-2
+
+
+def test_a_deep_prompt_run_without_recorded_words_or_with_other_sizes_is_refused(tmp_path, tiny_clip, tiny_clip_file):
+    cfg = cfg_of("PETRX", "MODEL.BACKBONE.NAME", tiny_clip_file, config="vit_b16_ivlp")
+    _, _, path = upstream_ivlp_run(tmp_path / "unlogged", tiny_clip_file, n_ctx_logged=None)
+    with pytest.raises(InvalidInputError, match=r"cannot tell the words of the class prompts .* records no "
+                                                r"TRAINER\.IVLP\.CTX_INIT"):
+        TUNED_METHODS["IVLP"].load(tiny_clip, cfg, path, nullcontext)
+    _, _, path = upstream_ivlp_run(tmp_path / "other", tiny_clip_file, n_ctx_logged=4)
+    with pytest.raises(InvalidInputError, match=r"has TRAINER\.IVLP\.N_CTX_TEXT 2 \(read off its prompts\), but "
+                                                r".*log\.txt records 4: the checkpoint is not that run's"):
+        TUNED_METHODS["IVLP"].load(tiny_clip, cfg, path, nullcontext)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    return write_eurosat(tmp_path_factory.mktemp("tuned_run") / "data")
+
+
+def test_petr_x_on_an_upstream_ivlp_run_routes_with_its_words(tree, tmp_path, tiny_clip_file, tiny_openclip_model):
+    text, vision, path = upstream_ivlp_run(tmp_path / "ivlp", tiny_clip_file)
+    out = tmp_path / "petr_x"
+    train.main(run_argv(tree.root, out, "PETRX", tiny_clip_file, "base", "TRAINER.PETRX.TUNED_MODEL_DIR",
+                        str(tmp_path / "ivlp"), config="vit_b16_ivlp"))
+    branch = deep_prompt_reference(tiny_openclip_model, text, vision)
+    result = check_against_reference(out, reference_routing(tree, tiny_openclip_model,
+                                                            lambda model, names, images: branch(names, images), BASE))
+    assert result["tuned_run_state"] == "finished-upstream" and result["tuned_run_notes"] == []
+    assert "class prompt 'a photo of a {}.', its first 2 tokens learned" in (out / "log.txt").read_text()
+
+
+def coop_tuned_run(folder, record: dict | None = None, log: str = "") -> str:
+    """A CoOp run folder: a context of 4 tokens (seeded), ``record`` as its run.json config, ``log`` as its log.txt."""
+    torch.manual_seed(1)
+    write_dassl_checkpoint(str(folder / "prompt_learner"), {"ctx": torch.randn(4, 64) * 0.3}, 1, None,
+                           str(folder.parent / "ran"))
+    if record is not None:
+        (folder / "run.json").write_text(json.dumps({"trainer": "CoOp", "seed": 1, "mode": "train",
+                                                     "config": record}))
+    if log:
+        (folder / "log.txt").write_text(log)
+    return str(folder / "prompt_learner" / "model.pth.tar-1")
+
+
+@pytest.mark.parametrize("case", ["unfinished", "unrecorded"])
+def test_petr_x_notes_an_unfinished_or_unrecorded_tuned_run(case, tree, tmp_path, tiny_clip_file,
+                                                             tiny_openclip_model):
+    tuned = tmp_path / "coop"
+    if case == "unfinished":  # our run, interrupted: run.json and a checkpoint, no results.json
+        path = coop_tuned_run(tuned, {"TRAINER.NAME": "CoOp", "DATASET.NAME": "EuroSAT",
+                                      "MODEL.BACKBONE.NAME": tiny_clip_file})
+        expected = [f"TRAINER.PETRX.TUNED_MODEL_DIR {tuned} is unfinished (resumable: a checkpoint, no results.json); "
+                    "θ_s is its last saved checkpoint, not its final model"]
+    else:  # an upstream run finished, its log without the config dump
+        path = coop_tuned_run(tuned, log=UPSTREAM_TRAIN_LOG)
+        expected = [f"TRAINER.PETRX.TUNED_MODEL_DIR {tuned} records no dataset and no CLIP (results.json, run.json "
+                    "or the config dump of log.txt): it cannot be checked against EuroSAT and "
+                    f"{tiny_clip_file}"]
+    out = tmp_path / "petr_x"
+    train.main(run_argv(tree.root, out, "PETRX", tiny_clip_file, "base", "TRAINER.PETRX.TUNED_MODEL_DIR", str(tuned),
+                        config="vit_b16_coop"))
+    ctx = torch.load(path, weights_only=False)["state_dict"]["ctx"]
+    result = check_against_reference(out, reference_routing(tree, tiny_openclip_model, coop_branch(ctx), BASE))
+    router = json.loads((out / "router.json").read_text())
+    state = "resumable" if case == "unfinished" else "finished-upstream"
+    for record in (result, router):
+        assert record["tuned_run_state"] == state and record["tuned_run_notes"] == expected
+    assert f"Note: {expected[0]}" in (out / "log.txt").read_text().splitlines()
+    novel = tmp_path / "novel"  # the notes are not compared: the novel evaluation reads the base run's router
+    train.main(run_argv(tree.root, novel, "PETRX", tiny_clip_file, "new", "TRAINER.PETRX.TUNED_MODEL_DIR", str(tuned),
+                        config="vit_b16_coop", flags=("--eval-only", "--model-dir", str(out))))
+    check_against_reference(novel, reference_routing(tree, tiny_openclip_model, coop_branch(ctx), NEW))
+
+
+
+def test_backbones_are_the_same_by_weights_when_both_are_files(tmp_path, tiny_clip_file):
+    copy, other = tmp_path / "copy.pt", tmp_path / "other.pt"
+    weights = open(tiny_clip_file, "rb").read()
+    copy.write_bytes(weights)
+    other.write_bytes(weights + b"more")
+    assert same_backbone(str(copy), tiny_clip_file) and not same_backbone(str(other), tiny_clip_file)
+    assert same_backbone("ViT-B/16", "ViT-B/16") and not same_backbone("ViT-B/16", "ViT-B/32")
