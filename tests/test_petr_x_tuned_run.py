@@ -21,7 +21,7 @@ from tests.helpers_petr import write_eurosat
 from tests.helpers_routed import BASE, NEW, check_against_reference, coop_branch, reference_routing, run_argv
 from tests.helpers_upstream import UPSTREAM_TRAIN_LOG, write_dassl_checkpoint, write_dassl_log
 from trainers.tuned import TUNED_METHODS
-from trainers.tuned_run import logged_config, same_backbone
+from trainers.tuned_run import TunedRun, deep_prompt_words, logged_config, same_backbone
 
 DEPTH = 3
 
@@ -84,6 +84,16 @@ def test_upstream_ivlp_with_two_text_tokens_scores_with_its_init_words(tmp_path,
             F.normalize(reference_encode_image(tiny_openclip_model, images, vision), dim=-1)
             @ F.normalize(reference_encode_text(tiny_openclip_model, tokens, text), dim=-1).t())
     assert rel_err(placeholders, expected) > 1e-2
+
+
+def test_unrecorded_words_matter_only_below_four_text_tokens(tmp_path):
+    """Without a record of CTX_INIT, 4 or more learned text tokens leave no word of upstream's "a photo of a" in the
+    prompt (placeholders, as PromptKD's released teachers are read); 3 or fewer are refused (next test)."""
+    run = TunedRun.read(str(tmp_path))
+    sizes = {"n_ctx_text": 4, "n_ctx_vision": 4, "depth_text": 9, "depth_vision": 9}
+    assert deep_prompt_words(run, "PROMPTSRC", sizes, "teacher.pth") == ""
+    with pytest.raises(InvalidInputError, match="cannot tell the words"):
+        deep_prompt_words(run, "PROMPTSRC", {**sizes, "n_ctx_text": 3}, "teacher.pth")
 
 
 def test_a_deep_prompt_run_without_recorded_words_or_with_other_sizes_is_refused(tmp_path, tiny_clip, tiny_clip_file):

@@ -129,7 +129,9 @@ def same_backbone(recorded: str, backbone: str) -> bool:
 UPSTREAM_INIT_MAX_CTX = 4
 """Upstream IVLP and PromptSRC start their text context from CTX_INIT's words only when N_CTX_TEXT is at most 4:
 the class prompt is then "<CTX_INIT> <class>." with its first N_CTX_TEXT tokens learned and the other words kept;
-with more tokens the context starts at random and the prompt holds placeholders."""
+with more tokens the context starts at random and the prompt holds placeholders. Every shipped upstream config
+initialises from "a photo of a", four tokens: with N_CTX_TEXT 4 all of them are learned, so a run that does not
+record its words (PromptKD's released teachers) has the placeholders' prompt."""
 
 
 def deep_prompt_words(run: TunedRun, ns: str, sizes: dict[str, int], path: str) -> str:
@@ -138,7 +140,7 @@ def deep_prompt_words(run: TunedRun, ns: str, sizes: dict[str, int], path: str) 
     be the checkpoint's (``sizes``: ``VLPromptLearner.describe()``)."""
     n_ctx, key = sizes["n_ctx_text"], f"TRAINER.{ns}."
     if key + "CTX_INIT" not in run.config:
-        if n_ctx > UPSTREAM_INIT_MAX_CTX:
+        if n_ctx >= UPSTREAM_INIT_MAX_CTX:
             return ""
         raise InvalidInputError(f"cannot tell the words of the class prompts of {path}: {run.folder} records no "
                                 f"{key}CTX_INIT ({IDENTITY_FILE}, or the config dump of {LOG_FILE}), and its {n_ctx} "
