@@ -377,7 +377,7 @@ class SimpleTrainer(TrainerBase):
     @classmethod
     def borrowed_keys(cls, cfg) -> tuple[str, ...]:
         """The keys of other trainers' namespaces (dotted) this trainer reads under ``cfg``; train.py refuses any
-        other key of another namespace that a yaml or the command line set to a value other than its default."""
+        other key of another trainer's namespace that a config file or the command line sets."""
         return ()
 
     def __init__(self, cfg) -> None:
