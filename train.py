@@ -83,7 +83,7 @@ def _merge(cfg, source: str, merge) -> None:
             if message:
                 raise ConfigError(f"{source}: {message}") from None
             raise ConfigError(f"{source}: unknown config key '{key}' "
-                              "(declare it with its rule in trainers/config.py or fix the typo)") from None
+                              "(declare it with its rule in its trainer's CONFIG_KEYS or fix the typo)") from None
         raise ConfigError(f"{source}: {msg}") from None
 
 
@@ -115,9 +115,11 @@ def read_yaml(path: str, what: str) -> dict:
     return data
 
 
-def _merge_file(cfg, path: str, what: str) -> None:
+def _merge_file(cfg, path: str, what: str) -> dict:
+    """Merge the config file ``path`` into ``cfg``; returns the mapping it holds."""
     data = read_yaml(path, what)
     _merge(cfg, path, lambda: cfg.merge_from_other_cfg(type(cfg)(data)))
+    return data
 
 
 def reset_cfg(cfg, args: argparse.Namespace) -> None:
@@ -154,20 +156,27 @@ def register_project() -> None:
 
 
 def setup_cfg(args: argparse.Namespace):
-    """default → extend_cfg → dataset yaml → trainer yaml → CLI → opts → freeze."""
+    """default → extend_cfg → dataset yaml → trainer yaml → CLI → opts → freeze; then a key of another trainer's
+    namespace that a file or the opts set and the running trainer would ignore is refused
+    (``trainers.config.check_namespaces``)."""
     from engine import get_cfg_default
-    from trainers.config import extend_cfg
+    from engine.schema import config_leaves
+    from trainers.config import check_namespaces, extend_cfg
 
     cfg = get_cfg_default()
     extend_cfg(cfg)
-    if args.dataset_config_file:
-        _merge_file(cfg, args.dataset_config_file, "dataset config file")
+    given: dict[str, str] = {}  # dotted key -> the last source that set it
+    for path, what in ((args.dataset_config_file, "dataset config file"), (args.config_file, "trainer config file")):
+        if path:
+            given.update(dict.fromkeys((key for key, _ in config_leaves(_merge_file(cfg, path, what))), path))
     if args.config_file:
-        _merge_file(cfg, args.config_file, "trainer config file")
         cfg.CONFIG_NAME = os.path.splitext(os.path.basename(args.config_file))[0]
     reset_cfg(cfg, args)
-    _merge(cfg, "command-line opts", lambda: cfg.merge_from_list(args.opts or []))
+    opts = args.opts or []
+    _merge(cfg, "command-line opts", lambda: cfg.merge_from_list(opts))
+    given.update(dict.fromkeys(opts[0::2], "command-line opts"))
     cfg.freeze()
+    check_namespaces(cfg, given)
     return cfg
 
 

@@ -11,7 +11,7 @@ from torchvision import transforms as T
 from .data_stream import SeededPassSampler, sample_context
 from .dataset_base import DatasetBase, Datum, build_dataset
 from .distributed import get_backend, get_rank, get_world_size, is_distributed
-from .preemption import ignore_in_worker
+from .preemption import worker_init_fn
 from .transforms import INTERPOLATION_MODES, build_transform
 from .utils import read_image
 
@@ -134,7 +134,7 @@ def build_data_loader(
         drop_last=drop_last,
         pin_memory=torch.cuda.is_available() and cfg.USE_CUDA,
         persistent_workers=cfg.DATALOADER.get("PERSISTENT_WORKERS", False) and cfg.DATALOADER.NUM_WORKERS > 0,
-        worker_init_fn=ignore_in_worker,
+        worker_init_fn=worker_init_fn(),
     )
     assert len(loader) > 0
     return loader

@@ -9,7 +9,11 @@ import contextlib
 
 import torch
 
+from .schema import Choice
+
 PRECISIONS = ("fp32", "amp", "fp16", "bf16")
+PREC_RULE = Choice(PRECISIONS)
+"""The rule of a trainer's ``PREC`` key (its ``CONFIG_KEYS``)."""
 
 
 def resolve_precision(prec: str, device: torch.device | str) -> str:

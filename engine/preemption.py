@@ -14,7 +14,9 @@ into another error; train.py reports it in one line and exits with status 75 (``
 DataLoader workers ignore these signals (:func:`ignore_in_worker`): a signal sent to the whole process group must not
 kill the workers of the step that is being finished. Multiprocessing ends daemonic children at exit with SIGTERM and
 then waits for them, so workers still alive then (a loader that outlived its run) are ended with SIGKILL first
-(:func:`_kill_workers_at_exit`), else the process would never exit.
+(:func:`_kill_workers_at_exit`), else the process would never exit. Importing this module changes nothing in the
+process: that exit handler is installed by :func:`handle_signals` and by :func:`worker_init_fn` (whoever builds a
+loader whose workers ignore the signals).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import contextlib
 import multiprocessing.util
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1", "SIGHUP") if hasattr(signal, name))
 
@@ -53,7 +55,8 @@ def _on_signal(signum: int, frame) -> None:
 def handle_signals() -> Iterator[None]:
     """Inside: the preemption signals are requests (see the module docstring); SIGINT raises KeyboardInterrupt even
     when the process started with it ignored (a background job). Previous handlers are restored afterwards; outside
-    the main thread nothing is installed."""
+    the main thread no signal handler is installed. The exit handler for leftover workers stays for the process."""
+    install_exit_handler()
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -82,9 +85,16 @@ def deferred() -> Iterator[None]:
 
 
 def ignore_in_worker(worker_id: int) -> None:
-    """DataLoader ``worker_init_fn``: the worker ignores the preemption signals (its main process handles them)."""
+    """Runs in each DataLoader worker: it ignores the preemption signals (its main process handles them)."""
     for sig in SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
+
+
+def worker_init_fn() -> Callable[[int], None]:
+    """The ``worker_init_fn`` of a DataLoader whose workers ignore the preemption signals (:func:`ignore_in_worker`);
+    installs the exit handler that ends such workers when they outlive the process's last line."""
+    install_exit_handler()
+    return ignore_in_worker
 
 
 def _kill_workers_at_exit() -> None:
@@ -100,6 +110,9 @@ def _kill_workers_at_exit() -> None:
         child.kill()
 
 
-# atexit runs handlers last-registered first: this runs before multiprocessing's (registered when multiprocessing.util
-# was imported above).
-atexit.register(_kill_workers_at_exit)
+def install_exit_handler() -> None:
+    """Register :func:`_kill_workers_at_exit` with atexit, once (a second call moves it to the front). atexit runs
+    handlers last-registered first, and multiprocessing's own handler was registered when this module imported
+    ``multiprocessing.util``, so this one runs before it."""
+    atexit.unregister(_kill_workers_at_exit)
+    atexit.register(_kill_workers_at_exit)

@@ -6,6 +6,7 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from .dassl_bridge import share_with_dassl
 from .errors import ConfigError
 
 
@@ -38,9 +39,7 @@ class Registry:
             raise KeyError(f'An object named "{name}" was already registered in "{self._name}" registry')
         self._obj_map[name] = obj
         if self._shared_with_dassl:
-            from .dassl_bridge import share_with_dassl  # deferred: the bridge imports this module
-
-            share_with_dassl(self, name, obj)
+            share_with_dassl(self._name, name, obj)
 
     def register(self, obj: Any = None, force: bool = False) -> Callable | None:
         if obj is None:

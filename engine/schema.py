@@ -2,8 +2,9 @@
 anything (``check_config``), so a wrong value is one ``error:`` line naming the key, the value and what it must be.
 
 A schema maps dotted key names to rules. The engine's keys are declared in ``engine/config.py``
-(``ENGINE_SCHEMA``), the protocol keys and every trainer's keys in ``trainers/config.py``, each next to its default.
-Rules check one value; constraints between keys belong in a trainer's ``check_cfg``.
+(``ENGINE_SCHEMA``), the protocol keys in ``trainers/config.py`` and each trainer's keys by its class
+(``CONFIG_KEYS``, a ``KeyTable``), each next to its default. Rules check one value; constraints between keys belong
+in a trainer's ``check_cfg``.
 """
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ class Rule:
     def describe(self) -> str:
         """What a valid value is, as the end of "it must be ..."."""
         raise NotImplementedError
+
+
+KeyTable = dict[str, tuple[Any, Rule]]
+"""The keys of one config namespace: key -> (default, rule)."""
 
 
 class Bool(Rule):

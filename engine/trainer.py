@@ -56,6 +56,7 @@ from .meters import AverageMeter, MetricMeter
 from .precision import autocast, make_grad_scaler, resolve_precision
 from .registry import TRAINER_REGISTRY, check_availability
 from .runs import RESULTS_FILE, RESUME_FILE
+from .schema import KeyTable
 from .utils import write_json
 
 
@@ -364,11 +365,20 @@ class SimpleTrainer(TrainerBase):
     """Data, model and evaluator of one run, checkpoint/resume around ``train`` and the ``test`` loop.
 
     ``NS`` names the trainer's config namespace ``TRAINER.<NS>`` (its PREC is the run's precision; fp32 without
-    one); ``DATA_ROLE`` is the data role its dataset is built for (engine.dataset_base.DATA_ROLES).
+    one) and ``CONFIG_KEYS`` declares that namespace's keys; ``DATA_ROLE`` is the data role its dataset is built for
+    (engine.dataset_base.DATA_ROLES).
     """
 
     NS = ""
     DATA_ROLE = "standard"
+    CONFIG_KEYS: KeyTable = {}
+    """The keys of ``TRAINER.<NS>``: key -> (default, rule); the project's config collects them from its trainers."""
+
+    @classmethod
+    def borrowed_keys(cls, cfg) -> tuple[str, ...]:
+        """The keys of other trainers' namespaces (dotted) this trainer reads under ``cfg``; train.py refuses any
+        other key of another trainer's namespace that a config file or the command line sets."""
+        return ()
 
     def __init__(self, cfg) -> None:
         super().__init__()

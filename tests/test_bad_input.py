@@ -69,8 +69,14 @@ def _unknown_dataset(tmp, data, tree, clip_file, mp):
 
 def _unknown_key(tmp, data, tree, clip_file, mp):
     return (coop_argv(data, tmp / "run", clip_file, "OPTIM.LRR", "0.1"),
-            "error: command-line opts: unknown config key 'OPTIM.LRR' (declare it with its rule in trainers/config.py "
-            "or fix the typo)")
+            "error: command-line opts: unknown config key 'OPTIM.LRR' (declare it with its rule in its trainer's "
+            "CONFIG_KEYS or fix the typo)")
+
+
+def _other_trainers_key(tmp, data, tree, clip_file, mp):
+    return (coop_argv(data, tmp / "run", clip_file, "TRAINER.MAPLE.N_CTX", "4"),
+            "error: command-line opts: TRAINER.MAPLE.N_CTX is a key of MaPLe, but CoOp reads TRAINER.COOP and would "
+            "ignore it: set TRAINER.COOP.N_CTX instead, or run --trainer MaPLe")
 
 
 def _missing_config(tmp, data, tree, clip_file, mp):
@@ -174,8 +180,16 @@ def _eval_without_model(tmp, data, tree, clip_file, mp):
 
 
 def _value(key: str, value: str, rule: str):
+    """``key value`` given to a run of the trainer that reads ``key``: PETR or PromptKD for their namespaces, else
+    CoOp."""
     def setup(tmp, data, tree, clip_file, mp):
-        return coop_argv(data, tmp / "run", clip_file, key, value), f"error: {key} is {value}; it must be {rule}"
+        if key.startswith("TRAINER.PETR."):
+            argv = petr_argv(data, tmp / "run", clip_file, clip_file, key, value)
+        elif key.startswith("TRAINER.PROMPTKD."):
+            argv = promptkd_argv(data, tmp / "run", clip_file, key, value)
+        else:
+            argv = coop_argv(data, tmp / "run", clip_file, key, value)
+        return argv, f"error: {key} is {value}; it must be {rule}"
     return setup
 
 
@@ -377,6 +391,7 @@ CASES = {
     "unknown trainer": (_unknown_trainer, ["log.txt"], False),
     "unknown dataset": (_unknown_dataset, ["log.txt"], False),
     "unknown config key": (_unknown_key, [], False),
+    "key of another trainer": (_other_trainers_key, [], False),
     "missing config file": (_missing_config, [], False),
     "missing dataset folder": (_missing_dataset, ["log.txt"], False),
     "missing image": (_missing_image, ["log.txt"], False),

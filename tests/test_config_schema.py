@@ -3,13 +3,18 @@ of rule accepts and refuses the values written out here by hand."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
+import train
 from engine.config import get_cfg_default
 from engine.errors import ConfigError
+from engine.registry import TRAINER_REGISTRY
 from engine.schema import Bool, Choice, Int, Number, Seq, SquareSize, Text, check_config, config_leaves
-from trainers.config import TRAINER_KEYS, config_schema, extend_cfg
+from trainers import catalog
+from trainers.config import catalog_trainers, config_schema, extend_cfg, trainer_keys
+from trainers.coop import CoOp
 
 
 def test_every_key_has_one_rule_and_every_rule_a_key():
@@ -23,7 +28,7 @@ def test_every_key_has_one_rule_and_every_rule_a_key():
 def test_every_default_follows_its_rule():
     cfg = extend_cfg(get_cfg_default())
     check_config(cfg, config_schema())
-    for ns, keys in TRAINER_KEYS.items():
+    for ns, keys in trainer_keys().items():
         for key, (default, rule) in keys.items():
             assert rule.problem(default) is None, f"TRAINER.{ns}.{key} default {default!r}"
 
@@ -71,3 +76,81 @@ def test_the_first_wrong_value_is_one_line_naming_key_value_and_rule():
     with pytest.raises(ConfigError, match=r"^INPUT.TRANSFORMS is \('random_flip', 'normalise'\); it must be a list, "
                                           r"each one of .* \('normalise' is not\)$"):
         check_config(cfg, config_schema())
+
+
+def _setup(*argv: str):
+    return train.setup_cfg(train.build_parser().parse_args(list(argv)))
+
+
+def test_each_trainer_declares_its_keys_next_to_its_class():
+    """The schema's trainer namespaces are exactly the catalog trainers' own ``CONFIG_KEYS``, and every key a
+    trainer borrows from another namespace is a declared key there."""
+    classes = catalog_trainers()
+    assert sorted(cls.__name__ for cls in classes.values()) == sorted(catalog.TRAINERS)
+    assert {ns: cls.__name__ for ns, cls in classes.items()} == {
+        "ZSCLIP": "ZeroshotCLIP", "COOP": "CoOp", "COCOOP": "CoCoOp", "MAPLE": "MaPLe", "IVLP": "IVLP",
+        "PROMPTSRC": "PromptSRC", "PROMPTKD": "PromptKD", "PETR": "PETR", "PETRCOOP": "PETRCoOp", "PETRX": "PETRX"}
+    schema = config_schema()
+    for tuned in ("CoOp", "CoCoOp", "MaPLe", "IVLP", "PromptSRC"):
+        cfg = _setup("--trainer", "PETRX", "TRAINER.PETRX.TUNED_TRAINER", tuned)
+        assert all(key in schema for key in classes["PETRX"].borrowed_keys(cfg))
+    assert classes["PETRCOOP"].borrowed_keys(None) == ("TRAINER.COOP.N_CTX", "TRAINER.COOP.CSC",
+                                                       "TRAINER.COOP.CTX_INIT", "TRAINER.COOP.CLASS_TOKEN_POSITION")
+
+
+class EngineUndeclared(CoOp):
+    """A catalog entry that inherits CoOp's keys instead of declaring its own namespace's."""
+
+    NS = "UNDECLARED"
+
+
+def test_a_catalog_trainer_without_its_own_keys_is_refused(monkeypatch):
+    monkeypatch.setitem(catalog.TRAINERS, "EngineUndeclared", __name__)
+    TRAINER_REGISTRY.register(EngineUndeclared)
+    try:
+        with pytest.raises(TypeError, match=rf"^EngineUndeclared \({re.escape(__name__)}\) declares no CONFIG_KEYS of "
+                                            r"its own: declare the keys of TRAINER.UNDECLARED in its class$"):
+            extend_cfg(get_cfg_default())
+    finally:
+        TRAINER_REGISTRY._obj_map.pop("EngineUndeclared")
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["--trainer", "CoOp", "TRAINER.MAPLE.N_CTX", "4"],
+     "command-line opts: TRAINER.MAPLE.N_CTX is a key of MaPLe, but CoOp reads TRAINER.COOP and would ignore it: "
+     "set TRAINER.COOP.N_CTX instead, or run --trainer MaPLe"),
+    (["--trainer", "CoOp", "--config-file", "configs/trainers/MaPLe/vit_b16_c2_ep5_batch4_2ctx.yaml"],
+     "configs/trainers/MaPLe/vit_b16_c2_ep5_batch4_2ctx.yaml: TRAINER.MAPLE.N_CTX is a key of MaPLe, but CoOp reads "
+     "TRAINER.COOP and would ignore it: set TRAINER.COOP.N_CTX instead, or run --trainer MaPLe"),
+    (["--trainer", "PETR", "TRAINER.PROMPTKD.TEACHER_CKPT", "t.pth"],  # PETR's teacher keys are its own
+     "command-line opts: TRAINER.PROMPTKD.TEACHER_CKPT is a key of PromptKD, but PETR reads TRAINER.PETR and would "
+     "ignore it: set TRAINER.PETR.TEACHER_CKPT instead, or run --trainer PromptKD"),
+    (["--trainer", "PETRCoOp", "TRAINER.COOP.PREC", "fp32"],  # its CoOp branch runs in PETRCOOP's precision
+     "command-line opts: TRAINER.COOP.PREC is a key of CoOp, but PETRCoOp reads TRAINER.PETRCOOP and would ignore "
+     "it: set TRAINER.PETRCOOP.PREC instead, or run --trainer CoOp"),
+    (["--trainer", "PETRX", "--config-file", "configs/trainers/PETRX/vit_b16_maple.yaml",
+      "TRAINER.PETRX.TUNED_TRAINER", "IVLP"],  # the MaPLe prompt words are read for a MaPLe run only
+     "configs/trainers/PETRX/vit_b16_maple.yaml: TRAINER.MAPLE.CTX_INIT is a key of MaPLe, but PETRX reads "
+     "TRAINER.PETRX and would ignore it: leave it out, or run --trainer MaPLe"),
+    (["--trainer", "ZeroshotCLIP", "TRAINER.COOP.N_CTX", "16"],  # given at its default value: still given
+     "command-line opts: TRAINER.COOP.N_CTX is a key of CoOp, but ZeroshotCLIP reads TRAINER.ZSCLIP and would "
+     "ignore it: leave it out, or run --trainer CoOp"),
+])
+def test_a_key_of_another_trainers_namespace_is_refused_in_one_line(argv, line):
+    with pytest.raises(ConfigError) as info:
+        _setup(*argv)
+    assert str(info.value) == line
+
+
+@pytest.mark.parametrize("argv", [
+    ["--trainer", "PETRCoOp", "--config-file", "configs/trainers/PETRCoOp/vit_b16_ctxv1.yaml", "TRAINER.COOP.N_CTX",
+     "4", "TRAINER.COOP.CLASS_TOKEN_POSITION", "front"],  # PETR+CoOp builds its CoOp branch from TRAINER.COOP
+    ["--trainer", "PETRX", "--config-file", "configs/trainers/PETRX/vit_b16_maple.yaml"],  # MaPLe's prompt words
+    ["--trainer", "PETRX", "--config-file", "configs/trainers/PETRX/vit_b16_coop.yaml",
+     "TRAINER.COOP.CLASS_TOKEN_POSITION", "middle"],
+    ["--trainer", "NoSuchTrainer", "TRAINER.COOP.N_CTX", "4"],  # building the trainer names the unknown one
+    ["--config-file", "configs/trainers/CoOp/vit_b16_ctxv1.yaml"],  # no trainer named: nothing to compare with
+])
+def test_the_keys_a_trainer_reads_from_another_namespace_are_accepted(argv):
+    cfg = _setup(*argv)
+    assert cfg.TRAINER.NAME == (argv[1] if argv[0] == "--trainer" else "")

@@ -100,7 +100,7 @@ def test_unknown_key_in_yaml_names_key_and_file(tmp_path):
         _cfg(["--config-file", str(bad)])
     msg = str(e.value)
     assert msg.startswith(f"{bad}: unknown config key 'OPTIM.FOO'") and "\n" not in msg
-    assert "declare it with its rule in trainers/config.py" in msg
+    assert "declare it with its rule in its trainer's CONFIG_KEYS" in msg
 
 
 def test_unknown_key_in_opts_and_bad_values(tmp_path):

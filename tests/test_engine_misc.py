@@ -19,7 +19,7 @@ from engine import (
 )
 from engine.dataset_base import build_dataset
 from engine.registry import DATASET_REGISTRY, TRAINER_REGISTRY
-from tests.helpers_engine import EngineLinearProbe, EngineTinyDataset
+from tests.helpers_engine import EngineTinyDataset, write_image_tree
 
 
 def test_logger_tees_appends_and_restores(tmp_path, capsys):
@@ -92,37 +92,33 @@ def stand_in_dassl(tmp_path, monkeypatch):
         del sys.modules[name]
 
 
-def test_bridge_with_a_dassl_package(stand_in_dassl):
+def test_bridge_with_a_dassl_package(stand_in_dassl, tmp_path):
+    """With Dassl importable, a class registered in our registries (what importing its module does) is in Dassl's
+    at once, and a dataset name only Dassl has is built from Dassl's registry."""
     from dassl.data.datasets import DATASET_REGISTRY as theirs_ds
     from dassl.engine import TRAINER_REGISTRY as theirs_tr
 
-    added = dassl_bridge.register_into_dassl()
-    assert "EngineLinearProbe" in added and "EngineTinyDataset" in added
-    assert theirs_tr.get("EngineLinearProbe") is EngineLinearProbe
-    assert theirs_ds.get("EngineTinyDataset") is EngineTinyDataset
-    assert dassl_bridge.register_into_dassl() == []  # idempotent
-    assert dassl_bridge.dassl_dataset_class("EngineTinyDataset") is None  # ours wins
+    trainer, dataset = type("EngineSharedTrainer", (), {}), type("EngineSharedDataset", (), {})
+    try:
+        TRAINER_REGISTRY.register(trainer)
+        DATASET_REGISTRY.register(dataset)
+        assert theirs_tr.get("EngineSharedTrainer") is trainer and theirs_ds.get("EngineSharedDataset") is dataset
+        assert "EngineSharedTrainer" not in theirs_ds.registered_names()  # each kind into its own registry
+    finally:
+        TRAINER_REGISTRY._obj_map.pop("EngineSharedTrainer")
+        DATASET_REGISTRY._obj_map.pop("EngineSharedDataset")
     cls = dassl_bridge.dassl_dataset_class("DasslOnlySet")
-    assert cls is theirs_ds.get("DasslOnlySet")
-
+    assert cls is theirs_ds.get("DasslOnlySet") and dassl_bridge.dassl_dataset_class("NoSuchSet") is None
     cfg = get_cfg_default()
     cfg.DATASET.NAME = "DasslOnlySet"
     assert isinstance(build_dataset(cfg), cls)
-    theirs_tr.register(type("EngineXURecorderClash", (), {}))
-    with pytest.warns(UserWarning, match=r"already hold other objects named \['EngineXURecorderClash'\]; kept"):
-        TRAINER_REGISTRY.register(type("EngineXURecorderClash", (), {}), force=True)
-    try:
-        with pytest.raises(KeyError, match="different object named 'EngineXURecorderClash'"):
-            dassl_bridge.register_into_dassl()
-        with pytest.warns(UserWarning, match=r"already hold other objects named \['EngineXURecorderClash'\]; kept"):
-            assert dassl_bridge.register_into_dassl(strict=False) == []  # the automatic registration keeps theirs
-    finally:
-        TRAINER_REGISTRY._obj_map.pop("EngineXURecorderClash")
+    write_image_tree(str(tmp_path))
+    cfg.DATASET.NAME, cfg.DATASET.ROOT = "EngineTinyDataset", str(tmp_path)
+    theirs_ds.register(type("EngineTinyDataset", (), {}))  # a name we hold is ours, whatever Dassl holds
+    assert isinstance(build_dataset(cfg, "standard"), EngineTinyDataset)
 
 
-def test_every_registration_is_shared_with_dassl(stand_in_dassl):
-    """A class registered in our registry (what importing its module does) is in Dassl's at once; a name Dassl
-    holds for another object keeps Dassl's, with a warning."""
+def test_a_name_dassl_holds_keeps_dassls_object_with_a_warning(stand_in_dassl):
     from dassl.engine import TRAINER_REGISTRY as theirs
 
     shared, clash, dassl_own = (type(name, (), {}) for name in ("EngineShared", "EngineClash", "EngineClash"))
@@ -130,7 +126,8 @@ def test_every_registration_is_shared_with_dassl(stand_in_dassl):
     try:
         TRAINER_REGISTRY.register(shared)
         assert theirs.get("EngineShared") is shared
-        with pytest.warns(UserWarning, match=r"named \['EngineClash'\]; kept"):
+        with pytest.warns(UserWarning, match=r"Dassl's TRAINER registry already holds another object named "
+                                             r"'EngineClash'; kept Dassl's"):
             TRAINER_REGISTRY.register(clash)
         assert theirs.get("EngineClash") is dassl_own and TRAINER_REGISTRY.get("EngineClash") is clash
     finally:
@@ -138,14 +135,17 @@ def test_every_registration_is_shared_with_dassl(stand_in_dassl):
             TRAINER_REGISTRY._obj_map.pop(name, None)
 
 
-def test_bridge_without_dassl(monkeypatch):
+def test_bridge_without_dassl(monkeypatch, recwarn):
     for name in ["dassl", *[m for m in sys.modules if m.startswith("dassl.")]]:
         monkeypatch.setitem(sys.modules, name, None)  # makes `import dassl...` fail as if it were not installed
     monkeypatch.setattr(dassl_bridge, "_dassl_checked", False)
     monkeypatch.setattr(dassl_bridge, "_dassl_registries", None)
-    assert not dassl_bridge.dassl_available()
-    assert dassl_bridge.register_into_dassl() == [] and dassl_bridge.dassl_dataset_class("PACS") is None
-    assert "EngineTinyDataset" in DATASET_REGISTRY
+    assert dassl_bridge.dassl_dataset_class("PACS") is None
+    try:
+        TRAINER_REGISTRY.register(type("EngineAlone", (), {}))
+        assert "EngineAlone" in TRAINER_REGISTRY and len(recwarn) == 0
+    finally:
+        TRAINER_REGISTRY._obj_map.pop("EngineAlone")
 
 
 @pytest.mark.dassl
@@ -153,9 +153,12 @@ def test_bridge_with_real_dassl():
     pytest.importorskip("dassl")
     from dassl.engine import TRAINER_REGISTRY as theirs
 
-    dassl_bridge.register_into_dassl()
-    assert theirs.get("EngineLinearProbe") is EngineLinearProbe
-    assert dassl_bridge.register_into_dassl() == []
+    probe = type("EngineRealDasslProbe", (), {})
+    try:
+        TRAINER_REGISTRY.register(probe)
+        assert theirs.get("EngineRealDasslProbe") is probe
+    finally:
+        TRAINER_REGISTRY._obj_map.pop("EngineRealDasslProbe")
 
 
 def test_meters_read_tensors_late_with_the_values_of_item():

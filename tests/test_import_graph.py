@@ -7,12 +7,16 @@ between packages must be allowed by it, every entry of it must be used, the grap
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
+import subprocess
+import sys
 from graphlib import TopologicalSorter
 
 import pytest
 
+from tests.helpers_run import HANG_GUARD_S
 from tools.import_graph import Import, graph, loads, project_imports, project_modules
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,6 +75,17 @@ def test_arrows_point_down_only():
     assert order.index("engine") == 0 and order[-1] == "demo"
 
 
+def test_the_engine_modules_import_one_another_without_a_cycle():
+    """Within ``engine`` (deferred imports counted: they run too) the modules form no circle, so each can be read and
+    changed from the bottom up."""
+    edges: dict[str, set[str]] = {}
+    for imp in IMPORTS:
+        if imp.edge == ("engine", "engine"):
+            edges.setdefault(imp.importer, set()).add(imp.imported)
+    assert len(edges) > 10
+    list(TopologicalSorter(edges).static_order())  # raises CycleError naming the circle
+
+
 def test_the_reading_of_imports():
     """Hand-read imports of three files: relative imports resolved, ``from pkg import module`` named as the module,
     deferred (function-level) imports flagged."""
@@ -126,3 +141,51 @@ def test_no_module_changes_process_state_when_imported():
         if found:
             changes[module] = found
     assert changes == {}
+
+
+IMPORT_EVERY_MODULE = """
+import atexit, importlib, json, signal, sys
+
+project = set(json.loads(sys.argv[1]))
+changes = []
+
+
+def recorded(name, original):
+    def call(*args, **kwargs):
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if caller in project:
+            changes.append(f"{caller}: {name}")
+        return original(*args, **kwargs)
+    return call
+
+
+atexit.register = recorded("atexit.register", atexit.register)
+signal.signal = recorded("signal.signal", signal.signal)
+for module in sorted(project):
+    importlib.import_module(module)
+print(json.dumps(changes))
+"""
+"""Imports the given project modules in a fresh process and prints the exit handlers and signal handlers their
+module-level code installed."""
+
+
+def _installed_at_import(modules: list[str]) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", IMPORT_EVERY_MODULE, json.dumps(modules)], cwd=REPO,
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_import_check_sees_an_exit_handler(tmp_path):
+    (tmp_path / "registers_at_import.py").write_text("import atexit, signal\natexit.register(print)\n"
+                                                     "signal.signal(signal.SIGUSR2, signal.SIG_IGN)\n")
+    done = subprocess.run([sys.executable, "-c", IMPORT_EVERY_MODULE, json.dumps(["registers_at_import"])],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert json.loads(done.stdout) == ["registers_at_import: atexit.register", "registers_at_import: signal.signal"]
+
+
+def test_no_module_installs_an_exit_or_signal_handler_when_imported():
+    """Importing any module of the project (engine.preemption included) leaves atexit and the signal handlers as
+    they were; the entry points install theirs when they run (a package's ``__main__`` is a program, not imported)."""
+    modules = sorted(name for name in project_modules(REPO) if not name.endswith(".__main__"))
+    assert _installed_at_import(modules) == []

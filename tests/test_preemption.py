@@ -301,14 +301,14 @@ def test_cuda_graph_refuses_the_cpu_in_one_line(tiny_root, tmp_path, capsys):
 
 
 def test_a_loader_alive_at_exit_does_not_hang_the_process(tmp_path):
-    """Multiprocessing ends daemonic children at exit with SIGTERM, which the workers ignore (``ignore_in_worker``),
+    """Multiprocessing ends daemonic children at exit with SIGTERM, which the workers ignore (``worker_init_fn()``),
     then waits for them: a loader still iterating when the interpreter exits must not keep the process alive (the
     hang that kept a CI run waiting after its last test), nor print torch's "worker killed" error."""
     script = tmp_path / "loader_at_exit.py"
     script.write_text("from torch.utils.data import DataLoader\n"
-                      "from engine.preemption import ignore_in_worker\n"
+                      "from engine.preemption import worker_init_fn\n"
                       "loader = DataLoader(list(range(64)), batch_size=4, num_workers=2, "
-                      "worker_init_fn=ignore_in_worker)\n"
+                      "worker_init_fn=worker_init_fn())\n"
                       "batches = iter(loader)\n"
                       "print(next(batches).tolist(), flush=True)\n")
     done = subprocess.run([sys.executable, str(script)], cwd=REPO, env={**ENV, "PYTHONPATH": REPO},

@@ -9,7 +9,7 @@ import pytest
 
 import train
 from engine.errors import ConfigError
-from trainers.config import inert_keys_note
+from trainers.promptkd import inert_keys_note
 
 CLIP_INPUT = """INPUT:
   SIZE: (224, 224)
@@ -203,9 +203,8 @@ def test_int_for_float_also_from_command_line_and_types_still_checked(tmp_path):
 
 def test_inert_promptkd_keys_are_named_once_with_the_reason(tmp_path):
     spec = FILES["zhengli97/PromptKD@ec244f7:configs/trainers/PromptKD/vit_b16_c2_ep20_batch8_4+4ctx.yaml"]
-    note = inert_keys_note(_setup(tmp_path, spec), "PROMPTKD")
+    note = inert_keys_note(_setup(tmp_path, spec))
     assert "\n" not in note and "PROJECT_LAYER=2" in note and "CE_WEIGHT=0.0" in note and "label-free" in note
-    assert inert_keys_note(_setup(tmp_path, spec), "PETR") == ""
 
 
 def test_yaml_of_a_trainer_we_lack_gives_one_line_naming_ours(tmp_path, capsys):

@@ -33,6 +33,8 @@ from engine import (
 )
 from engine.compile import compile_clip
 from engine.errors import ConfigError
+from engine.precision import PREC_RULE
+from engine.schema import Int, KeyTable, Text
 
 from .backbone import Autocast, ClipWeightsCheck, load_backbone
 from .coop import context_init
@@ -142,6 +144,11 @@ class CoCoOp(ClassScoring, ClipWeightsCheck, TrainerX):
 
     NS = "COCOOP"
     DATA_ROLE = "standard"
+    CONFIG_KEYS: KeyTable = {
+        "N_CTX": (16, Int(1)),
+        "CTX_INIT": ("", Text()),
+        "PREC": ("fp16", PREC_RULE),
+    }
     PROMPTED = CoCoOpCLIP
 
     def build_model(self) -> None:

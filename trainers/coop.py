@@ -28,6 +28,8 @@ from engine import (
     load_pretrained_weights,
 )
 from engine.errors import ConfigError, InvalidInputError
+from engine.precision import PREC_RULE
+from engine.schema import Bool, Choice, Int, KeyTable, Text
 
 from .backbone import Autocast, ClipWeightsCheck, cosine_logits, load_backbone
 from .scoring import ClassScorer, CrossEntropyStep
@@ -210,6 +212,13 @@ class CoOp(CrossEntropyStep, ClipWeightsCheck, TrainerX):
 
     NS = "COOP"
     DATA_ROLE = "standard"
+    CONFIG_KEYS: KeyTable = {
+        "N_CTX": (16, Int(1)),
+        "CSC": (False, Bool()),  # class-specific contexts instead of one shared context
+        "CTX_INIT": ("", Text()),
+        "PREC": ("fp16", PREC_RULE),
+        "CLASS_TOKEN_POSITION": ("end", Choice(CLASS_TOKEN_POSITIONS)),
+    }
     eval_classifier: torch.Tensor | None = None
 
     def build_model(self) -> None:

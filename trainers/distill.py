@@ -10,12 +10,32 @@ from clip.model import require_vit
 from engine import build_lr_scheduler, build_optimizer
 from engine.compile import compile_clip
 from engine.precision import weight_dtype
+from engine.schema import NON_NEGATIVE, POSITIVE, Choice, Int, KeyTable, Text
 
 from .backbone import ClipWeightsCheck, load_backbone
 from .losses import kd_loss
 from .student import VisualPromptStudent
 from .teacher import build_teacher
-from .teacher_cache import TeacherCache, cached_loader, check_cache_mode, load_or_build, teacher_digest
+from .teacher_cache import (
+    CACHE_MODES,
+    TeacherCache,
+    cached_loader,
+    check_cache_mode,
+    load_or_build,
+    teacher_digest,
+)
+
+TEACHER_KEYS: KeyTable = {
+    "TEACHER_NAME": ("ViT-L/14", Text()),
+    "TEACHER_CKPT": ("", Text()),
+    "KD_WEIGHT": (1.0, NON_NEGATIVE),
+    "TEMPERATURE": (1.0, POSITIVE),
+    # Teacher feature cache (trainers/teacher_cache.py): none (online teacher) | fixed | views (K stored crops).
+    "TEACHER_CACHE": ("none", Choice(CACHE_MODES)),
+    "TEACHER_CACHE_VIEWS": (4, Int(1)),
+    "TEACHER_CACHE_DIR": ("", Text()),  # "" = <OUTPUT_DIR>/teacher_cache; share one folder across runs
+}
+"""The teacher keys every distilling trainer (PromptKD, PETR) has in its namespace, declared once."""
 
 
 class DistillMixin(ClipWeightsCheck):

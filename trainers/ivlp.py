@@ -13,9 +13,10 @@ from collections.abc import Mapping
 import torch
 
 from engine import TRAINER_REGISTRY
+from engine.schema import KeyTable
 
 from .learner_state import learner_state
-from .promptsrc import VLPromptLearner, VLPromptTrainer
+from .promptsrc import VL_PROMPT_KEYS, VLPromptLearner, VLPromptTrainer
 from .upstream_teacher import is_upstream_layout, map_promptkd_state
 
 
@@ -39,4 +40,5 @@ class IVLP(VLPromptTrainer):
     """IVLP: the ``VLPromptLearner`` prompts trained with cross-entropy on the labels (a ViT CLIP)."""
 
     NS = "IVLP"
+    CONFIG_KEYS: KeyTable = dict(VL_PROMPT_KEYS)
     LEARNER = IVLPPromptLearner

@@ -27,6 +27,8 @@ from clip.prompts import init_text_embedding
 from engine import TRAINER_REGISTRY, TrainerX, build_lr_scheduler, build_optimizer, load_checkpoint
 from engine.compile import compile_clip
 from engine.errors import ConfigError
+from engine.precision import PREC_RULE
+from engine.schema import Int, KeyTable, Text
 
 from .backbone import Autocast, ClipWeightsCheck, load_backbone
 from .learner_state import learner_state
@@ -132,6 +134,12 @@ class MaPLe(ClassScoring, ClipWeightsCheck, TrainerX):
 
     NS = "MAPLE"
     DATA_ROLE = "standard"
+    CONFIG_KEYS: KeyTable = {
+        "N_CTX": (2, Int(1)),
+        "CTX_INIT": ("a photo of a", Text()),
+        "PREC": ("fp16", PREC_RULE),
+        "PROMPT_DEPTH": (9, Int(1)),  # deep text prompts coupled to the vision prompts in layers 0..PROMPT_DEPTH-1
+    }
     PROMPTED = MaPLeCLIP
 
     def build_model(self) -> None:

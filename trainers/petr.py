@@ -21,10 +21,15 @@ import torch.nn.functional as F
 from engine import TRAINER_REGISTRY, TrainerXU, compute_accuracy
 from engine.dataset_base import UNLABELED
 from engine.errors import ConfigError
+from engine.precision import PREC_RULE
+from engine.schema import NON_NEGATIVE, Choice, Int, KeyTable
 
-from .distill import DistillMixin
-from .routed import BranchScorer, RoutedTrainerMixin
+from .distill import TEACHER_KEYS, DistillMixin
+from .routed import ROUTER_KEYS, BranchScorer, RoutedTrainerMixin
 from .student import batched_features
+
+CE_SCOPES = ("all", "base")
+"""The cross-entropy on the seen branch (``CE_SCOPE``): over all classes or the base classes only."""
 
 
 @TRAINER_REGISTRY.register()
@@ -33,6 +38,15 @@ class PETR(RoutedTrainerMixin, DistillMixin, TrainerXU):
 
     DATA_ROLE = "seen_unseen"
     NS = "PETR"
+    CONFIG_KEYS: KeyTable = {
+        "N_CTX_VISION": (4, Int(1)),
+        "PROMPT_DEPTH_VISION": (9, Int(1)),
+        **TEACHER_KEYS,
+        "CE_WEIGHT": (1.0, NON_NEGATIVE),
+        "CE_SCOPE": ("all", Choice(CE_SCOPES)),
+        "PREC": ("fp16", PREC_RULE),
+        **ROUTER_KEYS,
+    }
 
     def build_model(self) -> None:
         ds = self.dm.dataset

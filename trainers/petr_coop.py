@@ -18,10 +18,12 @@ from engine import TRAINER_REGISTRY, build_lr_scheduler, build_optimizer, count_
 from engine.checkpoint import load_model_state
 from engine.dataset_base import UNLABELED
 from engine.errors import ConfigError
+from engine.precision import PREC_RULE
+from engine.schema import Int, KeyTable, Text
 
 from .backbone import cosine_logits, load_backbone
 from .coop import CoOp, CoOpPromptLearner, coop_text_features
-from .routed import BranchScorer, RoutedTrainerMixin
+from .routed import ROUTER_KEYS, BranchScorer, RoutedTrainerMixin
 from .tuned import TUNED_METHODS, run_checkpoint
 from .zeroshot import ensemble_classifier
 
@@ -40,6 +42,17 @@ class PETRCoOp(RoutedTrainerMixin, CoOp):
 
     DATA_ROLE = "seen_unseen"
     NS = "PETRCOOP"
+    CONFIG_KEYS: KeyTable = {
+        "COOP_MODEL_DIR": ("", Text()),
+        "COOP_LOAD_EPOCH": (0, Int(0, note="0: the last saved epoch")),
+        "PREC": ("fp16", PREC_RULE),
+        **ROUTER_KEYS,
+    }
+
+    @classmethod
+    def borrowed_keys(cls, cfg) -> tuple[str, ...]:
+        """The CoOp prompt learner's settings, read from CoOp's namespace."""
+        return tuple(f"TRAINER.COOP.{key}" for key in ("N_CTX", "CSC", "CTX_INIT", "CLASS_TOKEN_POSITION"))
 
     def check_cfg(self, cfg) -> None:
         super().check_cfg(cfg)

@@ -16,10 +16,12 @@ import torch
 
 from engine import TRAINER_REGISTRY, TrainerX, check_availability
 from engine.errors import ConfigError
+from engine.precision import PREC_RULE
 from engine.run_identity import file_digest
+from engine.schema import Int, KeyTable, Text
 
 from .backbone import ClipWeightsCheck, cosine_logits, load_backbone
-from .routed import BranchScorer, RoutedTrainerMixin
+from .routed import ROUTER_KEYS, BranchScorer, RoutedTrainerMixin
 from .tuned import TUNED_METHODS, run_checkpoint
 from .tuned_run import TunedRun
 from .zeroshot import ensemble_classifier
@@ -31,6 +33,19 @@ class PETRX(RoutedTrainerMixin, ClipWeightsCheck, TrainerX):
 
     DATA_ROLE = "seen_unseen"
     NS = "PETRX"
+    CONFIG_KEYS: KeyTable = {
+        "TUNED_TRAINER": ("CoOp", Text()),  # checked against trainers/tuned.py TUNED_METHODS by check_cfg
+        "TUNED_MODEL_DIR": ("", Text()),  # the tuned run's folder (its <model>/checkpoint names the file)
+        "TUNED_LOAD_EPOCH": (0, Int(0, note="0: the last saved epoch")),
+        "PREC": ("fp16", PREC_RULE),
+        **ROUTER_KEYS,
+    }
+
+    @classmethod
+    def borrowed_keys(cls, cfg) -> tuple[str, ...]:
+        """The keys of the tuned trainer's namespace that its loader reads (``TunedMethod.borrowed``)."""
+        method = TUNED_METHODS.get(cfg.TRAINER.PETRX.TUNED_TRAINER)
+        return method.borrowed if method is not None else ()
 
     def check_cfg(self, cfg) -> None:
         super().check_cfg(cfg)

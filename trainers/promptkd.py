@@ -11,10 +11,26 @@ from __future__ import annotations
 import torch
 
 from engine import TRAINER_REGISTRY, TrainerX
+from engine.schema import NON_NEGATIVE, Int, KeyTable
 
-from .config import inert_keys_note
-from .distill import DistillMixin
+from .distill import TEACHER_KEYS, DistillMixin
 from .evaluation import restrict_to_labels
+from .promptsrc import VL_PROMPT_KEYS
+
+INERT_KEYS = {
+    "PROJECT_LAYER": "upstream never reads it; the projector is two 1x1 convs, as upstream's",
+    "CE_WEIGHT": "upstream never reads it; PromptKD distils label-free (PETR has its own CE_WEIGHT)",
+    "N_CTX_TEXT": "the teacher's text prompts (count and values) come from TEACHER_CKPT",
+    "CTX_INIT": "the teacher's text prompts (count and values) come from TEACHER_CKPT",
+    "PROMPT_DEPTH_TEXT": "the student has no text prompts (upstream builds them and never uses them)",
+}
+"""Keys of TRAINER.PROMPTKD that upstream's yamls set and that have no effect here, with the reason."""
+
+
+def inert_keys_note(cfg) -> str:
+    """One log line listing the ``INERT_KEYS`` with their values: accepted for upstream's yamls, without effect."""
+    parts = [f"{key}={cfg.TRAINER.PROMPTKD[key]!r} ({why})" for key, why in INERT_KEYS.items()]
+    return "Note: TRAINER.PROMPTKD keys accepted for upstream configs but without effect here: " + "; ".join(parts)
 
 
 @TRAINER_REGISTRY.register()
@@ -23,9 +39,16 @@ class PromptKD(DistillMixin, TrainerX):
 
     DATA_ROLE = "distill_all"
     NS = "PROMPTKD"
+    CONFIG_KEYS: KeyTable = {
+        **VL_PROMPT_KEYS,
+        **TEACHER_KEYS,
+        # Declared and set by upstream's yamls but never read by upstream's trainer (see INERT_KEYS).
+        "PROJECT_LAYER": (2, Int()),
+        "CE_WEIGHT": (0.0, NON_NEGATIVE),
+    }
 
     def build_model(self) -> None:
-        print(inert_keys_note(self.cfg, self.NS))
+        print(inert_keys_note(self.cfg))
         ds = self.dm.dataset
         self.build_distill_parts(ds.classnames)
         self.student = self.make_student("VLPromptLearner")

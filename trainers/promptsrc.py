@@ -30,6 +30,8 @@ from engine.checkpoint import atomic_torch_save
 from engine.compile import compile_clip
 from engine.distributed import is_main
 from engine.errors import ConfigError, InvalidInputError
+from engine.precision import PREC_RULE
+from engine.schema import NON_NEGATIVE, POSITIVE, Int, KeyTable, Number, Text
 
 from .backbone import ClipWeightsCheck, load_backbone
 from .scoring import ClassScorer, ClassScoring, PromptedCLIP
@@ -39,6 +41,16 @@ MODEL_NAME = "VLPromptLearner"
 TEACHER_FEATURES_FILE = "teacher_text_features.pt"
 _PHOTO = "a photo of a {}."
 PROMPTSRC_TEMPLATES: list[str] = [_PHOTO] + [t for t in IMAGENET_TEMPLATES if t != _PHOTO][:59]
+
+VL_PROMPT_KEYS: KeyTable = {
+    "N_CTX_VISION": (4, Int(1)),
+    "N_CTX_TEXT": (4, Int(1)),
+    "CTX_INIT": ("a photo of a", Text()),
+    "PREC": ("fp16", PREC_RULE),
+    "PROMPT_DEPTH_VISION": (9, Int(1)),
+    "PROMPT_DEPTH_TEXT": (9, Int(1)),
+}
+"""The deep vision-language prompt keys PromptSRC, PromptKD and IVLP share (upstream's names and defaults)."""
 """PromptKD/PromptSRC's 60 templates: "a photo of a {}." first, then CLIP's 80 without their last 20."""
 
 TEXT_KEY, VISION_KEY, GPA_KEY = "text_prompts.prompts.", "vision_prompts.prompts.", "gpa."
@@ -244,6 +256,13 @@ class PromptSRC(VLPromptTrainer):
     """The PromptSRC teacher trainer (16-shot base classes in base2novel); saves ``teacher_text_features.pt``."""
 
     NS = "PROMPTSRC"
+    CONFIG_KEYS: KeyTable = {
+        **VL_PROMPT_KEYS,
+        "TEXT_LOSS_WEIGHT": (25.0, NON_NEGATIVE),
+        "IMAGE_LOSS_WEIGHT": (10.0, NON_NEGATIVE),
+        "GPA_MEAN": (15.0, Number()),
+        "GPA_STD": (1.0, POSITIVE),
+    }
 
     def build_model(self) -> None:
         super().build_model()

@@ -2,7 +2,7 @@
 applied at every evaluation, reported in ``results.json``.
 
 A routed trainer is an engine trainer that provides ``branch_scorer()`` (:class:`RoutedTrainer`) and declares the
-router keys (``trainers/config.py`` ``ROUTER_KEYS``) in its ``TRAINER.<NS>`` namespace; both are checked when it is
+router keys (``ROUTER_KEYS``, here) in its ``TRAINER.<NS>`` namespace (its ``CONFIG_KEYS``); both are checked when it is
 built, before any data is read. It holds a :class:`Routing` (``self.routing``) and hands it four engine hooks
 (:class:`RoutedTrainerMixin`, nothing else):
 
@@ -31,11 +31,13 @@ from engine.checkpoint import atomic_torch_save, load_checkpoint
 from engine.distributed import gather_in_order, is_main
 from engine.errors import ConfigError, InvalidInputError
 from engine.registry import check_availability
+from engine.schema import POSITIVE, Bool, Choice, Int, KeyTable, Number
 from engine.utils import read_json, write_json
 
-from .config import ROUTER_KEYS
 from .evaluation import json_safe, route_and_score, routing_table, seen_mask
 from .routing import (
+    DEFAULT_LAMBDA,
+    DEFAULT_PERCENTILE,
     FIT_DUMP_NAME,
     ROUTER_FILE,
     ROUTER_JSON,
@@ -48,6 +50,16 @@ from .routing import (
     save_logits_dump,
     save_q_dump,
 )
+
+ROUTER_KEYS: KeyTable = {
+    "ROUTER": ("mahalanobis", Choice(ROUTERS)),  # trainers/routing.py ROUTERS
+    "LAMBDA": (DEFAULT_LAMBDA, POSITIVE),  # Mahalanobis threshold = λ · percentile of the fit distances
+    "PERCENTILE": (DEFAULT_PERCENTILE, Number(0, 100, low_open=True)),
+    "REFIT_ROUTER": (False, Bool()),  # eval-only runs: fit a new router instead of reading the run's router.pth.tar
+    "ROUTER_MAX_IMAGES": (0, Int(0, note="0: every image")),  # cap on router_x / train_u-dump images
+    "DUMP_TRAIN_U": (True, Bool()),  # write train_u_logits.pt beside the router
+}
+"""The router keys every routed trainer (PETR, PETRCoOp, PETRX) has in its namespace, declared once."""
 
 BranchScorer = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 """images [B, 3, H, W] -> (q_s, q_u), each [B, C] float32 logits over all C classes of the task."""
@@ -82,7 +94,7 @@ class Routing:
         missing = [key for key in ROUTER_KEYS if opts is None or key not in opts]
         if missing:
             raise ConfigError(f"{name}: TRAINER.{ns or '<NS>'} lacks the router keys {missing}; declare them with "
-                              "ROUTER_KEYS in its namespace (trainers/config.py)")
+                              "ROUTER_KEYS in its CONFIG_KEYS (trainers/routed.py)")
         check_availability(opts.ROUTER, ROUTERS, kind=f"router (TRAINER.{ns}.ROUTER)")
         self.trainer, self.ns, self.opts = trainer, ns, opts
         self.router: Router | None = None

@@ -38,7 +38,7 @@ from engine.data_manager import build_data_loader
 from engine.data_stream import sample_context
 from engine.dataset_base import Datum
 from engine.errors import ConfigError
-from engine.preemption import ignore_in_worker
+from engine.preemption import worker_init_fn
 from engine.transforms import INTERPOLATION_MODES
 from engine.utils import read_image, write_json
 
@@ -224,7 +224,7 @@ def _build(encode: Callable[[torch.Tensor], torch.Tensor], source: Sequence[Datu
            view_tfm: ViewTransform | None, fixed_tfm: Callable | None, device: torch.device, batch_size: int,
            num_workers: int, desc: str) -> tuple[torch.Tensor, torch.Tensor]:
     loader = DataLoader(_BuildDataset(source, k, view_tfm, fixed_tfm), batch_size=max(1, batch_size // k),
-                        num_workers=num_workers, pin_memory=device.type == "cuda", worker_init_fn=ignore_in_worker)
+                        num_workers=num_workers, pin_memory=device.type == "cuda", worker_init_fn=worker_init_fn())
     features, views = None, torch.zeros(len(source), k, 5, dtype=torch.long)
     for batch in tqdm(loader, desc=desc):
         out = encode(batch["img"].flatten(0, 1).to(device, non_blocking=True)).float().cpu()

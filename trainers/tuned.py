@@ -36,12 +36,14 @@ class TunedMethod:
     model_name: str
     """The folder of a run holding its checkpoints (``<run>/<model_name>/model.pth.tar-<E>``)."""
     load: TunedLoader
+    borrowed: tuple[str, ...] = ()
+    """The keys of X's namespace ``load`` reads from the config (the rest comes from the checkpoint)."""
 
 
 TUNED_METHODS: dict[str, TunedMethod] = {
-    "CoOp": TunedMethod("prompt_learner", CoOpTuned.from_checkpoint),
+    "CoOp": TunedMethod("prompt_learner", CoOpTuned.from_checkpoint, ("TRAINER.COOP.CLASS_TOKEN_POSITION",)),
     "CoCoOp": TunedMethod("prompt_learner", CoCoOpCLIP.from_checkpoint),
-    "MaPLe": TunedMethod("MultiModalPromptLearner", MaPLeCLIP.from_checkpoint),
+    "MaPLe": TunedMethod("MultiModalPromptLearner", MaPLeCLIP.from_checkpoint, ("TRAINER.MAPLE.CTX_INIT",)),
     "IVLP": TunedMethod("VLPromptLearner", partial(deep_prompt_run, ns="IVLP")),
     "PromptSRC": TunedMethod("VLPromptLearner", partial(deep_prompt_run, ns="PROMPTSRC")),
 }

@@ -10,6 +10,8 @@ import torch
 from clip.classifier import zeroshot_text_features
 from clip.model import CLIP
 from engine import TRAINER_REGISTRY, TrainerX
+from engine.precision import PREC_RULE
+from engine.schema import Choice, KeyTable
 
 from .backbone import ClipWeightsCheck, cosine_logits, load_backbone
 from .templates import ensemble_templates, select_templates, single_template
@@ -44,6 +46,10 @@ class ZeroshotCLIP(ClipWeightsCheck, TrainerX):
 
     NS = "ZSCLIP"
     DATA_ROLE = "standard"
+    CONFIG_KEYS: KeyTable = {
+        "TEMPLATES": ("single", Choice(TEMPLATE_MODES)),  # one template (single) or the per-dataset ensemble
+        "PREC": ("fp32", PREC_RULE),
+    }
 
     def build_model(self) -> None:
         cfg = self.cfg
