@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from runner.jobs import Job, command_line, dependents, is_finished, job_states, log_name, record_job
+from runner.jobs import Job, command_line, dependents, is_finished, job_states, log_name, needs, record_job
 from runner.layout import run_states
 
 EXIT_PREEMPTED = 75
@@ -142,6 +142,7 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
     os.makedirs(log_dir, exist_ok=True)
     report, eta = Report(), Eta(projected)
     states = job_states(jobs)
+    by_name = {j.name: j for j in jobs}
     finished = {name for name, state in states.items() if state == "finished"}
     check = [name for name, state in states.items() if state == "check"]
     pending = [j for j in jobs if j.name not in finished]
@@ -191,7 +192,7 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
                 report.skipped.setdefault(name, job.name)
             bar.update(1)
             return
-        record_job(job)
+        record_job(job, needs(job, by_name))
         succeeded.add(job.name)
         report.done.append(job.name)
         end = time.monotonic() - started
