@@ -4,13 +4,17 @@ Examples:
   python -m runner base2new --methods PETR PromptKD CoOp --datasets all --seeds 1 2 3 --data /data --dry-run
   python -m runner base2new --data /data --executor local --jobs-per-gpu 2
   python -m runner xd --data /data --executor slurm --partition gpu --time 1440 --profile fast
-Exit status: 0 when every job finished and the table was written, 1 when a job failed (the others went on),
-2 for bad arguments (one ``error:`` line), 130 when interrupted (rerun the same command to continue).
+Exit status: 0 when every job finished and the table was written, 1 when a job failed or was refused (the others
+went on; the table holds only the runs this sweep verified), 2 for bad arguments (one ``error:`` line, nothing
+started), 128 + the signal when stopped: 130 (Ctrl-C, SIGINT), 143 (SIGTERM) or 129 (SIGHUP); the local executor's
+jobs get the same signal and are killed when they have not ended after 30 s, SLURM jobs stay queued (rerun the same
+command to continue).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -28,7 +32,8 @@ DEFAULT_METHODS = {"base2new": ("PETR", "PromptKD", "CoOp", "PETR+CoOp", "Zerosh
                    "xd": ("PETR", "PromptKD", "ZeroshotCLIP"), "dg": ("PETR", "PromptKD", "ZeroshotCLIP")}
 COMMON_ENV = ("DATA", "OUTPUT_ROOT", "TEACHER_DIR", "PYTHON", *PASSED_KNOBS, "NPROC")
 """Environment the plan prints once instead of on every command (the same for every job)."""
-EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+EXIT_FAILED, EXIT_USAGE, EXIT_SIGNALLED = 1, 2, 128
+"""Exit statuses: a job failed, bad arguments, and 128 + the signal that stopped the runner (the shells' rule)."""
 SUMMARY_TAIL = 5
 """Log lines of each failed job in the final summary (the full tail was printed when it failed)."""
 
@@ -205,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --data {sweep.data} is not a folder (see DATASETS.md for the dataset layout)", file=sys.stderr)
         return EXIT_USAGE
     from runner.costs import projected_seconds as project
-    from runner.schedule import run_plan
+    from runner.schedule import run_plan, stop_signal
     from runner.tables import table_path, write_tables
 
     log_dir = os.path.abspath(args.log_dir or os.path.join(sweep.output, "logs", sweep.protocol))
@@ -218,10 +223,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"Executor: {executor.describe()}; logs in {log_dir}")
     try:
         report = run_plan(jobs, executor, log_dir, lambda job: project(job, sweep.protocol, sweep.profile.name))
-    except KeyboardInterrupt:
-        print("interrupted: rerun the same command to continue (finished runs are skipped, interrupted ones "
-              "resume)", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:
+        signum = stop_signal(e)
+        print(f"interrupted ({signal.Signals(signum).name}): rerun the same command to continue (finished runs are "
+              "skipped, interrupted ones resume)", file=sys.stderr)
+        return EXIT_SIGNALLED + signum
     finally:
         executor.close()
     print_report(report, jobs)

@@ -7,6 +7,10 @@ import hashlib
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 
 import pytest
@@ -15,6 +19,7 @@ from runner.jobs import JOB_RECORD, Job, job_record, job_states, record_job
 from runner.layout import REPO
 from runner.local import LocalExecutor
 from runner.schedule import EXIT_PREEMPTED, MAX_REQUEUES, Eta, run_plan
+from tests.helpers_run import HANG_GUARD_S, default_sigint
 
 
 def finishing(name: str, run: str, script: str = "", deps: tuple[str, ...] = ()) -> Job:
@@ -213,3 +218,63 @@ def test_log_of_each_attempt_is_kept(tmp_path):
         os.remove(os.path.join(run, "results.json"))
     text = (tmp_path / "logs" / "j.log").read_text()
     assert "attempt 1" in text and "attempt 2" in text and text.count("=== ") == 2
+
+
+STOPPED_RUNNER = """
+import sys
+from runner.jobs import Job
+from runner.local import LocalExecutor
+from runner.schedule import run_plan, stop_signal
+
+job = Job(name="long", kind="train", method="M", dataset="d", runs=(sys.argv[2],), argv=("bash", "-c", sys.argv[3]))
+try:
+    run_plan([job], LocalExecutor([]), sys.argv[1])
+except KeyboardInterrupt as e:
+    sys.exit(128 + stop_signal(e))
+"""
+"""A runner (as runner.cli runs it) with one job: a script whose Python child runs until a signal stops it."""
+SLEEPER = """
+import os, signal, sys, time
+def stop(signum, frame):
+    open(sys.argv[2], "w").write(str(signum))
+    sys.exit(0)
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, stop)
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    time.sleep(0.05)
+"""
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended but not reaped, does not); Linux /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("sig,status", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
+def test_a_signal_to_the_runner_stops_its_jobs(tmp_path, sig, status):
+    """SIGTERM and SIGHUP stop the runner as Ctrl-C does: the job's processes (the script's Python child included)
+    get the same signal, and the runner exits with 128 + the signal once they have ended."""
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    pid_file, got = tmp_path / "pid", tmp_path / "got"
+    script = f'"{sys.executable}" "{tmp_path / "sleeper.py"}" "{pid_file}" "{got}"'
+    runner = subprocess.Popen([sys.executable, "-c", STOPPED_RUNNER, str(tmp_path / "logs"), str(tmp_path / "run"),
+                               script], cwd=REPO, preexec_fn=default_sigint, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not pid_file.exists() and runner.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        runner.send_signal(sig)
+        assert runner.wait(timeout=HANG_GUARD_S) == status
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    assert got.read_text() == str(int(sig)) and not alive(child)
