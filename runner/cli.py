@@ -195,6 +195,24 @@ def print_report(report, jobs: Sequence[Job]) -> None:
             print(f"  not run because of it: {', '.join(blocked)}")
 
 
+def error_line(why: str) -> str:
+    """The last ``error:`` line of a failure's log tail (train.py's reason: a refused run names its differences),
+    else the failure's first line."""
+    errors = [line.strip() for line in why.splitlines() if line.strip().startswith("error:")]
+    return errors[-1] if errors else why.splitlines()[0]
+
+
+def print_left_out(report) -> None:
+    """Under the table: the jobs whose runs it leaves out (refused or failed, with why, or not run)."""
+    left = {**{name: error_line(why) for name, why in report.failed.items()},
+            **{name: f"not run: it needs {cause}, which failed" for name, cause in report.skipped.items()}}
+    if left:
+        print(f"Left out of the table: the runs of {len(left)} job(s) this sweep refused, failed or did not run "
+              "(runs they left from earlier commands are not shown):")
+        for name, why in left.items():
+            print(f"  {name}: {why}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -231,8 +249,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         executor.close()
     print_report(report, jobs)
-    status, text = write_tables(sweep)
+    verified = {*report.done, *report.finished_before}
+    status, text = write_tables(sweep, [run for job in jobs if job.name in verified for run in job.runs])
     print(f"\n{text.rstrip()}")
     if status == 0:
         print(f"Table written to {table_path(sweep, 'txt')} and {table_path(sweep, 'csv')}")
+    else:
+        print(f"No table written: no run of this sweep could be read; {table_path(sweep, 'txt')} and .csv are left "
+              "as they were")
+    print_left_out(report)
     return 0 if report.ok and status == 0 else EXIT_FAILED

@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from runner.jobs import Job
 from runner.local import LocalExecutor, is_train_py
 from runner.schedule import run_plan
@@ -106,3 +108,30 @@ def test_a_rerun_with_another_config_is_not_skipped(tmp_path, tiny_clip_file):
     finally:
         executor.close()
     assert (out / "results.json").read_text() == results
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_jobs_were_refused_publishes_no_stale_table(tmp_path, tiny_clip_file):
+    """The same sweep rerun with another option: train.py refuses each finished run (it differs); the runner exits 1
+    naming the refused job, prints no "Table written" and leaves the first sweep's table files as they were."""
+    write_tree("EuroSAT", tmp_path / "data", mode="json")
+    env = {k: v for k, v in os.environ.items() if k not in ("DATA", "TEACHER_DIR", "EXTRA_OPTS")}
+    env["BACKBONE"] = tiny_clip_file
+    out = tmp_path / "out"
+
+    def sweep(*opts: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "runner", "base2new", "--methods", "ZeroshotCLIP", "--datasets", "eurosat",
+             "--seeds", "1", "--data", str(tmp_path / "data"), "--output", str(out), "--threads", "1",
+             "--extra-opts", " ".join([SMALL, *opts])], cwd=REPO, env=env, capture_output=True, text=True,
+            timeout=HANG_GUARD_S)
+
+    first = sweep()
+    assert first.returncode == 0 and "Table written to" in first.stdout, first.stdout[-3000:] + first.stderr[-3000:]
+    tables = {ext: (out / "base2new" / f"b2n_table.{ext}").read_text() for ext in ("txt", "csv")}
+    refused = sweep("INPUT.INTERPOLATION", "bilinear")
+    assert refused.returncode == 1, refused.stdout[-3000:]
+    assert "Table written" not in refused.stdout and "No table written" in refused.stdout
+    left = refused.stdout.split("Left out of the table", 1)[1].splitlines()
+    assert left[1].startswith("  ZeroshotCLIP zero-shot eurosat: error: ") and "differs from this one" in left[1]
+    assert {ext: (out / "base2new" / f"b2n_table.{ext}").read_text() for ext in ("txt", "csv")} == tables
