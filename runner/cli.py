@@ -21,9 +21,10 @@ from collections.abc import Sequence
 
 from tabulate import tabulate
 
+from runner.arguments import check_opts_keys, check_pairs, check_writable
 from runner.costs import STEP_MS, projected_seconds
 from runner.jobs import KINDS, Job, command_line, job_states
-from runner.layout import base2new_datasets, dg_targets, xd_targets
+from runner.layout import base2new_datasets, dataset_name, dg_targets, xd_targets
 from runner.methods import METHODS, find_method
 from runner.profiles import PROFILES
 from runner.protocols import PASSED_KNOBS, PROTOCOLS, Planner, Sweep
@@ -93,6 +94,9 @@ def make_sweep(args: argparse.Namespace) -> Sweep:
     if args.gpus_per_job < 0:
         raise ValueError("--gpus-per-job must be 0 (CPU) or more")
     positive(args, "threads", "jobs_per_gpu", "cpu_jobs", "time", "cpus_per_job", "max_jobs")
+    if args.shots < 0:
+        raise ValueError(f"--shots {args.shots}: give 0 (every train image) or a number of images per class")
+    check_pairs(args.extra_opts)
     if not args.data:
         raise ValueError("no datasets folder: pass --data DIR or set DATA (see DATASETS.md)")
     profile = PROFILES[args.profile]
@@ -102,6 +106,8 @@ def make_sweep(args: argparse.Namespace) -> Sweep:
                     "dg": lambda: dg_targets(args.source)}[args.protocol]()
     else:
         datasets = args.datasets
+    for name in (*datasets, *([args.source] if args.protocol != "base2new" else [])):
+        dataset_name(name)  # ValueError naming the datasets there are (configs/datasets/<name>.yaml)
     output = args.output or profile.output
     if profile.fast and any(c.isspace() for c in os.path.abspath(output)):
         raise ValueError(f"--output {output!r}: the fast profile passes its teacher cache folder in EXTRA_OPTS, "
@@ -218,6 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sweep = make_sweep(args)
         jobs = Planner(sweep).plan()
+        check_opts_keys(sweep.extra_opts, jobs)
+        if not args.dry_run:
+            check_writable(sweep.output)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
