@@ -244,9 +244,10 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
         say(f"done {job.name} in {format_seconds(seconds)}")
 
     if check:
-        say(f"{len(check)} job(s) have finished runs made by another command or config, or not by the runner "
-            f"({', '.join(check[:3])}{', ...' if len(check) > 3 else ''}): running them; train.py skips each run "
-            "whose recorded config (run.json) is the job's and stops with the differences on one that is not")
+        say(f"{len(check)} job(s) have finished runs made by another command, config or data, or not by the runner, "
+            f"or need a job that runs again ({', '.join(check[:3])}{', ...' if len(check) > 3 else ''}): running "
+            "them; train.py skips each run whose recorded config and data (run.json) are the job's and stops with "
+            "the differences on one that is not")
 
     def schedule() -> None:
         """Start what may start, collect what ended, until every job ran or was blocked."""

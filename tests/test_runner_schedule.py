@@ -19,7 +19,7 @@ from runner.jobs import JOB_RECORD, Job, job_record, job_states, record_job
 from runner.layout import REPO
 from runner.local import LocalExecutor
 from runner.schedule import EXIT_PREEMPTED, MAX_REQUEUES, Eta, run_plan
-from tests.helpers_run import HANG_GUARD_S, default_sigint
+from tests.helpers_run import HANG_GUARD_S, alive, default_sigint
 
 
 def finishing(name: str, run: str, script: str = "", deps: tuple[str, ...] = ()) -> Job:
@@ -245,15 +245,6 @@ os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 while True:
     time.sleep(0.05)
 """
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, ended but not reaped, does not); Linux /proc."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.parametrize("sig,status", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
