@@ -49,9 +49,10 @@ def link_runs(output: str, runs: Iterable[str], view: str) -> None:
     """Mirror each run folder of ``runs`` (under ``output``) in ``view``: the same relative folder, holding links to
     the run's files and sub-folders."""
     for run in runs:
-        if not os.path.isdir(run):
+        rel = os.path.relpath(run, output)
+        if not os.path.isdir(run) or rel.startswith(os.pardir):
             continue
-        mirror = os.path.join(view, os.path.relpath(run, output))
+        mirror = os.path.join(view, rel)
         os.makedirs(mirror, exist_ok=True)
         for entry in os.listdir(run):
             os.symlink(os.path.join(run, entry), os.path.join(mirror, entry))
