@@ -260,11 +260,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_report(report, jobs)
     verified = {*report.done, *report.finished_before}
     status, text = write_tables(sweep, [run for job in jobs if job.name in verified for run in job.runs])
-    print(f"\n{text.rstrip()}")
+    if text:
+        print(f"\n{text.rstrip()}")
     if status == 0:
         print(f"Table written to {table_path(sweep, 'txt')} and {table_path(sweep, 'csv')}")
     else:
-        print(f"No table written: no run of this sweep could be read; {table_path(sweep, 'txt')} and .csv are left "
-              "as they were")
+        why = "no run of this sweep was verified" if not text else "its runs could not be read (above)"
+        print(f"\nNo table written: {why}; {table_path(sweep, 'txt')} and .csv are left as they were")
     print_left_out(report)
     return 0 if report.ok and status == 0 else EXIT_FAILED

@@ -45,9 +45,10 @@ def render(argv: list[str]) -> tuple[int, str]:
     return status, out.getvalue()
 
 
-def link_runs(output: str, runs: Iterable[str], view: str) -> None:
+def link_runs(output: str, runs: Iterable[str], view: str) -> int:
     """Mirror each run folder of ``runs`` (under ``output``) in ``view``: the same relative folder, holding links to
-    the run's files and sub-folders."""
+    the run's files and sub-folders. Returns how many were mirrored."""
+    count = 0
     for run in runs:
         rel = os.path.relpath(run, output)
         if not os.path.isdir(run) or rel.startswith(os.pardir):
@@ -56,13 +57,16 @@ def link_runs(output: str, runs: Iterable[str], view: str) -> None:
         os.makedirs(mirror, exist_ok=True)
         for entry in os.listdir(run):
             os.symlink(os.path.join(run, entry), os.path.join(mirror, entry))
+        count += 1
+    return count
 
 
 def write_tables(sweep: Sweep, verified: Iterable[str]) -> tuple[int, str]:
     """Write the plain and CSV tables of the ``verified`` run folders (atomically) and return the exit status and
-    the plain text; nothing is written when parse_test_res fails (no verified run, for one)."""
+    the plain text; nothing is written without a verified run (status 1, no text) or when parse_test_res fails."""
     with tempfile.TemporaryDirectory(prefix="table-view-") as view:
-        link_runs(sweep.output, verified, view)
+        if not link_runs(sweep.output, verified, view):
+            return 1, ""
         status, text = render(table_argv(sweep, view))
         text = text.replace(view, sweep.output)
         if status != 0:

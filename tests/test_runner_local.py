@@ -134,7 +134,8 @@ def test_a_sweep_whose_jobs_were_refused_publishes_no_stale_table(tmp_path, tiny
     tables = {ext: (out / "base2new" / f"b2n_table.{ext}").read_text() for ext in ("txt", "csv")}
     refused = sweep("INPUT.INTERPOLATION", "bilinear")
     assert refused.returncode == 1, refused.stdout[-3000:]
-    assert "Table written" not in refused.stdout and "No table written" in refused.stdout
+    assert "Table written" not in refused.stdout and "No table written: no run of this sweep was verified; " in \
+        refused.stdout and "parse_test_res" not in refused.stdout + refused.stderr
     left = refused.stdout.split("Left out of the table", 1)[1].splitlines()
     assert left[1].startswith("  ZeroshotCLIP zero-shot eurosat: error: ") and "differs from this one" in left[1]
     assert {ext: (out / "base2new" / f"b2n_table.{ext}").read_text() for ext in ("txt", "csv")} == tables

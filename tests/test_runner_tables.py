@@ -21,7 +21,7 @@ def test_the_table_holds_only_verified_runs(tmp_path):
             write_results_json(run, ACCURACY[(role, job.seed)], dataset="eurosat", trainer="CoOp")
     old = tmp_path / "out" / "base2new" / "b2n_table.txt"
     old.write_text("the table of an earlier sweep\n")
-    assert write_tables(sweep, [])[0] != 0 and old.read_text() == "the table of an earlier sweep\n"
+    assert write_tables(sweep, []) == (1, "") and old.read_text() == "the table of an earlier sweep\n"
     verified = [run for job in jobs if job.seed == 1 for run in job.runs]
     status, text = write_tables(sweep, verified)
     assert status == 0 and table_path(sweep, "txt") == str(old)
