@@ -24,18 +24,12 @@ from engine.dataset_base import Datum
 from engine.errors import ConfigError, InvalidInputError
 from engine.utils import read_json, write_json
 
+from .files import FEWSHOT_FOLDER, fewshot_path
 from .splits import SplitData, encode_items, make_datum, relative_paths, shown
 
 VAL_SHOTS_CAP = 4
 """CoOp samples ``min(K, 4)`` validation images per class."""
-FEWSHOT_FOLDER = "split_fewshot"
-"""The few-shot files' folder inside a dataset folder (and inside OUTPUT_DIR when the dataset folder is read-only)."""
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
-
-
-def fewshot_path(dataset_dir: str, num_shots: int, seed: int, folder: str = "") -> str:
-    """Where the few-shot file of (K, seed) lives: in ``folder``, by default ``<dataset_dir>/split_fewshot``."""
-    return os.path.join(folder or os.path.join(dataset_dir, FEWSHOT_FOLDER), f"shot_{num_shots}-seed_{seed}.json")
 
 
 def sample_digest(data: SplitData, num_shots: int, seed: int) -> str:

@@ -4,23 +4,27 @@ Examples:
   python -m runner base2new --methods PETR PromptKD CoOp --datasets all --seeds 1 2 3 --data /data --dry-run
   python -m runner base2new --data /data --executor local --jobs-per-gpu 2
   python -m runner xd --data /data --executor slurm --partition gpu --time 1440 --profile fast
-Exit status: 0 when every job finished and the table was written, 1 when a job failed (the others went on),
-2 for bad arguments (one ``error:`` line) or missing inputs (the preflight, one line each: docs/RUNNER.md), 130 when
-interrupted (rerun the same command to continue).
+Exit status: 0 when every job finished and the table was written, 1 when a job failed or was refused (the others
+went on; the table holds only the runs this sweep verified), 2 for bad arguments (one ``error:`` line, nothing
+started) or missing inputs (the preflight, one line each: docs/RUNNER.md), 128 + the signal when stopped: 130
+(Ctrl-C, SIGINT), 143 (SIGTERM) or 129 (SIGHUP); the local executor's jobs get the same signal and are killed when
+they have not ended after 30 s, SLURM jobs stay queued (rerun the same command to continue).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections import Counter
 from collections.abc import Sequence
 
 from tabulate import tabulate
 
+from runner.arguments import check_opts_keys, check_pairs, check_writable
 from runner.costs import STEP_MS, projected_seconds
 from runner.jobs import KINDS, Job, command_line, job_states
-from runner.layout import base2new_datasets, dg_targets, xd_targets
+from runner.layout import base2new_datasets, dataset_name, dg_targets, xd_targets
 from runner.methods import METHODS, find_method
 from runner.preflight import add_arguments, preflight
 from runner.profiles import PROFILES
@@ -30,7 +34,8 @@ DEFAULT_METHODS = {"base2new": ("PETR", "PromptKD", "CoOp", "PETR+CoOp", "Zerosh
                    "xd": ("PETR", "PromptKD", "ZeroshotCLIP"), "dg": ("PETR", "PromptKD", "ZeroshotCLIP")}
 COMMON_ENV = ("DATA", "OUTPUT_ROOT", "TEACHER_DIR", "PYTHON", *PASSED_KNOBS, "NPROC")
 """Environment the plan prints once instead of on every command (the same for every job)."""
-EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+EXIT_FAILED, EXIT_USAGE, EXIT_SIGNALLED = 1, 2, 128
+"""Exit statuses: a job failed, bad arguments, and 128 + the signal that stopped the runner (the shells' rule)."""
 SUMMARY_TAIL = 5
 """Log lines of each failed job in the final summary (the full tail was printed when it failed)."""
 
@@ -93,6 +98,9 @@ def make_sweep(args: argparse.Namespace) -> Sweep:
     if args.gpus_per_job < 0:
         raise ValueError("--gpus-per-job must be 0 (CPU) or more")
     positive(args, "threads", "jobs_per_gpu", "cpu_jobs", "time", "cpus_per_job", "max_jobs")
+    if args.shots < 0:
+        raise ValueError(f"--shots {args.shots}: give 0 (every train image) or a number of images per class")
+    check_pairs(args.extra_opts)
     if not args.data:
         raise ValueError("no datasets folder: pass --data DIR or set DATA (see DATASETS.md)")
     profile = PROFILES[args.profile]
@@ -102,6 +110,8 @@ def make_sweep(args: argparse.Namespace) -> Sweep:
                     "dg": lambda: dg_targets(args.source)}[args.protocol]()
     else:
         datasets = args.datasets
+    for name in (*datasets, *([args.source] if args.protocol != "base2new" else [])):
+        dataset_name(name)  # ValueError naming the datasets there are (configs/datasets/<name>.yaml)
     output = args.output or profile.output
     if profile.fast and any(c.isspace() for c in os.path.abspath(output)):
         raise ValueError(f"--output {output!r}: the fast profile passes its teacher cache folder in EXTRA_OPTS, "
@@ -195,11 +205,32 @@ def print_report(report, jobs: Sequence[Job]) -> None:
             print(f"  not run because of it: {', '.join(blocked)}")
 
 
+def error_line(why: str) -> str:
+    """The last ``error:`` line of a failure's log tail (train.py's reason: a refused run names its differences),
+    else the failure's first line."""
+    errors = [line.strip() for line in why.splitlines() if line.strip().startswith("error:")]
+    return errors[-1] if errors else why.splitlines()[0]
+
+
+def print_left_out(report) -> None:
+    """Under the table: the jobs whose runs it leaves out (refused or failed, with why, or not run)."""
+    left = {**{name: error_line(why) for name, why in report.failed.items()},
+            **{name: f"not run: it needs {cause}, which failed" for name, cause in report.skipped.items()}}
+    if left:
+        print(f"Left out of the table: the runs of {len(left)} job(s) this sweep refused, failed or did not run "
+              "(runs they left from earlier commands are not shown):")
+        for name, why in left.items():
+            print(f"  {name}: {why}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         sweep = make_sweep(args)
         jobs = Planner(sweep).plan()
+        check_opts_keys(sweep.extra_opts, jobs)
+        if not args.dry_run:
+            check_writable(sweep.output)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -208,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_plan(sweep, jobs)
         return status
     from runner.costs import projected_seconds as project
-    from runner.schedule import run_plan
+    from runner.schedule import run_plan, stop_signal
     from runner.tables import table_path, write_tables
 
     log_dir = os.path.abspath(args.log_dir or os.path.join(sweep.output, "logs", sweep.protocol))
@@ -225,15 +256,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"Executor: {executor.describe()}; logs in {log_dir}")
     try:
         report = run_plan(jobs, executor, log_dir, lambda job: project(job, sweep.protocol, sweep.profile.name))
-    except KeyboardInterrupt:
-        print("interrupted: rerun the same command to continue (finished runs are skipped, interrupted ones "
-              "resume)", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:
+        signum = stop_signal(e)
+        print(f"interrupted ({signal.Signals(signum).name}): rerun the same command to continue (finished runs are "
+              "skipped, interrupted ones resume)", file=sys.stderr)
+        return EXIT_SIGNALLED + signum
     finally:
         executor.close()
     print_report(report, jobs)
-    status, text = write_tables(sweep)
-    print(f"\n{text.rstrip()}")
+    verified = {*report.done, *report.finished_before}
+    status, text = write_tables(sweep, [run for job in jobs if job.name in verified for run in job.runs])
+    if text:
+        print(f"\n{text.rstrip()}")
     if status == 0:
         print(f"Table written to {table_path(sweep, 'txt')} and {table_path(sweep, 'csv')}")
+    else:
+        why = "no run of this sweep was verified" if not text else "its runs could not be read (above)"
+        print(f"\nNo table written: {why}; {table_path(sweep, 'txt')} and .csv are left as they were")
+    print_left_out(report)
     return 0 if report.ok and status == 0 else EXIT_FAILED

@@ -1,10 +1,11 @@
 """A job: one unit command (a ``scripts/<method>/*.sh`` call, or ``python train.py``) and what it must leave.
 
 A job is finished when each of its run folders is finished (the scripts' run states) and each of its files
-exists. The runner skips a finished job only when the same job finished those runs: each run folder's
-:data:`JOB_RECORD` holds the command line and config-file digests of the jobs that finished it, written when they did.
-Any other job starts, and its script resumes an interrupted run, or leaves a finished one to train.py, which skips
-it when its recorded config (``run.json``) is this job's and stops with the differences when it is not.
+exists. The runner skips a finished job only when the same job finished those runs on the same inputs: each run
+folder's :data:`JOB_RECORD` holds the command line, the digests of the config, split and weight files and of what it
+read from the jobs it needs, written when the job finished, and every job it needs is skipped too. Any other job
+starts, and its script resumes an interrupted run, or leaves a finished one to train.py, which skips it when its
+recorded config and data (``run.json``) are this job's and stops with the differences when they are not.
 """
 from __future__ import annotations
 
@@ -15,13 +16,17 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from engine.run_identity import file_digest
-from runner.layout import FINISHED_STATES, REPO, run_states, write_text
+from datasets.files import split_files
+from engine.run_identity import evaluated_files, file_digest
+from engine.runs import POINTER_FILE, pointed_checkpoint
+from runner.layout import FINISHED_STATES, REPO, dataset_name, run_states, write_text
 
 JOB_RECORD = "job.json"
 """In each run folder: ``{job name: record}`` (:func:`job_record`) of the runner jobs that finished it."""
 KINDS = ("teacher", "zero-shot", "train", "test", "plug-in")
 """Job kinds, in the order the plan counts them."""
+WEIGHT_KNOBS = ("BACKBONE", "TEACHER_NAME", "TEACHER_CKPT")
+"""Script knobs that may name a weight file (a CLIP model or a teacher checkpoint): its digest is recorded."""
 
 
 @dataclass(frozen=True)
@@ -90,13 +95,40 @@ def config_files(job: Job) -> list[str]:
     return [f for f in files if os.path.isfile(f)]
 
 
-def job_record(job: Job) -> dict:
+def data_files(job: Job) -> list[str]:
+    """The split files (``datasets.files.split_files``) of the datasets ``job`` reads under its ``DATA``: its
+    dataset and, for a cross-dataset or DG job, the source; the few-shot file of its ``SHOTS`` and seed."""
+    data = job.env.get("DATA")
+    if not data:
+        return []
+    shots = int(job.env.get("SHOTS") or 0)
+    files = []
+    for short in dict.fromkeys(filter(None, (job.env.get("SOURCE"), job.dataset))):
+        if os.path.isfile(os.path.join(REPO, "configs", "datasets", f"{short}.yaml")):
+            files += split_files(data, dataset_name(short), shots, job.seed)
+    return files
+
+
+def upstream_files(dep: Job) -> list[str]:
+    """What a job reads from a job it needs: the checkpoints of ``dep``'s runs (those an evaluation of them loads)
+    and the checkpoints its files point to (a published teacher)."""
+    files = [path for run in dep.runs for path in evaluated_files(run, "last")]
+    pointed = (pointed_checkpoint(os.path.dirname(f)) for f in dep.files if os.path.basename(f) == POINTER_FILE)
+    return files + [path for path in pointed if path and os.path.isfile(path)]
+
+
+def job_record(job: Job, needs: Sequence[Job] = ()) -> dict:
     """What the runner can see of what ``job`` runs: its command line (less ``DATA``: where the data lies no more
-    changes a run than ``DATASET.ROOT`` does its identity; train.py compares the data itself) and the digests of its
-    config files, with what it :attr:`Job.reads`."""
+    changes a run than ``DATASET.ROOT`` does its identity), the digests of its config files, of its datasets' split
+    files (relative to ``DATA``), of the weight files its knobs name, of what it :attr:`Job.reads` and of what it
+    reads from the jobs it ``needs`` (:func:`upstream_files`)."""
     located = replace(job, env={k: v for k, v in job.env.items() if k != "DATA"})
+    weights = [os.path.join(REPO, job.env[k]) for k in WEIGHT_KNOBS if job.env.get(k)]
     return {"command": command_line(located),
-            "configs": {os.path.relpath(f, REPO): file_digest(f) for f in config_files(job)}, "reads": dict(job.reads)}
+            "configs": {os.path.relpath(f, REPO): file_digest(f) for f in config_files(job)}, "reads": dict(job.reads),
+            "data": {os.path.relpath(f, job.env["DATA"]): file_digest(f) for f in data_files(job)},
+            "weights": {path: file_digest(path) for path in weights if os.path.isfile(path)},
+            "upstream": {dep.name: {path: file_digest(path) for path in upstream_files(dep)} for dep in needs}}
 
 
 def _records(run: str) -> dict:
@@ -108,31 +140,35 @@ def _records(run: str) -> dict:
     return records if isinstance(records, dict) else {}
 
 
-def is_recorded(job: Job) -> bool:
-    """Each of ``job``'s runs was finished by this job with its present command line and config files."""
-    record = job_record(job)
+def is_recorded(job: Job, needs: Sequence[Job] = ()) -> bool:
+    """Each of ``job``'s runs was finished by this job with its present record (:func:`job_record`)."""
+    record = job_record(job, needs)
     return all(_records(run).get(job.name) == record for run in job.runs)
 
 
-def record_job(job: Job) -> None:
-    """Write ``job``'s record into each of its run folders (atomically; other jobs' records are kept)."""
-    record = job_record(job)
+def record_job(job: Job, needs: Sequence[Job] = ()) -> None:
+    """Write ``job``'s record (``needs``: the jobs of its :attr:`Job.deps`) into each of its run folders
+    (atomically; other jobs' records are kept)."""
+    record = job_record(job, needs)
     for run in job.runs:
         write_text(json.dumps({**_records(run), job.name: record}, indent=1), os.path.join(run, JOB_RECORD))
 
 
 def job_states(jobs: Iterable[Job]) -> dict[str, str]:
-    """Per job what running the plan does with it: ``finished`` (skipped: finished by this very job), ``check``
-    (finished, but by another command or config, or not by the runner: it runs, and train.py skips each run whose
-    recorded config is the job's and stops on one that differs), ``resume``, ``retry`` (only a failed attempt's
-    log) or ``new``."""
+    """Per job what running the plan does with it: ``finished`` (skipped: finished by this very job on the same
+    inputs, and every job it needs is skipped too), ``check`` (finished, but by another command, config or data, or
+    not by the runner, or a job it needs runs again: it runs, and train.py skips each run whose recorded config and
+    data are the job's and stops on one that differs), ``resume``, ``retry`` (only a failed attempt's log) or
+    ``new``."""
     jobs = list(jobs)
+    by_name = {j.name: j for j in jobs}
     states = run_states(sorted({r for j in jobs for r in j.runs}))
-    out = {}
+    out: dict[str, str] = {}
     for job in jobs:
         runs = [states[r] for r in job.runs]
         if is_finished(job, states):
-            out[job.name] = "finished" if is_recorded(job) else "check"
+            current = all(out.get(d) == "finished" for d in job.deps)
+            out[job.name] = "finished" if current and is_recorded(job, needs(job, by_name)) else "check"
         elif "resumable" in runs:
             out[job.name] = "resume"
         elif "failed" in runs:
@@ -140,6 +176,11 @@ def job_states(jobs: Iterable[Job]) -> dict[str, str]:
         else:
             out[job.name] = "new"
     return out
+
+
+def needs(job: Job, by_name: Mapping[str, Job]) -> list[Job]:
+    """The jobs ``job`` depends on (``by_name``: the plan's jobs by name)."""
+    return [by_name[d] for d in job.deps]
 
 
 def dependents(jobs: Sequence[Job], name: str) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Sequence
+from functools import cache
 
 from engine.runs import run_state
 
@@ -57,6 +58,8 @@ def dg_targets(source: str) -> list[str]:
     return common_sh('dg_targets "$1"', source).split()
 
 
+@cache
 def dataset_name(short: str) -> str:
-    """``DATASET.NAME`` of a dataset short name (its configs/datasets yaml), e.g. ``eurosat`` -> ``EuroSAT``."""
+    """``DATASET.NAME`` of a dataset short name (its configs/datasets yaml), e.g. ``eurosat`` -> ``EuroSAT`` (asked
+    once per name: the plan and every job record ask it)."""
     return common_sh('dataset_name "$1"', short)

@@ -5,19 +5,22 @@ A slot pins its jobs to its GPUs with ``CUDA_VISIBLE_DEVICES``; CPU slots set ``
 job). Scripts run as child processes. ``python train.py ...`` jobs without extra environment run as
 ``train.cli(argv)`` in a warm worker process of their slot, which imported torch and the project once (a new
 Python pays about 2 s of imports, as long as a small run); the worker is started with the spawn method, so every
-run starts from the state a new process has (the engine reseeds per run).
+run starts from the state a new process has (the engine reseeds per run). Each child process and warm worker is a
+process group of its own: the signal that stops the runner (Ctrl-C, SIGTERM, SIGHUP) reaches it once, passed on by
+:meth:`LocalExecutor.stop`.
 """
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import time
 import traceback
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import IO
 
@@ -28,7 +31,8 @@ from runner.profiles import card_has_bf16, launch_env
 from runner.schedule import Outcome
 
 STOP_WAIT_S = 30.0
-"""On Ctrl-C: how long the children (which got the SIGINT too) have to end before they are killed."""
+"""When the runner is stopped: how long its jobs' processes (sent the same signal) have to end before they are
+killed."""
 
 
 def visible_gpus() -> list[str]:
@@ -49,8 +53,10 @@ def is_train_py(job: Job) -> bool:
 
 
 def _warm_up(devices: str | None, threads: int | None) -> None:
-    """Worker initializer: the repository root (train.py's relative paths start there, as for child processes), the
-    slot's GPUs and torch threads, and train.py's imports paid once."""
+    """Worker initializer: a process group of its own (the runner passes signals on), the repository root
+    (train.py's relative paths start there, as for child processes), the slot's GPUs and torch threads, and
+    train.py's imports paid once."""
+    os.setpgrp()
     os.chdir(REPO)
     if devices is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = devices
@@ -154,7 +160,7 @@ class LocalExecutor:
         if self.threads:
             env["OMP_NUM_THREADS"] = str(self.threads)
         handle = unit.open_log(log, job, f"local {slot.devices or 'CPU'} slot")
-        run = Running(slot, proc=unit.start(job, env, handle), log=handle)
+        run = Running(slot, proc=unit.start(job, env, handle, new_group=True), log=handle)
         self.running.add(run)
         return run
 
@@ -185,19 +191,26 @@ class LocalExecutor:
             run.slot.warm = None
             return Outcome(1, f"warm worker died: {e}")
 
-    def stop(self) -> None:
-        """Ctrl-C reached the children too: give them time to save their state and end, then kill the rest."""
+    def stop(self, signum: int) -> None:
+        """Pass ``signum`` on to every job's processes and to the warm workers (train.py saves its state and ends),
+        give them :data:`STOP_WAIT_S` to end, then kill what is left."""
         deadline = time.monotonic() + STOP_WAIT_S
+        workers = [p for p in multiprocessing.active_children() if p.pid is not None]
         for slot in self.pool:
             if slot.warm is not None:
                 slot.warm.shutdown(wait=False, cancel_futures=True)
-        for run in self.running:
-            if run.proc is None:
-                continue
-            try:
-                run.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                run.proc.kill()
+        groups = [run.proc for run in self.running if run.proc is not None]
+        for pid in [proc.pid for proc in groups] + [worker.pid for worker in workers]:
+            with suppress(ProcessLookupError):
+                os.killpg(pid, signum)
+        for proc in groups:
+            unit.wait_group(proc, max(0.0, deadline - time.monotonic()))
+        for worker in workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+            if worker.is_alive():
+                with suppress(ProcessLookupError):
+                    os.killpg(worker.pid, signal.SIGKILL)
+                worker.kill()
 
     def close(self) -> None:
         for slot in self.pool:

@@ -121,7 +121,7 @@ class Planner:
             script, args = "xd_train.sh", [str(seed)]
         published = os.path.join(sweep.teacher_dir, folder, "VLPromptLearner", "checkpoint")
         runs = (run,) if TEACHER in sweep.methods else ()
-        return self.add(TEACHER, "teacher", dataset, script, args, seed=None, config=config, shots=TEACHER.shots,
+        return self.add(TEACHER, "teacher", dataset, script, args, seed=seed, config=config, shots=TEACHER.shots,
                         runs=runs, files=(published,), name=f"teacher {dataset}")
 
     def b2n_runs(self, method: Method, dataset: str, seed: int, config: str) -> tuple[str, str]:

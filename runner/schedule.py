@@ -7,25 +7,67 @@ A job that fails (non-zero exit, or exit 0 without its runs finished) is reporte
 jobs that depend on it are skipped, the others go on. A job that exits with ``EXIT_PREEMPTED`` (train.py was stopped
 by a signal after saving its state) starts again and resumes, up to :data:`MAX_REQUEUES` times (under SLURM the job
 requeues itself first, see :mod:`runner.slurm`).
+
+While the jobs run, SIGTERM and SIGHUP stop the runner as Ctrl-C does (:class:`Stopped`, a KeyboardInterrupt): the
+executor passes the signal on to what it runs (:meth:`Executor.stop`) and the caller exits with 128 + the signal.
 """
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from runner.jobs import Job, command_line, dependents, is_finished, job_states, log_name, record_job
+from runner.jobs import Job, command_line, dependents, is_finished, job_states, log_name, needs, record_job
 from runner.layout import run_states
 
 EXIT_PREEMPTED = 75
 """train.py's exit status after a preemption signal (sysexits' EX_TEMPFAIL): rerun the same command to resume."""
 MAX_REQUEUES = 3
 TAIL_LINES = 15
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals that stop the runner as SIGINT (Ctrl-C) does."""
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP reached the runner while its jobs ran: it stops them as on Ctrl-C."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def stop_signal(interrupt: KeyboardInterrupt) -> int:
+    """The signal that interrupted the runner: a :class:`Stopped`'s, else SIGINT (Ctrl-C)."""
+    return interrupt.signum if isinstance(interrupt, Stopped) else signal.SIGINT
+
+
+@contextmanager
+def stopping_on_signals() -> Iterator[None]:
+    """While the block runs in the main thread, SIGTERM and SIGHUP raise :class:`Stopped` there (the previous
+    handlers come back after it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @dataclass(frozen=True)
@@ -50,8 +92,8 @@ class Executor(Protocol):
     def poll(self, handles: Sequence[Any]) -> dict[Any, Outcome]:
         """The handles that ended since the last call, with how."""
 
-    def stop(self) -> None:
-        """The runner is interrupted: stop or release what runs (each executor says which)."""
+    def stop(self, signum: int) -> None:
+        """The runner was interrupted by ``signum``: stop or release what runs (each executor says which)."""
 
     def close(self) -> None:
         """The sweep is over: release what the executor holds."""
@@ -142,6 +184,7 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
     os.makedirs(log_dir, exist_ok=True)
     report, eta = Report(), Eta(projected)
     states = job_states(jobs)
+    by_name = {j.name: j for j in jobs}
     finished = {name for name, state in states.items() if state == "finished"}
     check = [name for name, state in states.items() if state == "check"]
     pending = [j for j in jobs if j.name not in finished]
@@ -191,7 +234,7 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
                 report.skipped.setdefault(name, job.name)
             bar.update(1)
             return
-        record_job(job)
+        record_job(job, needs(job, by_name))
         succeeded.add(job.name)
         report.done.append(job.name)
         end = time.monotonic() - started
@@ -201,10 +244,13 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
         say(f"done {job.name} in {format_seconds(seconds)}")
 
     if check:
-        say(f"{len(check)} job(s) have finished runs made by another command or config, or not by the runner "
-            f"({', '.join(check[:3])}{', ...' if len(check) > 3 else ''}): running them; train.py skips each run "
-            "whose recorded config (run.json) is the job's and stops with the differences on one that is not")
-    try:
+        say(f"{len(check)} job(s) have finished runs made by another command, config or data, or not by the runner, "
+            f"or need a job that runs again ({', '.join(check[:3])}{', ...' if len(check) > 3 else ''}): running "
+            "them; train.py skips each run whose recorded config and data (run.json) are the job's and stops with "
+            "the differences on one that is not")
+
+    def schedule() -> None:
+        """Start what may start, collect what ended, until every job ran or was blocked."""
         while pending or running:
             for job in list(pending):
                 if job.name in report.skipped:
@@ -224,9 +270,13 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
                 job, start = running.pop(handle)
                 finish(job, outcome, time.monotonic() - start)
             status()
-    except KeyboardInterrupt:
+
+    try:
+        with stopping_on_signals():
+            schedule()
+    except KeyboardInterrupt as e:
         bar.close()
-        executor.stop()
+        executor.stop(stop_signal(e))
         raise
     bar.close()
     return report

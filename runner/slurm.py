@@ -239,8 +239,9 @@ class SlurmExecutor:
     def close(self) -> None:
         """Nothing to release: the jobs are SLURM's."""
 
-    def stop(self) -> None:
-        """The runner is interrupted: queued and running jobs stay in SLURM; a rerun of the runner reattaches."""
+    def stop(self, signum: int) -> None:
+        """The runner is interrupted (by any signal): queued and running jobs stay in SLURM; a rerun of the runner
+        reattaches."""
         active = [i for i in self.record.values() if squeue_states().get(i) in ACTIVE_STATES]
         if active:
             print(f"{len(active)} SLURM job(s) keep running ({' '.join(active)}); rerun the same command to follow "

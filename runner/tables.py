@@ -1,10 +1,18 @@
-"""The sweep's final table: ``parse_test_res.py`` (b2n, xd or dg mode) on its output root, printed and written
-next to the runs as plain text and CSV."""
+"""The sweep's final table: ``parse_test_res.py`` (b2n, xd or dg mode) on the runs this sweep verified, printed and
+written next to the runs as plain text and CSV.
+
+A run counts only when a job of this sweep finished it or found it finished by itself (the job record, or train.py
+skipping the same run), so that a table never shows the numbers of a run that a refused or failed job left behind,
+nor runs of other seeds or configs under the same output root. parse_test_res reads folders: it is given a view of
+the output root holding only the verified run folders (their files linked, not copied).
+"""
 from __future__ import annotations
 
 import contextlib
 import io
 import os
+import tempfile
+from collections.abc import Iterable
 
 import parse_test_res
 from runner.layout import write_text
@@ -13,13 +21,14 @@ from runner.protocols import Sweep
 MODES = {"base2new": "b2n", "xd": "xd", "dg": "dg"}
 
 
-def table_argv(sweep: Sweep, fmt: str = "plain") -> list[str]:
-    """``parse_test_res.py`` arguments of the sweep's table, its methods in the order given."""
+def table_argv(sweep: Sweep, root: str, fmt: str = "plain") -> list[str]:
+    """``parse_test_res.py`` arguments of the sweep's table over the output root ``root``, its methods in the order
+    given."""
     trainers = list(dict.fromkeys(m.trainer for m in sweep.methods))
     mode = MODES[sweep.protocol]
     if mode == "b2n":
-        return [mode, os.path.join(sweep.output, "base2new"), "--methods", *trainers, "--format", fmt]
-    return [mode, sweep.output, "--source", sweep.source, "--targets", *sweep.datasets, "--methods", *trainers,
+        return [mode, os.path.join(root, "base2new"), "--methods", *trainers, "--format", fmt]
+    return [mode, root, "--source", sweep.source, "--targets", *sweep.datasets, "--methods", *trainers,
             "--format", fmt]
 
 
@@ -36,16 +45,37 @@ def render(argv: list[str]) -> tuple[int, str]:
     return status, out.getvalue()
 
 
-def write_tables(sweep: Sweep) -> tuple[int, str]:
-    """Write the plain and CSV tables (atomically) and return the exit status and the plain text."""
-    status, text = render(table_argv(sweep))
-    if status != 0:
-        return status, text
-    for ext, fmt in (("txt", "plain"), ("csv", "csv")):
-        content = text if fmt == "plain" else _csv_rows(table_argv(sweep, fmt))
-        path = table_path(sweep, ext)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_text(content, path)
+def link_runs(output: str, runs: Iterable[str], view: str) -> int:
+    """Mirror each run folder of ``runs`` (under ``output``) in ``view``: the same relative folder, holding links to
+    the run's files and sub-folders. Returns how many were mirrored."""
+    count = 0
+    for run in runs:
+        rel = os.path.relpath(run, output)
+        if not os.path.isdir(run) or rel.startswith(os.pardir):
+            continue
+        mirror = os.path.join(view, rel)
+        os.makedirs(mirror, exist_ok=True)
+        for entry in os.listdir(run):
+            os.symlink(os.path.join(run, entry), os.path.join(mirror, entry))
+        count += 1
+    return count
+
+
+def write_tables(sweep: Sweep, verified: Iterable[str]) -> tuple[int, str]:
+    """Write the plain and CSV tables of the ``verified`` run folders (atomically) and return the exit status and
+    the plain text; nothing is written without a verified run (status 1, no text) or when parse_test_res fails."""
+    with tempfile.TemporaryDirectory(prefix="table-view-") as view:
+        if not link_runs(sweep.output, verified, view):
+            return 1, ""
+        status, text = render(table_argv(sweep, view))
+        text = text.replace(view, sweep.output)
+        if status != 0:
+            return status, text
+        for ext, fmt in (("txt", "plain"), ("csv", "csv")):
+            content = text if fmt == "plain" else _csv_rows(table_argv(sweep, view, fmt))
+            path = table_path(sweep, ext)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_text(content, path)
     return status, text
 
 

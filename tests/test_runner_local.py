@@ -5,15 +5,20 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
+import pytest
+
+from engine.runs import run_state
 from runner.jobs import Job
 from runner.local import LocalExecutor, is_train_py
 from runner.schedule import run_plan
 from tests.helpers_datasets import write_tree
 from tests.helpers_petr import write_eurosat
-from tests.helpers_run import HANG_GUARD_S
+from tests.helpers_run import HANG_GUARD_S, alive, default_sigint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ("INPUT.SIZE (32,32) OPTIM.MAX_EPOCH 1 DATALOADER.NUM_WORKERS 0 DATALOADER.TRAIN_X.BATCH_SIZE 8 "
@@ -106,3 +111,90 @@ def test_a_rerun_with_another_config_is_not_skipped(tmp_path, tiny_clip_file):
     finally:
         executor.close()
     assert (out / "results.json").read_text() == results
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_jobs_were_refused_publishes_no_stale_table(tmp_path, tiny_clip_file):
+    """The same sweep rerun with another option: train.py refuses each finished run (it differs); the runner exits 1
+    naming the refused job, prints no "Table written" and leaves the first sweep's table files as they were."""
+    write_tree("EuroSAT", tmp_path / "data", mode="json")
+    env = {k: v for k, v in os.environ.items() if k not in ("DATA", "TEACHER_DIR", "EXTRA_OPTS")}
+    env["BACKBONE"] = tiny_clip_file
+    out = tmp_path / "out"
+
+    def sweep(*opts: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "runner", "base2new", "--methods", "ZeroshotCLIP", "--datasets", "eurosat",
+             "--seeds", "1", "--data", str(tmp_path / "data"), "--output", str(out), "--threads", "1",
+             "--extra-opts", " ".join([SMALL, *opts])], cwd=REPO, env=env, capture_output=True, text=True,
+            timeout=HANG_GUARD_S)
+
+    first = sweep()
+    assert first.returncode == 0 and "Table written to" in first.stdout, first.stdout[-3000:] + first.stderr[-3000:]
+    tables = {ext: (out / "base2new" / f"b2n_table.{ext}").read_text() for ext in ("txt", "csv")}
+    refused = sweep("INPUT.INTERPOLATION", "bilinear")
+    assert refused.returncode == 1, refused.stdout[-3000:]
+    assert "Table written" not in refused.stdout and "No table written: no run of this sweep was verified; " in \
+        refused.stdout and "parse_test_res" not in refused.stdout + refused.stderr
+    left = refused.stdout.split("Left out of the table", 1)[1].splitlines()
+    assert left[1].startswith("  ZeroshotCLIP zero-shot eurosat: error: ") and "differs from this one" in left[1]
+    assert {ext: (out / "base2new" / f"b2n_table.{ext}").read_text() for ext in ("txt", "csv")} == tables
+
+
+WARM_RUNNER = """
+import sys
+from runner.jobs import Job
+from runner.local import LocalExecutor
+from runner.schedule import run_plan, stop_signal
+
+argv = (sys.executable, "train.py", *sys.argv[3:])
+job = Job(name="coop", kind="train", method="CoOp", dataset="eurosat", argv=argv, runs=(sys.argv[2],))
+try:
+    run_plan([job], LocalExecutor([], threads=1), sys.argv[1])
+except KeyboardInterrupt as e:
+    sys.exit(128 + stop_signal(e))
+"""
+"""A runner (as runner.cli runs it) with one train.py job, run in a warm worker."""
+
+
+def own_group_children(pid: int) -> list[int]:
+    """The child processes of ``pid`` that lead a process group of their own (the runner's warm workers); /proc."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid and int(fields[2]) == int(entry):
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.slow
+def test_sigterm_stops_train_py_in_a_warm_worker(tmp_path, tiny_clip_file):
+    """SIGTERM to the runner reaches train.py in its warm worker, which saves its state (a resumable run) and ends;
+    the runner exits 143 and leaves no worker behind."""
+    write_tree("EuroSAT", tmp_path / "data", mode="json")
+    out = tmp_path / "coop"
+    args = ["--root", str(tmp_path / "data"), "--seed", "1", "--trainer", "CoOp", "--dataset-config-file",
+            "configs/datasets/eurosat.yaml", "--config-file", "configs/trainers/CoOp/vit_b16_ctxv1.yaml",
+            "--output-dir", str(out), "MODEL.BACKBONE.NAME", tiny_clip_file, *SMALL.split(), "OPTIM.MAX_EPOCH",
+            "100000", "DATASET.NUM_SHOTS", "2"]
+    runner = subprocess.Popen([sys.executable, "-c", WARM_RUNNER, str(tmp_path / "logs"), str(out), *args], cwd=REPO,
+                              preexec_fn=default_sigint, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        log = out / "log.txt"
+        while runner.poll() is None and time.monotonic() < deadline and not (
+                log.exists() and "epoch [2/" in log.read_text()):
+            time.sleep(0.2)
+        workers = own_group_children(runner.pid)
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=HANG_GUARD_S) == 143
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    assert len(workers) == 1 and not any(alive(pid) for pid in workers)
+    assert run_state(str(out)) == "resumable"

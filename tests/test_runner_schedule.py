@@ -6,14 +6,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 
 import pytest
 
-from runner.jobs import JOB_RECORD, Job, job_record, job_states
+from runner.jobs import JOB_RECORD, Job, job_record, job_states, record_job
 from runner.layout import REPO
 from runner.local import LocalExecutor
 from runner.schedule import EXIT_PREEMPTED, MAX_REQUEUES, Eta, run_plan
+from tests.helpers_run import HANG_GUARD_S, alive, default_sigint
 
 
 def finishing(name: str, run: str, script: str = "", deps: tuple[str, ...] = ()) -> Job:
@@ -70,7 +76,8 @@ def test_preempted_job_runs_again_and_resumes(tmp_path):
 
 def test_finished_jobs_are_not_run_and_exit_zero_needs_finished_runs(tmp_path):
     """A finished run that no job recorded (made by hand, or before the runner recorded jobs) is handed to its job
-    once; then the job's record in the run folder makes the next command skip it, until its command changes."""
+    once; then the job's record in the run folder makes the next command skip it, until its command changes (then
+    the jobs that need it run again too)."""
     done_run = tmp_path / "done"
     done_run.mkdir()
     (done_run / "results.json").write_text(json.dumps({"accuracy": 1.0}))
@@ -89,7 +96,7 @@ def test_finished_jobs_are_not_run_and_exit_zero_needs_finished_runs(tmp_path):
     changed = replace(jobs[0], env={"EXTRA_OPTS": "OPTIM.LR 0.1"})
     assert job_states([changed, *jobs[1:]])["finished"] == "check"
     report = run_plan([changed, *jobs[1:]], LocalExecutor([], cpu_jobs=1), str(tmp_path / "logs"))
-    assert report.finished_before == ["after"] and report.done == ["finished"] and marker.read_text() == "x\nx\n"
+    assert report.done == ["finished", "after"] and marker.read_text() == "x\nx\n"  # and what needs it
 
 
 def test_job_record_holds_the_command_and_the_config_files_digests():
@@ -99,7 +106,83 @@ def test_job_record_holds_the_command_and_the_config_files_digests():
     with open(os.path.join(REPO, files[0]), "rb") as a, open(os.path.join(REPO, files[1]), "rb") as b:
         digests = [hashlib.sha256(a.read()).hexdigest(), hashlib.sha256(b.read()).hexdigest()]
     assert job_record(job) == {"command": "CFG=vit_b16_ctxv1 bash scripts/coop/x.sh 1",
-                               "configs": dict(zip(files, digests)), "reads": {}}
+                               "configs": dict(zip(files, digests)), "reads": {}, "data": {}, "weights": {},
+                               "upstream": {}}
+
+
+def sha256(path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def finished_run(path) -> str:
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "results.json"), "w") as f:
+        json.dump({"accuracy": 50.0}, f)
+    return str(path)
+
+
+def test_changed_split_or_weights_are_not_finished(tmp_path):
+    """A job's record holds the digests of its dataset's split files and few-shot file and of the weight files its
+    knobs name: a split moved between train and test, a redrawn few-shot file or new weights make it run again
+    (train.py then compares the data), while another seed's few-shot file changes nothing."""
+    data = tmp_path / "data"
+    (data / "eurosat" / "split_fewshot").mkdir(parents=True)
+    split = data / "eurosat" / "split_zhou_EuroSAT.json"
+    split.write_text(json.dumps({"train": [["a.jpg", 0, "x"]], "val": [], "test": [["b.jpg", 0, "x"]]}))
+    fewshot = data / "eurosat" / "split_fewshot" / "shot_16-seed_1.json"
+    fewshot.write_text("{}")
+    weights = tmp_path / "clip.pt"
+    weights.write_bytes(b"weights")
+    job = Job(name="CoOp train eurosat seed1", kind="train", method="CoOp", dataset="eurosat", argv=("true",),
+              env={"DATA": str(data), "SHOTS": "16", "BACKBONE": str(weights)}, seed=1,
+              runs=(finished_run(tmp_path / "run"),))
+    record_job(job)
+    record = json.loads((tmp_path / "run" / JOB_RECORD).read_text())[job.name]
+    assert record["data"] == {"eurosat/split_zhou_EuroSAT.json": sha256(split),
+                              "eurosat/split_fewshot/shot_16-seed_1.json": sha256(fewshot)}
+    assert record["weights"] == {str(weights): sha256(weights)}
+    assert job_states([job]) == {job.name: "finished"}
+    (data / "eurosat" / "split_fewshot" / "shot_16-seed_2.json").write_text("{}")  # another seed's sample
+    assert job_states([job]) == {job.name: "finished"}
+    original = split.read_text()
+    split.write_text(json.dumps({"train": [], "val": [], "test": [["a.jpg", 0, "x"], ["b.jpg", 0, "x"]]}))
+    assert job_states([job]) == {job.name: "check"}
+    split.write_text(original)
+    assert job_states([job]) == {job.name: "finished"}
+    fewshot.write_text('{"train": []}')
+    assert job_states([job]) == {job.name: "check"}
+    record_job(job)
+    weights.write_bytes(b"other weights")
+    assert job_states([job]) == {job.name: "check"}
+
+
+def test_a_job_is_not_finished_over_a_new_run_of_a_job_it_needs(tmp_path):
+    """Deleting the training run re-runs it, so its test and plug-in run again too; a training run replaced since the
+    test was recorded (a new checkpoint) makes the test run again even when the training job is finished."""
+    train_run = finished_run(tmp_path / "train")
+    model = tmp_path / "train" / "prompt_learner"
+    model.mkdir()
+    (model / "checkpoint").write_text("model.pth.tar-5\n")
+    (model / "model.pth.tar-5").write_bytes(b"first model")
+    train = Job(name="train", kind="train", method="CoOp", dataset="d", argv=("true",), runs=(train_run,))
+    test = Job(name="test", kind="test", method="CoOp", dataset="d", argv=("true",), deps=("train",),
+               runs=(finished_run(tmp_path / "test"),))
+    plugin = Job(name="plug-in", kind="plug-in", method="PETR+CoOp", dataset="d", argv=("true",), deps=("train",),
+                 runs=(finished_run(tmp_path / "plugin"),))
+    for job in (train, test, plugin):
+        record_job(job, [train] if job.deps else [])
+    record = json.loads((tmp_path / "test" / JOB_RECORD).read_text())["test"]
+    assert record["upstream"] == {"train": {str(model / "model.pth.tar-5"): sha256(model / "model.pth.tar-5")}}
+    assert set(job_states([train, test, plugin]).values()) == {"finished"}
+    shutil.rmtree(train_run)
+    assert job_states([train, test, plugin]) == {"train": "new", "test": "check", "plug-in": "check"}
+    finished_run(train_run)  # the training ran again: a new model
+    model.mkdir()
+    (model / "checkpoint").write_text("model.pth.tar-5\n")
+    (model / "model.pth.tar-5").write_bytes(b"second model")
+    record_job(train)
+    assert job_states([train, test, plugin]) == {"train": "finished", "test": "check", "plug-in": "check"}
 
 
 def test_slots_pin_gpus_and_threads(tmp_path):
@@ -135,3 +218,54 @@ def test_log_of_each_attempt_is_kept(tmp_path):
         os.remove(os.path.join(run, "results.json"))
     text = (tmp_path / "logs" / "j.log").read_text()
     assert "attempt 1" in text and "attempt 2" in text and text.count("=== ") == 2
+
+
+STOPPED_RUNNER = """
+import sys
+from runner.jobs import Job
+from runner.local import LocalExecutor
+from runner.schedule import run_plan, stop_signal
+
+job = Job(name="long", kind="train", method="M", dataset="d", runs=(sys.argv[2],), argv=("bash", "-c", sys.argv[3]))
+try:
+    run_plan([job], LocalExecutor([]), sys.argv[1])
+except KeyboardInterrupt as e:
+    sys.exit(128 + stop_signal(e))
+"""
+"""A runner (as runner.cli runs it) with one job: a script whose Python child runs until a signal stops it."""
+SLEEPER = """
+import os, signal, sys, time
+def stop(signum, frame):
+    open(sys.argv[2], "w").write(str(signum))
+    sys.exit(0)
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, stop)
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("sig,status", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
+def test_a_signal_to_the_runner_stops_its_jobs(tmp_path, sig, status):
+    """SIGTERM and SIGHUP stop the runner as Ctrl-C does: the job's processes (the script's Python child included)
+    get the same signal, and the runner exits with 128 + the signal once they have ended."""
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    pid_file, got = tmp_path / "pid", tmp_path / "got"
+    script = f'"{sys.executable}" "{tmp_path / "sleeper.py"}" "{pid_file}" "{got}"'
+    runner = subprocess.Popen([sys.executable, "-c", STOPPED_RUNNER, str(tmp_path / "logs"), str(tmp_path / "run"),
+                               script], cwd=REPO, preexec_fn=default_sigint, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not pid_file.exists() and runner.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        runner.send_signal(sig)
+        assert runner.wait(timeout=HANG_GUARD_S) == status
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    assert got.read_text() == str(int(sig)) and not alive(child)

@@ -1,0 +1,63 @@
+"""Bad arguments to the runner are one ``error:`` line (exit status 2) before anything starts: no plan printed, no
+job launched, nothing written under the output root. One row per case: its arguments, the exit status and the
+first words of the line."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers_run import HANG_GUARD_S
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATASET_NAMES = " ".join(sorted(f[:-5] for f in os.listdir(os.path.join(REPO, "configs", "datasets"))
+                                if f.endswith(".yaml")))
+
+CASES = {
+    "unknown dataset": (["--datasets", "nosuch"], 2, f"error: unknown dataset 'nosuch'; use one of: {DATASET_NAMES}"),
+    "unknown xd source": (["--protocol", "xd", "--datasets", "dtd", "--source", "nosuch"], 2,
+                          "error: unknown dataset 'nosuch'; use one of: caltech101 "),
+    "negative shots": (["--shots", "-3"], 2, "error: --shots -3: give 0 (every train image) or a number of images"),
+    "odd extra-opts": (["--extra-opts", "OPTIM.MAX_EPOCH 2 OPTIM.LR"], 2,
+                       "error: --extra-opts 'OPTIM.MAX_EPOCH 2 OPTIM.LR': an odd number of words (3); it takes KEY "
+                       "VALUE pairs"),
+    "unknown extra-opts key": (["--extra-opts", "OPTIM.MAX_EPOCHS 2"], 2,
+                               "error: --extra-opts: CoOp: unknown config key 'OPTIM.MAX_EPOCHS'"),
+    "extra-opts value of the wrong type": (["--extra-opts", "OPTIM.LR fast"], 2,
+                                           "error: --extra-opts: CoOp: Type mismatch"),
+    "output under a file": (["--output", "{tmp}/file/out"], 2,
+                            "error: --output {tmp}/file/out: {tmp}/file is a file, not a folder"),
+    "read-only output": (["--output", "{tmp}/read-only/out"], 2,
+                         "error: --output {tmp}/read-only/out: {tmp}/read-only is not writable"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_arguments_stop_before_anything_starts(tmp_path, case):
+    args, status, first = CASES[case]
+    if case == "read-only output" and os.geteuid() == 0:
+        pytest.skip("root may write into a read-only folder")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "file").write_text("")
+    (tmp_path / "read-only").mkdir(mode=0o555)
+    protocol = args[1] if args[0] == "--protocol" else "base2new"
+    args = args[2:] if args[0] == "--protocol" else args
+    argv = ["--methods", "PromptKD" if protocol == "xd" else "CoOp", "--datasets", "dtd", "--seeds", "1", "--data",
+            str(tmp_path / "data"), "--output", str(tmp_path / "out"), "--log-dir", str(tmp_path / "logs"),
+            *[a.format(tmp=tmp_path) for a in args]]
+    done = subprocess.run([sys.executable, "-m", "runner", protocol, *argv], cwd=REPO, capture_output=True,
+                          text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == status, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stderr.startswith(first.format(tmp=tmp_path)) and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stdout == "" and not (tmp_path / "out").exists() and not (tmp_path / "logs").exists()
+
+
+def test_the_runner_does_not_import_torch():
+    """The runner process plans, checks its arguments and schedules without torch (the checks that need the config
+    schema run in a child process)."""
+    done = subprocess.run([sys.executable, "-c", "import sys, runner.cli, runner.schedule, runner.local, "
+                           "runner.tables, runner.arguments; print('torch' in sys.modules)"], cwd=REPO,
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.stdout.strip() == "False", done.stderr
