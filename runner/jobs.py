@@ -17,9 +17,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from datasets.files import split_files
+from datasets.layouts import LAYOUTS
 from engine.run_identity import evaluated_files, file_digest
 from engine.runs import POINTER_FILE, pointed_checkpoint
-from runner.layout import FINISHED_STATES, REPO, dataset_name, run_states, write_text
+from runner.layout import FINISHED_STATES, REPO, run_states, write_text
 
 JOB_RECORD = "job.json"
 """In each run folder: ``{job name: record}`` (:func:`job_record`) of the runner jobs that finished it."""
@@ -104,8 +105,8 @@ def data_files(job: Job) -> list[str]:
     shots = int(job.env.get("SHOTS") or 0)
     files = []
     for short in dict.fromkeys(filter(None, (job.env.get("SOURCE"), job.dataset))):
-        if os.path.isfile(os.path.join(REPO, "configs", "datasets", f"{short}.yaml")):
-            files += split_files(data, dataset_name(short), shots, job.seed)
+        if short in LAYOUTS:
+            files += split_files(data, short, shots, job.seed)
     return files
 
 

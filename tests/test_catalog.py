@@ -88,23 +88,26 @@ def test_demo_readers_are_made_from_their_table():
 
 
 def test_dataset_folders_without_torch_are_the_readers_folders(tmp_path):
-    """``datasets.files.dataset_folder`` (read from the readers' source, for the runner's job records) names the
-    folder each registered reader class reads, and ``split_files`` the split files found there."""
+    """``datasets.layouts`` (torch-free, for the data check and the runner's job records) names the folder each
+    registered reader class reads, and ``datasets.files.split_files`` the split files found there."""
     from datasets.catalog import DATASETS, register_datasets
-    from datasets.files import dataset_folder, split_files
+    from datasets.files import split_files
+    from datasets.layouts import LAYOUTS
 
     register_datasets()
+    folders = {layout.name: layout.folder for layout in LAYOUTS.values()}
+    assert set(folders) == set(DATASETS)
     for name in DATASETS:
-        assert dataset_folder(name) == DATASET_REGISTRY.get(name).dataset_dir, name
+        assert folders[name] == DATASET_REGISTRY.get(name).dataset_dir, name
     folder = tmp_path / "eurosat"
     (folder / "2750").mkdir(parents=True)
     for rel in ("split_zhou_EuroSAT.json", "notes.md", "split_fewshot/shot_4-seed_2.json",
                 "split_fewshot/shot_4-seed_1.json", "2750/list.txt"):
         (folder / rel).parent.mkdir(exist_ok=True)
         (folder / rel).write_text("{}")
-    assert split_files(str(tmp_path), "EuroSAT", 4, 1) == [str(folder / "split_zhou_EuroSAT.json"),
+    assert split_files(str(tmp_path), "eurosat", 4, 1) == [str(folder / "split_zhou_EuroSAT.json"),
                                                           str(folder / "split_fewshot/shot_4-seed_1.json")]
-    assert split_files(str(tmp_path), "EuroSAT") == [str(folder / "split_zhou_EuroSAT.json")]
+    assert split_files(str(tmp_path), "eurosat") == [str(folder / "split_zhou_EuroSAT.json")]
     light = subprocess.run([sys.executable, "-c", "import sys, datasets.files; "
                             "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"],
                            cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
