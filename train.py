@@ -181,16 +181,18 @@ def print_args(args: argparse.Namespace, cfg) -> None:
 
 def dataset_digest(cfg, dataset=None) -> dict[str, str]:
     """The run's data digest (``engine.run_identity.data_digest``) of ``dataset``, or of the dataset alone built for the
-    trainer's data role (seeded as the run is; its output muted) when none is given."""
+    trainer's data role (seeded as the run is; its output muted; no few-shot file written, a stale one passed over:
+    ``datasets.fewshot.comparing``) when none is given."""
     from engine.run_identity import data_digest
 
     if dataset is None:
         register_project()
+        from datasets.fewshot import comparing
         from engine import TRAINER_REGISTRY, build_dataset, set_random_seed
 
         if cfg.SEED >= 0:
             set_random_seed(cfg.SEED)
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), comparing():
             dataset = build_dataset(cfg, TRAINER_REGISTRY.get(cfg.TRAINER.NAME).DATA_ROLE)
     return data_digest(dataset, cfg.DATASET.ROOT)
 

@@ -13,12 +13,14 @@ folder (a shared mount) falls back to ``<OUTPUT_DIR>/split_fewshot/<dataset fold
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import errno
 import hashlib
 import os
 import random
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from engine.dataset_base import Datum
 from engine.errors import ConfigError, InvalidInputError
@@ -31,6 +33,25 @@ VAL_SHOTS_CAP = 4
 FEWSHOT_FOLDER = "split_fewshot"
 """The few-shot files' folder inside a dataset folder (and inside OUTPUT_DIR when the dataset folder is read-only)."""
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+class StaleSampleError(InvalidInputError):
+    """A few-shot file sampled from another split than the current one (refused, left in place)."""
+
+
+_COMPARING = contextvars.ContextVar("fewshot_comparing", default=False)
+
+
+@contextlib.contextmanager
+def comparing() -> Iterator[None]:
+    """Inside: no few-shot file is written, and one sampled from another split (stale) is passed over instead of
+    refused; the sample is drawn in memory from the current split. A finished run's data is compared with what a rerun
+    would train on this way (a changed split is a data difference, not unreadable data), before anything is written."""
+    token = _COMPARING.set(True)
+    try:
+        yield
+    finally:
+        _COMPARING.reset(token)
 
 
 def fewshot_path(dataset_dir: str, num_shots: int, seed: int, folder: str = "") -> str:
@@ -113,7 +134,7 @@ def _read_cache(cache: str, data: SplitData, digest: str) -> tuple[list[Datum], 
         raise InvalidInputError(f"Few-shot file {cache} must hold a JSON object with a 'train' list; delete it")
     found = content.get("digest")
     if found is not None and found != digest:
-        raise InvalidInputError(f"Few-shot file {cache} was sampled from other data than {data.split_file} holds now "
+        raise StaleSampleError(f"Few-shot file {cache} was sampled from other data than {data.split_file} holds now "
                                 f"(digest {str(found)[:12]}, now {digest[:12]}); move it away (nothing was deleted) "
                                 "to sample again from the current split, or restore the split it came from")
     train = _decode(content["train"], data, cache)
@@ -172,18 +193,24 @@ def fewshot_splits(data: SplitData, num_shots: int, seed: int, fewshot_dir: str 
     digest = sample_digest(data, num_shots, seed)
     found = [path for path in (fewshot_path(data.dataset_dir, num_shots, seed, f) for f in (folder, fallback) if f)
              if os.path.isfile(path)]
+    train = val = None
     if found:
-        train, val = _read_cache(found[0], data, digest)
-        source = found[0]
-    else:
+        try:
+            train, val = _read_cache(found[0], data, digest)
+            source = found[0]
+        except StaleSampleError:
+            if not _COMPARING.get():
+                raise
+    if train is None:  # none, or a stale one while comparing: a rerun trains on a new sample once it is moved away
         rng = random.Random(seed)
         train = sample_per_class(data.train, num_shots, rng)
         val = sample_per_class(data.val, min(num_shots, VAL_SHOTS_CAP), rng) if data.val is not None else None
-        content = {"digest": digest, "train": encode_items(train, data.dataset_dir),
-                   "val": encode_items(val or [], data.dataset_dir)}
-        cache = _write_cache(content, data, num_shots, seed, folder, fallback)
-        print(f"Saved {num_shots}-shot data (seed {seed}) to {cache}")
         source = f"sampled from {data.split_file}"
+        if not _COMPARING.get():
+            content = {"digest": digest, "train": encode_items(train, data.dataset_dir),
+                       "val": encode_items(val or [], data.dataset_dir)}
+            cache = _write_cache(content, data, num_shots, seed, folder, fallback)
+            print(f"Saved {num_shots}-shot data (seed {seed}) to {cache}")
     check_all_classes(train, data.lab2cname, "train", source)
     if val is not None:
         check_all_classes(val, data.lab2cname, "val", source)

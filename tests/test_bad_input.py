@@ -148,6 +148,23 @@ def _other_config(tmp, data, tree, clip_file, mp):
             f"MOVE_ASIDE=1) to move that run to {tmp / '.run.old-1'} and start this one")
 
 
+def _changed_split(tmp, data, tree, clip_file, mp):
+    """A finished run, then two train images moved to the test split: the few-shot file the run used no longer fits
+    the split (it is stale), yet the run's data is compared, not skipped as unreadable."""
+    assert train.cli(coop_argv(data, tmp / "run", clip_file)) == 0
+    with open(tree.split_file) as f:
+        split = json.load(f)
+    split["test"] += split["train"][:2]
+    split["train"] = split["train"][2:]
+    with open(tree.split_file, "w") as f:
+        json.dump(split, f)
+    return (coop_argv(data, tmp / "run", clip_file),
+            f"error: {tmp / 'run'} holds a finished run that differs from this one: data (test, train_x, val: other "
+            "images, labels or classes). Nothing was changed: give this run another --output-dir (scripts: "
+            f"OUTPUT_ROOT), or add --move-aside (scripts: MOVE_ASIDE=1) to move that run to {tmp / '.run.old-1'} and "
+            "start this one")
+
+
 HELD_LOCKS: list[int] = []
 """Lock files held by a case's stand-in for another live run (closed after each test)."""
 
@@ -320,6 +337,9 @@ def _raw_pickle(tmp, data, tree, clip_file, mp):
             "nothing in it was run: restore a good copy or point to another file")
 
 
+FINISHED = ["log.txt", "prompt_learner/checkpoint", "prompt_learner/model.pth.tar-1", "results.json", "run.json"]
+"""What a finished tiny CoOp run leaves in its folder."""
+
 # case -> (setup, files left in the output folder, few-shot file written)
 CASES = {
     "unknown trainer": (_unknown_trainer, ["log.txt"], False),
@@ -346,9 +366,8 @@ CASES = {
     "percentile 150": (_value("TRAINER.PETR.PERCENTILE", "150.0", "a number in (0, 100]"), ["log.txt"], False),
     "temperature 0": (_value("TRAINER.PROMPTKD.TEMPERATURE", "0.0", "a number > 0"), ["log.txt"], False),
     "KD weight -1": (_value("TRAINER.PETR.KD_WEIGHT", "-1.0", "a number >= 0"), ["log.txt"], False),
-    "rerun with another config (finished run)": (_other_config, ["log.txt", "prompt_learner/checkpoint",
-                                                                 "prompt_learner/model.pth.tar-1", "results.json",
-                                                                 "run.json"], True),
+    "rerun with another config (finished run)": (_other_config, FINISHED, True),
+    "split changed under a finished run (stale few-shot file)": (_changed_split, FINISHED, True),
     "output folder in use by a live run": (_in_use, ["run.lock"], False),
     "--eval-only without --model-dir": (_eval_without_model, ["log.txt"], True),
     "PREC fp8": (_choice("TRAINER.COOP.PREC", "fp8", "fp32, amp, fp16, bf16"), ["log.txt"], False),
@@ -396,7 +415,8 @@ CASES = {
     "checkpoint with a pickled os.system": (_pickled_os_system, ["log.txt", "run.json"], True),
     "raw pickle as checkpoint": (_raw_pickle, ["log.txt", "run.json"], True),
 }
-UNTOUCHED = {"rerun with another config (finished run)", "output folder in use by a live run"}
+UNTOUCHED = {"rerun with another config (finished run)", "output folder in use by a live run",
+             "split changed under a finished run (stale few-shot file)"}
 """Cases that stop before the run's log opens: what the folder held stays byte for byte (its log included)."""
 
 
@@ -451,6 +471,24 @@ def test_bad_input_matrix(case, tmp_path, tiny_clip_file, monkeypatch, capsys):
     assert has_fewshot == fewshot
     assert not (tmp_path / "ran").exists()  # no pickled command ran
     _row(case, status, line, out, "written (valid)" if has_fewshot else "none")
+
+
+def test_a_changed_split_moves_aside_then_names_the_stale_fewshot_file(tmp_path, tiny_clip_file, capsys):
+    """--move-aside on a finished run whose split changed: the run is moved, then the stale few-shot file stops the
+    new one in one line (it is left in place); once it is moved away the run finishes on a new sample."""
+    tree = write_eurosat(tmp_path / "data", train_per_class=3)
+    argv, _ = _changed_split(tmp_path, tmp_path / "data", tree, tiny_clip_file, None)
+    fewshot = os.path.join(tree.dataset_dir, "split_fewshot", "shot_2-seed_1.json")
+    stale = open(fewshot, "rb").read()
+    capsys.readouterr()
+    assert train.cli(["--move-aside", *argv]) == train.EXIT_USER_ERROR
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: Few-shot file {fewshot} was sampled from other data than "
+                                               f"{tree.split_file} holds now")
+    assert _files(tmp_path / ".run.old-1") == FINISHED and _files(tmp_path / "run") == ["log.txt"]
+    assert open(fewshot, "rb").read() == stale
+    os.rename(fewshot, fewshot + ".old")
+    assert train.cli(argv) == 0 and "results.json" in _files(tmp_path / "run")
 
 
 def test_debug_shows_the_traceback(tmp_path, tiny_clip_file, capsys, monkeypatch):
