@@ -6,11 +6,13 @@ Run with ``-s`` to see the matrix as a table.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import pickle
 import random
 import re
+import shutil
 import subprocess
 import sys
 
@@ -163,6 +165,36 @@ def _changed_split(tmp, data, tree, clip_file, mp):
             "images, labels or classes). Nothing was changed: give this run another --output-dir (scripts: "
             f"OUTPUT_ROOT), or add --move-aside (scripts: MOVE_ASIDE=1) to move that run to {tmp / '.run.old-1'} and "
             "start this one")
+
+
+def zeroshot_argv(data, out, clip_file: str) -> list[str]:
+    """A tiny zero-shot CLIP evaluation on the EuroSAT tree."""
+    return ["--root", str(data), "--seed", "1", "--trainer", "ZeroshotCLIP", "--eval-only",
+            "--dataset-config-file", "configs/datasets/eurosat.yaml",
+            "--config-file", "configs/trainers/ZeroshotCLIP/vit_b16.yaml", "--output-dir", str(out),
+            "MODEL.BACKBONE.NAME", clip_file, "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0",
+            "DATALOADER.TEST.BATCH_SIZE", "8", "USE_CUDA", "False"]
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def _replaced_clip_weights(tmp, data, tree, clip_file, mp):
+    """A finished zero-shot run, then other bytes written to its CLIP weight file (same path)."""
+    weights = tmp / "clip.pt"
+    shutil.copyfile(clip_file, weights)
+    argv = zeroshot_argv(data, tmp / "run", str(weights))
+    assert train.cli(argv) == 0
+    old = sha256(weights)
+    state = torch.load(weights, weights_only=True)
+    state["text_projection"] = state["text_projection"] + 1.0
+    torch.save(state, weights)
+    new = sha256(weights)
+    return (argv, f"error: {tmp / 'run'} holds a finished run that differs from this one: MODEL.BACKBONE.NAME file "
+            f"content sha256 {old[:12]} → {new[:12]} (same path, other bytes). Nothing was changed: give this run "
+            "another --output-dir (scripts: OUTPUT_ROOT), or add --move-aside (scripts: MOVE_ASIDE=1) to move that "
+            f"run to {tmp / '.run.old-1'} and start this one")
 
 
 HELD_LOCKS: list[int] = []
@@ -368,6 +400,8 @@ CASES = {
     "KD weight -1": (_value("TRAINER.PETR.KD_WEIGHT", "-1.0", "a number >= 0"), ["log.txt"], False),
     "rerun with another config (finished run)": (_other_config, FINISHED, True),
     "split changed under a finished run (stale few-shot file)": (_changed_split, FINISHED, True),
+    "CLIP weights replaced under a finished run": (_replaced_clip_weights, ["log.txt", "results.json", "run.json"],
+                                                   False),
     "output folder in use by a live run": (_in_use, ["run.lock"], False),
     "--eval-only without --model-dir": (_eval_without_model, ["log.txt"], True),
     "PREC fp8": (_choice("TRAINER.COOP.PREC", "fp8", "fp32, amp, fp16, bf16"), ["log.txt"], False),
@@ -416,7 +450,7 @@ CASES = {
     "raw pickle as checkpoint": (_raw_pickle, ["log.txt", "run.json"], True),
 }
 UNTOUCHED = {"rerun with another config (finished run)", "output folder in use by a live run",
-             "split changed under a finished run (stale few-shot file)"}
+             "split changed under a finished run (stale few-shot file)", "CLIP weights replaced under a finished run"}
 """Cases that stop before the run's log opens: what the folder held stays byte for byte (its log included)."""
 
 
@@ -489,6 +523,22 @@ def test_a_changed_split_moves_aside_then_names_the_stale_fewshot_file(tmp_path,
     assert open(fewshot, "rb").read() == stale
     os.rename(fewshot, fewshot + ".old")
     assert train.cli(argv) == 0 and "results.json" in _files(tmp_path / "run")
+
+
+def test_touched_clip_weights_skip_the_finished_run(tmp_path, tiny_clip_file, capsys):
+    """The same bytes with a new modification time: the run is the same (weights are compared by content)."""
+    write_eurosat(tmp_path / "data", train_per_class=3)
+    weights = tmp_path / "clip.pt"
+    shutil.copyfile(tiny_clip_file, weights)
+    argv = zeroshot_argv(tmp_path / "data", tmp_path / "run", str(weights))
+    assert train.cli(argv) == 0
+    recorded = json.load(open(tmp_path / "run" / "run.json"))["weights"]
+    assert recorded == {"MODEL.BACKBONE.NAME": sha256(weights)}
+    mtime = os.stat(weights).st_mtime_ns
+    os.utime(weights, ns=(mtime + 10**9, mtime + 10**9))
+    capsys.readouterr()
+    assert train.main(argv) is None
+    assert capsys.readouterr().out.splitlines() == [f"Run finished, skipping: {tmp_path / 'run'}"]
 
 
 def test_debug_shows_the_traceback(tmp_path, tiny_clip_file, capsys, monkeypatch):
