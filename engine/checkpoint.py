@@ -20,6 +20,7 @@ from torch import nn
 
 from .errors import CorruptFileError, InputNotFoundError, InvalidInputError, first_line
 from .restricted_pickle import dropped_entries, load_upstream_checkpoint, plain_entries
+from .run_files import file_kind, not_regular_error
 from .runs import POINTER_FILE, pointed_checkpoint
 from .utils import atomic_write, atomic_write_text, mkdir_if_missing
 
@@ -90,6 +91,9 @@ def load_checkpoint(fpath: str, trust_pickle: bool = False) -> Any:
         raise ValueError("load_checkpoint: file path is None")
     if not os.path.exists(fpath):
         raise InputNotFoundError(f'Checkpoint file not found: "{fpath}"')
+    kind = file_kind(os.stat(fpath).st_mode)
+    if kind != "a regular file":  # a FIFO would block the read
+        raise not_regular_error(fpath, kind)
     if trust_pickle:
         return torch.load(fpath, map_location="cpu", weights_only=False)
     try:

@@ -197,6 +197,22 @@ def _replaced_clip_weights(tmp, data, tree, clip_file, mp):
             f"run to {tmp / '.run.old-1'} and start this one")
 
 
+def _linked(name: str):
+    """The run folder's ``name`` is a symbolic link to a file outside it (which must stay untouched)."""
+    def setup(tmp, data, tree, clip_file, mp):
+        (tmp / "run").mkdir()
+        (tmp / "outside.txt").write_text("a file outside the run folder\n")
+        os.symlink(tmp / "outside.txt", tmp / "run" / name)
+        path = tmp / "run" / name
+        return coop_argv(data, tmp / "run", clip_file), f"error: {path} " + NOT_REGULAR.format(kind="a symbolic link",
+                                                                                                path=path)
+    return setup
+
+
+NOT_REGULAR = ("is {kind}, not a regular file; a run reads and writes only regular files in its folder (nothing "
+               "outside it is followed): remove it (rm {path}) and rerun")
+
+
 HELD_LOCKS: list[int] = []
 """Lock files held by a case's stand-in for another live run (closed after each test)."""
 
@@ -402,6 +418,8 @@ CASES = {
     "split changed under a finished run (stale few-shot file)": (_changed_split, FINISHED, True),
     "CLIP weights replaced under a finished run": (_replaced_clip_weights, ["log.txt", "results.json", "run.json"],
                                                    False),
+    "run.lock is a symbolic link": (_linked("run.lock"), ["run.lock"], False),
+    "log.txt is a symbolic link": (_linked("log.txt"), ["log.txt"], False),
     "output folder in use by a live run": (_in_use, ["run.lock"], False),
     "--eval-only without --model-dir": (_eval_without_model, ["log.txt"], True),
     "PREC fp8": (_choice("TRAINER.COOP.PREC", "fp8", "fp32, amp, fp16, bf16"), ["log.txt"], False),
@@ -450,7 +468,8 @@ CASES = {
     "raw pickle as checkpoint": (_raw_pickle, ["log.txt", "run.json"], True),
 }
 UNTOUCHED = {"rerun with another config (finished run)", "output folder in use by a live run",
-             "split changed under a finished run (stale few-shot file)", "CLIP weights replaced under a finished run"}
+             "split changed under a finished run (stale few-shot file)", "CLIP weights replaced under a finished run",
+             "run.lock is a symbolic link", "log.txt is a symbolic link"}
 """Cases that stop before the run's log opens: what the folder held stays byte for byte (its log included)."""
 
 
@@ -657,6 +676,21 @@ def test_read_only_folders(tmp_path, tiny_clip_file):
     assert (done.returncode, done.stderr) == (2, line + "\n") and _files(tmp_path / "run2") == ["log.txt"]
     assert _files(shots) == [] and not os.path.exists(os.path.join(tree.dataset_dir, "split_fewshot"))
     _row("DATASET.FEWSHOT_DIR not writable", done.returncode, line, tmp_path / "run2", "none")
+
+
+def test_a_fifo_as_checkpoint_is_refused_without_blocking(tmp_path, tiny_clip_file):
+    """``python train.py --eval-only`` on a model folder whose checkpoint is a FIFO (no writer): one line, no hang
+    (the subprocess timeout is the hang guard)."""
+    write_eurosat(tmp_path / "data", train_per_class=3)
+    fifo = tmp_path / "trained" / "prompt_learner" / "model.pth.tar-1"
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    done = subprocess.run([sys.executable, "train.py", *_eval_argv(tmp_path / "data", tmp_path, tiny_clip_file)],
+                          cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    line = f"error: {fifo} " + NOT_REGULAR.format(kind="a FIFO", path=fifo)
+    assert (done.returncode, done.stderr) == (2, line + "\n")
+    assert _files(tmp_path / "run") == ["log.txt", "run.json"]
+    _row("checkpoint is a FIFO", done.returncode, line, tmp_path / "run", "written (valid)")
 
 
 def test_repeated_split_entries_and_16_bit_images_are_handled_with_a_note(tmp_path, tiny_clip_file, capsys,
