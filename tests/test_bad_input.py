@@ -29,6 +29,7 @@ from engine.checkpoint import get_rng_state, save_checkpoint
 from tests.helpers_datasets import write_image
 from tests.helpers_petr import petr_argv, write_eurosat
 from tests.helpers_run import HANG_GUARD_S, read_only
+from tests.test_engine_checkpoint import nested_pickle, write_zip_bomb
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATRIX: list[list[str]] = []
@@ -388,6 +389,21 @@ def _raw_pickle(tmp, data, tree, clip_file, mp):
 FINISHED = ["log.txt", "prompt_learner/checkpoint", "prompt_learner/model.pth.tar-1", "results.json", "run.json"]
 """What a finished tiny CoOp run leaves in its folder."""
 
+def _zip_bomb(tmp, data, tree, clip_file, mp):
+    folder = tmp / "trained" / "prompt_learner"
+    folder.mkdir(parents=True)
+    write_zip_bomb(folder / "model.pth.tar-1", 32)
+    return _eval_argv(data, tmp, clip_file), f"error: {folder / 'model.pth.tar-1'} is a zip archive whose records ..."
+
+
+def _nested_tuples(tmp, data, tree, clip_file, mp):
+    folder = tmp / "trained" / "prompt_learner"
+    folder.mkdir(parents=True)
+    path = folder / "model.pth.tar-1"
+    path.write_bytes(nested_pickle(100_000))
+    return _eval_argv(data, tmp, clip_file), f"error: {path} nests ..."
+
+
 # case -> (setup, files left in the output folder, few-shot file written)
 CASES = {
     "unknown trainer": (_unknown_trainer, ["log.txt"], False),
@@ -466,6 +482,8 @@ CASES = {
     "resume state of another backbone": (_resume_other_backbone, ["log.txt", "resume.pth.tar", "run.json"], True),
     "checkpoint with a pickled os.system": (_pickled_os_system, ["log.txt", "run.json"], True),
     "raw pickle as checkpoint": (_raw_pickle, ["log.txt", "run.json"], True),
+    "zip bomb as checkpoint": (_zip_bomb, ["log.txt", "run.json"], True),
+    "checkpoint nesting 100,000 tuples": (_nested_tuples, ["log.txt", "run.json"], True),
 }
 UNTOUCHED = {"rerun with another config (finished run)", "output folder in use by a live run",
              "split changed under a finished run (stale few-shot file)", "CLIP weights replaced under a finished run",
