@@ -383,6 +383,9 @@ def cli(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from engine.preemption import ignore_repeats_until_exit
+
+    ignore_repeats_until_exit()  # a repeated preemption signal must not turn the exit status 75 into death by signal
     status = cli()
     if status == EXIT_INTERRUPTED:  # end by SIGINT itself, so a calling shell script (a loop of runs) stops too
         signal.signal(signal.SIGINT, signal.SIG_DFL)
