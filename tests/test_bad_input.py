@@ -26,6 +26,7 @@ import clip.clip as clip_module
 import engine.utils
 import train
 from engine.checkpoint import get_rng_state, save_checkpoint
+from tests.helpers_baselines import argv as baseline_argv
 from tests.helpers_datasets import write_image
 from tests.helpers_petr import petr_argv, write_eurosat
 from tests.helpers_run import HANG_GUARD_S, read_only
@@ -404,6 +405,37 @@ def _nested_tuples(tmp, data, tree, clip_file, mp):
     return _eval_argv(data, tmp, clip_file), f"error: {path} nests ..."
 
 
+def _baseline(trainer: str, config: str, *opts: str, expected: str):
+    """A tiny run of ``trainer`` with its shipped ``config`` and ``opts``; {clip} in ``expected``: the CLIP file."""
+    def setup(tmp, data, tree, clip_file, mp):
+        return baseline_argv(data, tmp / "run", trainer, config, clip_file, "base", *opts), expected.format(
+            clip=clip_file)
+    return setup
+
+
+WEIGHTS_FIX = ("point MODEL.BACKBONE.NAME (or the teacher's TEACHER_NAME) to CLIP weights: a model name such as "
+               "ViT-B/16, or an OpenAI-format weight file")
+
+
+def _promptkd(*opts: str, expected: str):
+    def setup(tmp, data, tree, clip_file, mp):
+        return promptkd_argv(data, tmp / "run", clip_file, *opts), expected
+    return setup
+
+
+def _backbone_file(expected: str, content: bytes = b"", obj=None):
+    """MODEL.BACKBONE.NAME a file holding ``content`` (or ``obj`` saved with torch.save); {path} in ``expected``: the
+    file."""
+    def setup(tmp, data, tree, clip_file, mp):
+        path = tmp / "weights.pt"
+        if obj is None:
+            path.write_bytes(content)
+        else:
+            torch.save(obj, path)
+        return coop_argv(data, tmp / "run", clip_file, "MODEL.BACKBONE.NAME", str(path)), expected.format(path=path)
+    return setup
+
+
 # case -> (setup, files left in the output folder, few-shot file written)
 CASES = {
     "unknown trainer": (_unknown_trainer, ["log.txt"], False),
@@ -483,6 +515,34 @@ CASES = {
     "checkpoint with a pickled os.system": (_pickled_os_system, ["log.txt", "run.json"], True),
     "raw pickle as checkpoint": (_raw_pickle, ["log.txt", "run.json"], True),
     "zip bomb as checkpoint": (_zip_bomb, ["log.txt", "run.json"], True),
+    "IVLP vision prompt depth 20 on a 9-layer CLIP": (_baseline(
+        "IVLP", "vit_b16_c2_ep20_batch8_4+4ctx", "TRAINER.IVLP.PROMPT_DEPTH_VISION", "20",
+        expected="error: TRAINER.IVLP.PROMPT_DEPTH_VISION is 20, but this CLIP's vision transformer has 9 blocks; use "
+        "1 to 9 (MODEL.BACKBONE.NAME decides the CLIP)"), ["log.txt"], False),
+    "IVLP text prompt depth 12 on a 9-layer CLIP": (_baseline(
+        "IVLP", "vit_b16_c2_ep20_batch8_4+4ctx", "TRAINER.IVLP.PROMPT_DEPTH_TEXT", "12",
+        expected="error: TRAINER.IVLP.PROMPT_DEPTH_TEXT is 12, but this CLIP's text transformer has 9 blocks; use 1 "
+        "to 9 (MODEL.BACKBONE.NAME decides the CLIP)"), ["log.txt"], False),
+    "PromptKD student prompt depth 10 on a 9-layer CLIP": (_promptkd(
+        "TRAINER.PROMPTKD.PROMPT_DEPTH_VISION", "10", expected="error: TRAINER.PROMPTKD.PROMPT_DEPTH_VISION is 10, but "
+        "this CLIP's vision transformer has 9 blocks; use 1 to 9 (MODEL.BACKBONE.NAME decides the CLIP)"),
+        ["log.txt"], True),
+    "CoCoOp N_CTX 76": (_baseline("CoCoOp", "vit_b16_c4_ep10_batch1", "TRAINER.COCOOP.N_CTX", "76", expected=(
+        "error: TRAINER.COCOOP.N_CTX is 76: the prompt of the longest class name ('Herbaceous Vegetation Land') then "
+        "takes 83 tokens, more than this CLIP's context length 77; use at most 70 context tokens")), ["log.txt"],
+        False),
+    "CoOp N_CTX 76": (_baseline("CoOp", "vit_b16", "TRAINER.COOP.N_CTX", "76", expected=(
+        "error: TRAINER.COOP.N_CTX is 76: the prompt of the longest class name ('Herbaceous Vegetation Land') then "
+        "takes 83 tokens, more than this CLIP's context length 77; use at most 70 context tokens")), ["log.txt"],
+        False),
+    "CLIP weights a text file": (_backbone_file(
+        "error: cannot read CLIP weights from {path}: it is no torch weight file (or it pickles objects, which are "
+        "never loaded); " + WEIGHTS_FIX, content=b"not weights\n"), ["log.txt"], True),
+    "CLIP weights a non-CLIP dict": (_backbone_file(
+        "error: {path}: not an OpenAI-format CLIP state dict (no 'visual.proj' or 'visual.attnpool.*' key); expected "
+        "CLIPs in OpenAI's format: ViT (ViT-B/32, ViT-B/16, ViT-L/14, ViT-L/14@336px) or ResNet (RN50, RN101, RN50x4, "
+        "RN50x16, RN50x64), of any size; " + WEIGHTS_FIX, obj={"state_dict": {"ctx": torch.zeros(4)}}), ["log.txt"],
+        True),
     "checkpoint nesting 100,000 tuples": (_nested_tuples, ["log.txt", "run.json"], True),
 }
 UNTOUCHED = {"rerun with another config (finished run)", "output folder in use by a live run",

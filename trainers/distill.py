@@ -7,6 +7,7 @@ import os
 import torch
 
 from clip.model import require_vit
+from clip.prompts import check_prompt_depth
 from engine import build_lr_scheduler, build_optimizer
 from engine.compile import compile_clip
 from engine.precision import weight_dtype
@@ -75,6 +76,7 @@ class DistillMixin(ClipWeightsCheck):
     def make_student(self, name: str) -> VisualPromptStudent:
         """A new prompt set + projector (to the teacher's width) registered as ``name`` with its optimiser."""
         ns = self.ns
+        check_prompt_depth(self.clip_model, "vision", ns.PROMPT_DEPTH_VISION, f"TRAINER.{self.NS}.PROMPT_DEPTH_VISION")
         student = VisualPromptStudent(self.clip_model, ns.N_CTX_VISION, ns.PROMPT_DEPTH_VISION,
                                       self.text_features.shape[1]).to(self.device)
         optim = build_optimizer(student, self.cfg.OPTIM)

@@ -24,7 +24,7 @@ from torch import nn
 
 from clip.classifier import class_prompt_tokens, prompted_text_features, zeroshot_text_features
 from clip.model import CLIP, require_vit
-from clip.prompts import DeepPrompts
+from clip.prompts import DeepPrompts, check_prompt_depth
 from engine import TRAINER_REGISTRY, TrainerX, build_lr_scheduler, build_optimizer, compute_accuracy
 from engine.checkpoint import atomic_torch_save
 from engine.compile import compile_clip
@@ -111,6 +111,8 @@ class VLPromptLearner(nn.Module):
               ctx_init: str = "", meta: dict | None = None, setting: str = "TRAINER.PROMPTSRC") -> VLPromptLearner:
         """Fresh prompts for ``clip_model``; text layer 0 starts from ``ctx_init``'s word embeddings when given
         (``setting`` names the options in errors)."""
+        check_prompt_depth(clip_model, "text", depth_text, f"{setting}.PROMPT_DEPTH_TEXT")
+        check_prompt_depth(clip_model, "vision", depth_vision, f"{setting}.PROMPT_DEPTH_VISION")
         if ctx_init:
             text = DeepPrompts.from_text_init(clip_model, ctx_init, depth_text)
             if text.n_ctx != n_ctx_text:
