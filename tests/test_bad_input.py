@@ -423,6 +423,12 @@ def _promptkd(*opts: str, expected: str):
     return setup
 
 
+def _petr(*opts: str, expected: str):
+    def setup(tmp, data, tree, clip_file, mp):
+        return petr_argv(data, tmp / "run", clip_file, clip_file, "DATASET.SUBSAMPLE_CLASSES", "base", *opts), expected
+    return setup
+
+
 def _backbone_file(expected: str, content: bytes = b"", obj=None):
     """MODEL.BACKBONE.NAME a file holding ``content`` (or ``obj`` saved with torch.save); {path} in ``expected``: the
     file."""
@@ -527,6 +533,12 @@ CASES = {
         "TRAINER.PROMPTKD.PROMPT_DEPTH_VISION", "10", expected="error: TRAINER.PROMPTKD.PROMPT_DEPTH_VISION is 10, but "
         "this CLIP's vision transformer has 9 blocks; use 1 to 9 (MODEL.BACKBONE.NAME decides the CLIP)"),
         ["log.txt"], True),
+    "PETR batch size 1": (_petr("DATALOADER.TRAIN_X.BATCH_SIZE", "1", expected=(
+        "error: DATALOADER.TRAIN_X.BATCH_SIZE is 1; PETR's students normalise their projector's input over the batch "
+        "(BatchNorm), which takes at least 2 images per training batch: use 2 or more")), ["log.txt"], False),
+    "PromptKD batch size 1": (_promptkd("DATALOADER.TRAIN_X.BATCH_SIZE", "1", expected=(
+        "error: DATALOADER.TRAIN_X.BATCH_SIZE is 1; PromptKD's students normalise their projector's input over the "
+        "batch (BatchNorm), which takes at least 2 images per training batch: use 2 or more")), ["log.txt"], False),
     "CoCoOp N_CTX 76": (_baseline("CoCoOp", "vit_b16_c4_ep10_batch1", "TRAINER.COCOOP.N_CTX", "76", expected=(
         "error: TRAINER.COCOOP.N_CTX is 76: the prompt of the longest class name ('Herbaceous Vegetation Land') then "
         "takes 83 tokens, more than this CLIP's context length 77; use at most 70 context tokens")), ["log.txt"],

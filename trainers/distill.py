@@ -10,7 +10,9 @@ from clip.model import require_vit
 from clip.prompts import check_prompt_depth
 from engine import build_lr_scheduler, build_optimizer
 from engine.compile import compile_clip
+from engine.errors import ConfigError
 from engine.precision import weight_dtype
+from engine.run_lock import launched_world_size
 
 from .backbone import ClipWeightsCheck, load_backbone
 from .losses import kd_loss
@@ -36,6 +38,23 @@ class DistillMixin(ClipWeightsCheck):
     def check_cfg(self, cfg) -> None:
         super().check_cfg(cfg)
         check_cache_mode(cfg, cfg.TRAINER[self.NS].TEACHER_CACHE)
+        self.check_norm_batches(cfg)
+
+    def check_norm_batches(self, cfg) -> None:
+        """The students' projector has BatchNorm, which fails in training on a batch of one image: each training
+        batch (per process under torchrun) must hold at least 2. Partial batches never reach it: training loaders
+        drop the last incomplete batch (Dassl's rule, as upstream PromptKD)."""
+        loaders = ["TRAIN_X"]
+        if self.DATA_ROLE == "seen_unseen" and not cfg.DATALOADER.TRAIN_U.SAME_AS_X:
+            loaders.append("TRAIN_U")
+        world = launched_world_size()
+        for loader in loaders:
+            size = cfg.DATALOADER[loader].BATCH_SIZE
+            if cfg.OPTIM.MAX_EPOCH > 0 and size < 2 * world:
+                per = f" per process ({world} processes share the batch)" if world > 1 else ""
+                raise ConfigError(f"DATALOADER.{loader}.BATCH_SIZE is {size}; {type(self).__name__}'s students "
+                                  "normalise their projector's input over the batch (BatchNorm), which takes at least "
+                                  f"2 images per training batch{per}: use {2 * world} or more")
 
     def build_distill_parts(self, classnames: list[str]) -> None:
         """Load the frozen student CLIP and the teacher for ``classnames`` (the task's full label space)."""
