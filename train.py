@@ -283,6 +283,14 @@ def main(argv: list[str] | None = None):
                 print("\n".join([skip, *claim.notes]))
             return None
         return _run(args, cfg, claim)
+    except Exception as e:
+        from engine.errors import disk_full, disk_full_error, is_user_error
+
+        full = disk_full(e)
+        if full is None or is_user_error(e):
+            raise
+        folder = os.path.dirname(full.filename) if isinstance(full.filename, str) else cfg.OUTPUT_DIR
+        raise disk_full_error(folder, full) from e
     finally:
         if claim is not None:
             claim.release()

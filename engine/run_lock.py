@@ -99,8 +99,12 @@ class RunLock:
         self.fd, self.command = fd, command
         record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                   "command": command}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(record).encode(), 0)
+        except OSError as e:  # a full disk: leave no empty lock file behind
+            self.release()
+            raise output_dir_error(self.folder, e) from None
         return self
 
     def _open(self) -> int:

@@ -29,7 +29,7 @@ from engine.checkpoint import get_rng_state, save_checkpoint
 from tests.helpers_baselines import argv as baseline_argv
 from tests.helpers_datasets import write_image
 from tests.helpers_petr import petr_argv, write_eurosat
-from tests.helpers_run import HANG_GUARD_S, read_only
+from tests.helpers_run import HANG_GUARD_S, full_disk, read_only
 from tests.test_engine_checkpoint import nested_pickle, write_zip_bomb
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -781,6 +781,38 @@ def test_a_fifo_as_checkpoint_is_refused_without_blocking(tmp_path, tiny_clip_fi
     assert (done.returncode, done.stderr) == (2, line + "\n")
     assert _files(tmp_path / "run") == ["log.txt", "run.json"]
     _row("checkpoint is a FIFO", done.returncode, line, tmp_path / "run", "written (valid)")
+
+
+_LIST_AFTER = '"$@"; status=$?; echo "--files--"; find "$FOLDER" -type f -printf "%P %s\\n" | sort; exit $status'
+
+
+@pytest.mark.parametrize("free_kib", [0, 24], ids=["full", "almost full"])
+def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, tiny_clip_file, free_kib):
+    """``python train.py`` with OUTPUT_DIR on a real filesystem that is full (ENOSPC at the lock) or fills up while the
+    run writes (its log, run.json or a checkpoint): one error line naming the folder, exit 2, no empty run.lock and no
+    temporary or half-written file left."""
+    write_eurosat(tmp_path / "data", train_per_class=3)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    with full_disk(str(disk), free_kib) as prefix:
+        cmd = [*prefix, "sh", "-c", _LIST_AFTER, "sh", sys.executable, "train.py",
+               *coop_argv(tmp_path / "data", disk / "run", tiny_clip_file)]
+        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S,
+                              env={**os.environ, "FOLDER": str(disk)})
+    files = dict(line.rsplit(" ", 1) for line in done.stdout.split("--files--\n")[-1].splitlines())
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    if free_kib == 0:  # at the lock
+        assert errors[0] == (f"error: OUTPUT_DIR {disk / 'run'} cannot be written (No space left on device); choose "
+                             "another --output-dir")
+    else:  # at whichever write found the disk full: the run's folder (or the one inside it written to) is named
+        assert errors[0].startswith(f"error: {disk / 'run'}") and ": No space left on device; free space there" in \
+            errors[0]
+    left = sorted(rel for rel in files if rel != "filler")
+    assert "run/run.lock" not in left and not any(os.path.basename(rel).startswith(".tmp-") for rel in left), left
+    assert "run/results.json" not in left
+    _row(f"disk {'full' if free_kib == 0 else 'filling up'} (ENOSPC)", done.returncode, errors[0], disk / "run",
+         "written (valid)" if os.path.isdir(os.path.join(tmp_path, "data", "eurosat", "split_fewshot")) else "none")
 
 
 def test_repeated_split_entries_and_16_bit_images_are_handled_with_a_note(tmp_path, tiny_clip_file, capsys,
