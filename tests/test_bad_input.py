@@ -718,11 +718,12 @@ def test_eval_only_without_model_dir_stops_every_trainer_with_learned_weights(tm
     assert _files(tmp_path / "run") == ["log.txt"]
 
 
-def _row(case: str, status: int, line: str, out, fewshot: str) -> None:
-    """A matrix row; paths under pytest's temporary folder are shown from <tmp>."""
+def _row(case: str, status: int, line: str, out, fewshot: str, left: list[str] | None = None) -> None:
+    """A matrix row (``left``: the files left in ``out``, when it cannot be listed from here); paths under pytest's
+    temporary folder are shown from <tmp>."""
     line = re.sub(r"/\S*/pytest-of-[^/]+/pytest-\d+/[^/\s]+", "<tmp>", line)
-    MATRIX.append([case, line if len(line) < 150 else line[:147] + "...", status, ", ".join(_files(out)) or
-                   "(nothing)", fewshot])
+    MATRIX.append([case, line if len(line) < 150 else line[:147] + "...", status,
+                   ", ".join(_files(out) if left is None else left) or "(nothing)", fewshot])
 
 
 def test_read_only_folders(tmp_path, tiny_clip_file):
@@ -812,7 +813,8 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, tiny_
     assert "run/run.lock" not in left and not any(os.path.basename(rel).startswith(".tmp-") for rel in left), left
     assert "run/results.json" not in left
     _row(f"disk {'full' if free_kib == 0 else 'filling up'} (ENOSPC)", done.returncode, errors[0], disk / "run",
-         "written (valid)" if os.path.isdir(os.path.join(tmp_path, "data", "eurosat", "split_fewshot")) else "none")
+         "written (valid)" if os.path.isdir(os.path.join(tmp_path, "data", "eurosat", "split_fewshot")) else "none",
+         [os.path.relpath(rel, "run") for rel in left])
 
 
 def test_repeated_split_entries_and_16_bit_images_are_handled_with_a_note(tmp_path, tiny_clip_file, capsys,
