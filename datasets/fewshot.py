@@ -35,18 +35,15 @@ FEWSHOT_FOLDER = "split_fewshot"
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
-class StaleSampleError(InvalidInputError):
-    """A few-shot file sampled from another split than the current one (refused, left in place)."""
-
-
 _COMPARING = contextvars.ContextVar("fewshot_comparing", default=False)
 
 
 @contextlib.contextmanager
 def comparing() -> Iterator[None]:
-    """Inside: no few-shot file is written, and one sampled from another split (stale) is passed over instead of
-    refused; the sample is drawn in memory from the current split. A finished run's data is compared with what a rerun
-    would train on this way (a changed split is a data difference, not unreadable data), before anything is written."""
+    """Inside: no few-shot file is written, and one that does not fit the current split (sampled from another one) is
+    passed over instead of refused; the sample is drawn in memory from the current split. A finished run's data is
+    compared with what a rerun would train on this way (a changed split is a data difference, not unreadable data),
+    before anything is written."""
     token = _COMPARING.set(True)
     try:
         yield
@@ -134,7 +131,7 @@ def _read_cache(cache: str, data: SplitData, digest: str) -> tuple[list[Datum], 
         raise InvalidInputError(f"Few-shot file {cache} must hold a JSON object with a 'train' list; delete it")
     found = content.get("digest")
     if found is not None and found != digest:
-        raise StaleSampleError(f"Few-shot file {cache} was sampled from other data than {data.split_file} holds now "
+        raise InvalidInputError(f"Few-shot file {cache} was sampled from other data than {data.split_file} holds now "
                                 f"(digest {str(found)[:12]}, now {digest[:12]}); move it away (nothing was deleted) "
                                 "to sample again from the current split, or restore the split it came from")
     train = _decode(content["train"], data, cache)
@@ -198,10 +195,10 @@ def fewshot_splits(data: SplitData, num_shots: int, seed: int, fewshot_dir: str 
         try:
             train, val = _read_cache(found[0], data, digest)
             source = found[0]
-        except StaleSampleError:
+        except InvalidInputError:  # stale, or listing images outside the split (an earlier version's file)
             if not _COMPARING.get():
                 raise
-    if train is None:  # none, or a stale one while comparing: a rerun trains on a new sample once it is moved away
+    if train is None:  # none, or one that does not fit the split while comparing: the sample a rerun would draw
         rng = random.Random(seed)
         train = sample_per_class(data.train, num_shots, rng)
         val = sample_per_class(data.val, min(num_shots, VAL_SHOTS_CAP), rng) if data.val is not None else None
