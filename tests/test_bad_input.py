@@ -547,6 +547,16 @@ CASES = {
         "error: TRAINER.COOP.N_CTX is 76: the prompt of the longest class name ('Herbaceous Vegetation Land') then "
         "takes 83 tokens, more than this CLIP's context length 77; use at most 70 context tokens")), ["log.txt"],
         False),
+    "IVLP N_CTX_TEXT 76": (_baseline("IVLP", "vit_b16_c2_ep20_batch8_4+4ctx", "TRAINER.IVLP.N_CTX_TEXT", "76",
+                                     "TRAINER.IVLP.CTX_INIT", "''", expected=(
+        "error: TRAINER.IVLP.N_CTX_TEXT is 76: the prompt of the longest class name ('Herbaceous Vegetation Land') "
+        "then takes 83 tokens, more than this CLIP's context length 77; use at most 70 context tokens")),
+        ["log.txt"], False),
+    "MaPLe N_CTX 76": (_baseline("MaPLe", "vit_b16_c2_ep5_batch4_2ctx", "TRAINER.MAPLE.N_CTX", "76",
+                                 "TRAINER.MAPLE.CTX_INIT", "''", expected=(
+        "error: TRAINER.MAPLE.N_CTX is 76: the prompt of the longest class name ('Herbaceous Vegetation Land') then "
+        "takes 83 tokens, more than this CLIP's context length 77; use at most 70 context tokens")), ["log.txt"],
+        False),
     "CLIP weights a text file": (_backbone_file(
         "error: cannot read CLIP weights from {path}: it is no torch weight file (or it pickles objects, which are "
         "never loaded); " + WEIGHTS_FIX, content=b"not weights\n"), ["log.txt"], True),
