@@ -323,7 +323,6 @@ def signal_until_exit(cmd: list[str], marker: str, sig: int) -> tuple[int, str]:
     return proc.returncode, "".join(lines)
 
 
-@pytest.mark.slow
 def test_repeated_sigterms_still_end_with_the_preempted_status(data, tmp_path, tiny_clip_file, tiny_teacher_clip_file):
     """SIGTERM again and again from a training step on (a scheduler that repeats its signal): the state is saved and
     train.py ends with 75, never killed by a repeat (143) nor with a traceback."""
