@@ -190,16 +190,18 @@ def print_args(args: argparse.Namespace, cfg) -> None:
 
 def dataset_digest(cfg, dataset=None) -> dict[str, str]:
     """The run's data digest (``engine.run_identity.data_digest``) of ``dataset``, or of the dataset alone built for the
-    trainer's data role (seeded as the run is; its output muted) when none is given."""
+    trainer's data role (seeded as the run is; its output muted; no few-shot file written, a stale one passed over:
+    ``datasets.fewshot.comparing``) when none is given."""
     from engine.run_identity import data_digest
 
     if dataset is None:
         register_project()
+        from datasets.fewshot import comparing
         from engine import TRAINER_REGISTRY, build_dataset, set_random_seed
 
         if cfg.SEED >= 0:
             set_random_seed(cfg.SEED)
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), comparing():
             dataset = build_dataset(cfg, TRAINER_REGISTRY.get(cfg.TRAINER.NAME).DATA_ROLE)
     return data_digest(dataset, cfg.DATASET.ROOT)
 
@@ -290,6 +292,14 @@ def main(argv: list[str] | None = None):
                 print("\n".join([skip, *claim.notes]))
             return None
         return _run(args, cfg, claim)
+    except Exception as e:
+        from engine.errors import disk_full, disk_full_error, is_user_error
+
+        full = disk_full(e)
+        if full is None or is_user_error(e):
+            raise
+        folder = os.path.dirname(full.filename) if isinstance(full.filename, str) else cfg.OUTPUT_DIR
+        raise disk_full_error(folder, full) from e
     finally:
         if claim is not None:
             claim.release()
@@ -390,6 +400,9 @@ def cli(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from engine.preemption import ignore_repeats_until_exit
+
+    ignore_repeats_until_exit()  # a repeated preemption signal must not turn the exit status 75 into death by signal
     status = cli()
     if status == EXIT_INTERRUPTED:  # end by SIGINT itself, so a calling shell script (a loop of runs) stops too
         signal.signal(signal.SIGINT, signal.SIG_DFL)

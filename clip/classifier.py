@@ -14,9 +14,11 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from engine.distributed import is_main
+from engine.errors import ConfigError
 
 from .clip import tokenize
 from .model import CLIP
+from .tokenizer import encode
 
 
 def trim_padding(tokens: torch.Tensor) -> torch.Tensor:
@@ -75,9 +77,30 @@ def class_prompt_tokens(classnames: Sequence[str], n_ctx: int, context_length: i
     Padding after the last EOT is trimmed (``trim_padding``): the text features are unchanged and the text tower
     runs on ~10-20 instead of 77 positions.
     """
-    prefix = prefix.replace("_", " ").strip() or " ".join(["X"] * n_ctx)
-    tokens = tokenize([f"{prefix} {name.replace('_', ' ')}." for name in classnames], context_length)
+    tokens = tokenize(class_prompts(classnames, n_ctx, prefix), context_length)
     return trim_padding(tokens)
+
+
+def class_prompts(classnames: Sequence[str], n_ctx: int, prefix: str = "") -> list[str]:
+    """The texts "<prefix> <class name>." of ``class_prompt_tokens`` (prefix: n_ctx placeholders "X" unless given)."""
+    prefix = prefix.replace("_", " ").strip() or " ".join(["X"] * n_ctx)
+    return [f"{prefix} {name.replace('_', ' ')}." for name in classnames]
+
+
+def fitting_class_prompts(classnames: Sequence[str], n_ctx: int, prefix: str, context_length: int,
+                          setting: str) -> list[str]:
+    """``class_prompts``, checked to fit the text tower's ``context_length`` tokens: a context of ``n_ctx`` tokens
+    (``setting``: the config key and value that chose it) leaving the longest class name no room is refused in one
+    line, before anything is trained."""
+    prompts = class_prompts(classnames, n_ctx, prefix)
+    lengths = [len(encode(text)) + 2 for text in prompts]  # + start and end tokens
+    longest = max(range(len(prompts)), key=lengths.__getitem__)
+    over = lengths[longest] - context_length
+    if over > 0:
+        raise ConfigError(f"{setting}: the prompt of the longest class name ({classnames[longest]!r}) then takes "
+                          f"{lengths[longest]} tokens, more than this CLIP's context length {context_length}; use at "
+                          f"most {n_ctx - over} context tokens")
+    return prompts
 
 
 @torch.no_grad()

@@ -16,7 +16,7 @@ import torchvision.transforms as T
 from PIL import Image
 from tqdm import tqdm
 
-from engine.errors import ConfigError, CorruptFileError, InputNotFoundError
+from engine.errors import ConfigError, CorruptFileError, InputNotFoundError, InvalidInputError, UserError, first_line
 
 from .model import CLIP, build_model
 from .tokenizer import EOT_TOKEN, SOT_TOKEN, encode
@@ -81,6 +81,10 @@ def weights_path(name_or_path: str, download_root: str | None = None) -> str:
         ) from None
 
 
+_WEIGHTS_FIX = ("point MODEL.BACKBONE.NAME (or the teacher's TEACHER_NAME) to CLIP weights: a model name such as "
+                "ViT-B/16, or an OpenAI-format weight file")
+
+
 def _is_torchscript(path: str) -> bool:
     """True for TorchScript archives (OpenAI's .pt files), which hold code/ and constants.pkl entries."""
     if not zipfile.is_zipfile(path):
@@ -97,13 +101,16 @@ def _read_state_dict(path: str) -> dict:
                 warnings.simplefilter("ignore", FutureWarning)
                 return torch.jit.load(path, map_location="cpu").state_dict()
         obj = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, pickle.UnpicklingError) as e:
-        raise CorruptFileError(f"cannot read CLIP weights from {path} ({type(e).__name__}: {e}); the file may be "
-                           "incomplete or corrupt: delete it and obtain it again") from None
+    except pickle.UnpicklingError:  # no torch file at all (a text file, say), or one that pickles objects
+        raise CorruptFileError(f"cannot read CLIP weights from {path}: it is no torch weight file (or it pickles "
+                               f"objects, which are never loaded); {_WEIGHTS_FIX}") from None
+    except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile) as e:
+        raise CorruptFileError(f"cannot read CLIP weights from {path} ({type(e).__name__}: {first_line(e)[:160]}); "
+                               "the file may be incomplete or corrupt: delete it and obtain it again") from None
     if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
         obj = obj["state_dict"]
     if not isinstance(obj, dict):
-        raise RuntimeError(f"{path} holds a {type(obj).__name__}, not a CLIP state dict")
+        raise InvalidInputError(f"{path} holds a {type(obj).__name__}, not a CLIP state dict; {_WEIGHTS_FIX}")
     return obj
 
 
@@ -119,7 +126,11 @@ def load_model(name_or_path: str, device: str | torch.device = "cpu", dtype: tor
 def _build(path: str) -> CLIP:
     try:
         return build_model(_read_state_dict(path))
-    except (ValueError, NotImplementedError) as e:
+    except UserError:
+        raise
+    except ValueError as e:  # build_model: a dict that is no CLIP of a supported shape
+        raise InvalidInputError(f"{path}: {e}; {_WEIGHTS_FIX}") from None
+    except NotImplementedError as e:
         raise type(e)(f"{path}: {e}") from None
 
 

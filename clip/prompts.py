@@ -6,6 +6,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from engine.errors import ConfigError
+
 from .clip import tokenize
 from .model import CLIP
 
@@ -24,6 +26,15 @@ def init_text_embedding(clip_model: CLIP, init_text: str, n_ctx: int | None = No
     weight = clip_model.token_embedding.weight
     with torch.no_grad():
         return clip_model.token_embedding(tokens.to(weight.device))[0, 1:1 + n_ctx].clone()
+
+
+def check_prompt_depth(clip_model: CLIP, tower: str, depth: int, key: str) -> None:
+    """Refuse deep prompts for more layers than the CLIP's ``tower`` ("text" or "vision") has blocks, naming the
+    config ``key``, before anything is trained (the encoder would refuse them at the first forward)."""
+    layers = clip_model.text_layers if tower == "text" else clip_model.vision_layers
+    if not 1 <= depth <= layers:
+        raise ConfigError(f"{key} is {depth}, but this CLIP's {tower} transformer has {layers} blocks; use 1 to "
+                          f"{layers} (MODEL.BACKBONE.NAME decides the CLIP)")
 
 
 class DeepPrompts(nn.Module):

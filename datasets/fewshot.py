@@ -13,12 +13,14 @@ folder (a shared mount) falls back to ``<OUTPUT_DIR>/split_fewshot/<dataset fold
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import errno
 import hashlib
 import os
 import random
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from engine.dataset_base import Datum
 from engine.errors import ConfigError, InvalidInputError
@@ -30,6 +32,22 @@ from .splits import SplitData, encode_items, make_datum, relative_paths, shown
 VAL_SHOTS_CAP = 4
 """CoOp samples ``min(K, 4)`` validation images per class."""
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+_COMPARING = contextvars.ContextVar("fewshot_comparing", default=False)
+
+
+@contextlib.contextmanager
+def comparing() -> Iterator[None]:
+    """Inside: no few-shot file is written, and one that does not fit the current split (sampled from another one) is
+    passed over instead of refused; the sample is drawn in memory from the current split. A finished run's data is
+    compared with what a rerun would train on this way (a changed split is a data difference, not unreadable data),
+    before anything is written."""
+    token = _COMPARING.set(True)
+    try:
+        yield
+    finally:
+        _COMPARING.reset(token)
 
 
 def sample_digest(data: SplitData, num_shots: int, seed: int) -> str:
@@ -166,18 +184,24 @@ def fewshot_splits(data: SplitData, num_shots: int, seed: int, fewshot_dir: str 
     digest = sample_digest(data, num_shots, seed)
     found = [path for path in (fewshot_path(data.dataset_dir, num_shots, seed, f) for f in (folder, fallback) if f)
              if os.path.isfile(path)]
+    train = val = None
     if found:
-        train, val = _read_cache(found[0], data, digest)
-        source = found[0]
-    else:
+        try:
+            train, val = _read_cache(found[0], data, digest)
+            source = found[0]
+        except InvalidInputError:  # stale, or listing images outside the split (an earlier version's file)
+            if not _COMPARING.get():
+                raise
+    if train is None:  # none, or one that does not fit the split while comparing: the sample a rerun would draw
         rng = random.Random(seed)
         train = sample_per_class(data.train, num_shots, rng)
         val = sample_per_class(data.val, min(num_shots, VAL_SHOTS_CAP), rng) if data.val is not None else None
-        content = {"digest": digest, "train": encode_items(train, data.dataset_dir),
-                   "val": encode_items(val or [], data.dataset_dir)}
-        cache = _write_cache(content, data, num_shots, seed, folder, fallback)
-        print(f"Saved {num_shots}-shot data (seed {seed}) to {cache}")
         source = f"sampled from {data.split_file}"
+        if not _COMPARING.get():
+            content = {"digest": digest, "train": encode_items(train, data.dataset_dir),
+                       "val": encode_items(val or [], data.dataset_dir)}
+            cache = _write_cache(content, data, num_shots, seed, folder, fallback)
+            print(f"Saved {num_shots}-shot data (seed {seed}) to {cache}")
     check_all_classes(train, data.lab2cname, "train", source)
     if val is not None:
         check_all_classes(val, data.lab2cname, "val", source)

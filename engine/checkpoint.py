@@ -11,6 +11,7 @@ import pickle
 import random
 import shutil
 import warnings
+import zipfile
 from collections import OrderedDict
 from typing import Any
 
@@ -20,6 +21,7 @@ from torch import nn
 
 from .errors import CorruptFileError, InputNotFoundError, InvalidInputError, first_line
 from .restricted_pickle import dropped_entries, load_upstream_checkpoint, plain_entries
+from .run_files import file_kind, not_regular_error
 from .runs import POINTER_FILE, pointed_checkpoint
 from .utils import atomic_write, atomic_write_text, mkdir_if_missing
 
@@ -83,6 +85,26 @@ def checkpoint_epoch(path: str) -> int | None:
     return int(suffix) if suffix.isdigit() else None
 
 
+def check_archive(fpath: str) -> None:
+    """Refuse a zip checkpoint whose records would unpack to more than the file holds, before any is read: torch
+    writes its records uncompressed, so a compressed record or such a total is a zip bomb or no torch file."""
+    if not zipfile.is_zipfile(fpath):
+        return
+    try:
+        with zipfile.ZipFile(fpath) as archive:
+            records = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):  # torch's reader names what is wrong with it
+        return
+    size = os.path.getsize(fpath)
+    total = sum(r.file_size for r in records)
+    packed = [r.filename for r in records if r.compress_type != zipfile.ZIP_STORED]
+    if packed or total > size:
+        shown = f" (compressed: {', '.join(packed[:3])}{', ...' if len(packed) > 3 else ''})" if packed else ""
+        raise CorruptFileError(f"{fpath} is a zip archive whose records unpack to {total} bytes from a {size}-byte "
+                               f"file{shown}; torch writes checkpoints uncompressed, so it was refused before reading: "
+                               "restore a good copy or point to another file")
+
+
 def load_checkpoint(fpath: str, trust_pickle: bool = False) -> Any:
     """Load a checkpoint on CPU with ``weights_only=True`` (restricted unpickling for upstream files that hold
     pickled objects); ``trust_pickle=True`` unpickles a trusted file as it is."""
@@ -90,6 +112,10 @@ def load_checkpoint(fpath: str, trust_pickle: bool = False) -> Any:
         raise ValueError("load_checkpoint: file path is None")
     if not os.path.exists(fpath):
         raise InputNotFoundError(f'Checkpoint file not found: "{fpath}"')
+    kind = file_kind(os.stat(fpath).st_mode)
+    if kind != "a regular file":  # a FIFO would block the read
+        raise not_regular_error(fpath, kind)
+    check_archive(fpath)
     if trust_pickle:
         return torch.load(fpath, map_location="cpu", weights_only=False)
     try:

@@ -4,6 +4,7 @@ Each also derives from the built-in type callers already catch (ValueError, File
 """
 from __future__ import annotations
 
+import errno
 import os
 
 
@@ -52,3 +53,21 @@ def output_dir_error(folder: str, error: OSError) -> ConfigError:
         reason = (f"lies under the file {parent}" if os.path.isfile(parent)
                   else f"cannot be written ({error.strerror or error})")
     return ConfigError(f"OUTPUT_DIR {folder} {reason}; choose another --output-dir")
+
+
+def disk_full(error: BaseException) -> OSError | None:
+    """The "no space left" (ENOSPC, EDQUOT) error behind ``error``: itself, or one it was raised from or while
+    handling (torch's writer raises a RuntimeError while handling the OSError); None when there is none."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def disk_full_error(folder: str, error: OSError) -> ConfigError:
+    """The one-line error for a write that found no space left in ``folder``."""
+    return ConfigError(f"{folder}: {error.strerror or 'No space left on device'}; free space there or choose another "
+                       "--output-dir, then rerun the same command (it goes on from the last state saved)")

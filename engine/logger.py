@@ -8,7 +8,8 @@ import sys
 import time
 from typing import TextIO
 
-from .errors import output_dir_error
+from .errors import UserError, output_dir_error
+from .run_files import open_run_file
 from .runs import LOG_FILE
 from .utils import mkdir_if_missing
 
@@ -23,7 +24,7 @@ class Logger:
         if fpath is not None:
             mkdir_if_missing(os.path.dirname(os.path.abspath(fpath)))
             earlier = os.path.isfile(fpath) and os.path.getsize(fpath) > 0
-            self.file = open(fpath, "a")
+            self.file = os.fdopen(open_run_file(fpath, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a")
             if earlier:
                 stamp = time.strftime("%Y-%m-%d %H:%M:%S")
                 self.file.write(f"\n===== {stamp}: new attempt (earlier ones above) =====\n")
@@ -80,6 +81,8 @@ def setup_logger(output: str | None = None) -> Logger | None:
     fpath = output if output.endswith((".txt", ".log")) else os.path.join(output, LOG_FILE)
     try:
         logger = Logger(fpath)
+    except UserError:  # log.txt is a link or no regular file
+        raise
     except OSError as e:
         raise output_dir_error(os.path.dirname(fpath) or ".", e) from None
     sys.stdout = logger

@@ -7,7 +7,8 @@ sends SIGHUP. ``handle_signals()`` (train.py) turns each of them into a request 
   (or the epoch's validation and checkpoint writing), writes a step-level resume state and raises
   :class:`Preempted`;
 * anywhere else (building the run, the final evaluation) :class:`Preempted` is raised at once: the resume state
-  already on disk is the latest one.
+  already on disk is the latest one;
+* a repeated signal after the first is ignored: the run is already stopping.
 
 ``Preempted`` derives from BaseException (as KeyboardInterrupt) so that no ``except Exception`` on the way turns it
 into another error; train.py reports it in one line and exits with status 75 (``EXIT_PREEMPTED``).
@@ -37,6 +38,7 @@ class Preempted(BaseException):
 class _State:
     signal_name: str | None = None  # the signal received (None: no request)
     deferring = 0  # depth of deferred() blocks
+    exits_after = False  # the process exits once the run ends (ignore_repeats_until_exit)
 
 
 def requested() -> str | None:
@@ -45,6 +47,8 @@ def requested() -> str | None:
 
 
 def _on_signal(signum: int, frame) -> None:
+    if _State.signal_name:  # a repeat while the run saves its state and stops: the first request is being served
+        return
     _State.signal_name = signal.Signals(signum).name
     if not _State.deferring:
         raise Preempted(f"preempted ({_State.signal_name}) outside a training step; the last saved state stays: "
@@ -54,8 +58,10 @@ def _on_signal(signum: int, frame) -> None:
 @contextlib.contextmanager
 def handle_signals() -> Iterator[None]:
     """Inside: the preemption signals are requests (see the module docstring); SIGINT raises KeyboardInterrupt even
-    when the process started with it ignored (a background job). Previous handlers are restored afterwards; outside
-    the main thread no signal handler is installed. The exit handler for leftover workers stays for the process."""
+    when the process started with it ignored (a background job). Previous handlers are restored afterwards (after a
+    preemption in a process that exits next, :func:`ignore_repeats_until_exit`, the preemption signals are ignored
+    instead); outside the main thread no signal handler is installed. The exit handler for leftover workers stays
+    for the process."""
     install_exit_handler()
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -66,9 +72,17 @@ def handle_signals() -> Iterator[None]:
     try:
         yield
     finally:
+        stopping = _State.exits_after and _State.signal_name is not None
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if stopping and sig in SIGNALS else handler)
         _State.signal_name, _State.deferring = None, 0
+
+
+def ignore_repeats_until_exit() -> None:
+    """For an entry point that exits when its run ends (``python train.py``): once a run stopped on a preemption
+    signal, the preemption signals stay ignored, so a repeat (schedulers send several) cannot end the process by the
+    signal (status 143) before it exits with its own status."""
+    _State.exits_after = True
 
 
 @contextlib.contextmanager

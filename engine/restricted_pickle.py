@@ -162,18 +162,24 @@ def opaque_names(obj: Any) -> set[str]:
 
 def plain_entries(checkpoint: Any, path: str) -> tuple[dict, dict[Any, list[str]]]:
     """The entries of a loaded checkpoint dict that hold plain data only, and the others with the names of the
-    objects they hold; a checkpoint that is no dict, or whose state_dict holds objects, is refused in one line."""
+    objects they hold; a checkpoint that is no dict, whose state_dict holds objects or that nests containers beyond the
+    recursion limit is refused in one line."""
     if not isinstance(checkpoint, dict):
         names = ", ".join(sorted(opaque_names(checkpoint))) or type(checkpoint).__name__
         raise InvalidInputError(f"{path} holds a pickled {names} object, not a checkpoint dict (Dassl layout: "
                                 "state_dict, epoch, ...); nothing was run")
     kept, ignored = {}, {}
-    for key, value in checkpoint.items():
-        names = opaque_names(value)
-        if names or not isinstance(key, (str, int)):
-            ignored[key] = sorted(names | opaque_names(key))
-        else:
-            kept[key] = value
+    try:
+        for key, value in checkpoint.items():
+            names = opaque_names(value)
+            if names or not isinstance(key, (str, int)):
+                ignored[key] = sorted(names | opaque_names(key))
+            else:
+                kept[key] = value
+    except RecursionError:
+        raise CorruptFileError(f"{path} nests its containers deeper than Python's recursion limit (a checkpoint holds "
+                               "flat dicts of tensors); refused, nothing was run: restore a good copy or point to "
+                               "another file") from None
     if "state_dict" in ignored:
         names = ", ".join(ignored["state_dict"])
         raise InvalidInputError(f"{path}: its state_dict holds pickled objects ({names}), not only tensors; "

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .digests import file_digest
 from .errors import UserError
 from .run_lock import RunLock
 from .runs import BEST_MODEL_FILE, IDENTITY_FILE, RESUME_FILE, model_folders, pointed_checkpoint, unlocked_state
@@ -47,13 +48,17 @@ def flat_config(cfg: Mapping) -> dict[str, Any]:
     return flat
 
 
-def file_digest(path: str) -> str:
-    """SHA-256 of a file's bytes (hex)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def is_weight_key(key: str) -> bool:
+    """Config keys naming a weight file the run loads: the CLIP backbone and a distilling trainer's teacher CLIP
+    (``*.TEACHER_NAME``) and teacher checkpoint (``*.TEACHER_CKPT``)."""
+    return key == "MODEL.BACKBONE.NAME" or key.endswith((".TEACHER_NAME", ".TEACHER_CKPT"))
+
+
+def weight_digests(config: Mapping[str, Any]) -> dict[str, str]:
+    """SHA-256 of each weight file the flat ``config`` names by path (:func:`is_weight_key`); model names such as
+    ``ViT-B/16`` are left to their config value (a download is checked against its published SHA-256)."""
+    return {key: file_digest(value) for key, value in sorted(config.items())
+            if is_weight_key(key) and isinstance(value, str) and value and os.path.isfile(value)}
 
 
 def evaluated_files(model_dir: str, load_epoch: int | str | None) -> list[str]:
@@ -76,11 +81,13 @@ def evaluated_files(model_dir: str, load_epoch: int | str | None) -> list[str]:
 
 def run_identity(cfg: Mapping, eval_only: bool = False, model_dir: str = "",
                  load_epoch: int | str | None = None) -> dict:
-    """What a run is, without its data: trainer, seed, mode, the merged config minus :data:`IGNORED_KEYS` and, for an
-    evaluation of a trained model, the model folder, load epoch and a digest of each file it loads."""
+    """What a run is, without its data: trainer, seed, mode, the merged config minus :data:`IGNORED_KEYS`, the content
+    of the weight files it names (:func:`weight_digests`) and, for an evaluation of a trained model, the model folder,
+    load epoch and a digest of each file it loads."""
     config = {k: v for k, v in flat_config(cfg).items() if k not in IGNORED_KEYS}
     identity: dict[str, Any] = {"trainer": config.get("TRAINER.NAME", ""), "seed": config.get("SEED"),
-                                "mode": "eval-only" if eval_only else "train", "config": config}
+                                "mode": "eval-only" if eval_only else "train", "config": config,
+                                "weights": weight_digests(config)}
     if eval_only and model_dir:
         identity["model"] = {
             "dir": os.path.abspath(model_dir), "load_epoch": load_epoch,
@@ -120,6 +127,10 @@ def identity_differences(recorded: Mapping, current: Mapping, with_data: bool = 
         diffs.append(f"mode {recorded.get('mode')} → {current.get('mode')}")
     old, new = recorded.get("config", {}), current.get("config", {})
     diffs += [f"{k} {_short(old[k])} → {_short(new[k])}" for k in sorted(old.keys() & new.keys()) if old[k] != new[k]]
+    old_weights, new_weights = recorded.get("weights") or {}, current.get("weights") or {}
+    diffs += [f"{k} file content sha256 {old_weights[k][:12]} → {new_weights[k][:12]} (same path, other bytes)"
+              for k in sorted(old_weights.keys() & new_weights.keys())
+              if old_weights[k] != new_weights[k] and old.get(k) == new.get(k)]
     old_files = (recorded.get("model") or {}).get("files", {})
     new_files = (current.get("model") or {}).get("files", {})
     if old_files != new_files:

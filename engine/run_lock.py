@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 
 from .errors import UserError, output_dir_error
+from .run_files import open_run_file
 
 LOCK_FILE = "run.lock"
 """Locked (``flock``) by the process working in the folder; it names that process."""
@@ -26,8 +27,8 @@ def lock_holder(path: str) -> dict | None:
     live process holds it."""
     lock_path = os.path.join(path, LOCK_FILE)
     try:
-        fd = os.open(lock_path, os.O_RDONLY)
-    except OSError:
+        fd = open_run_file(lock_path, os.O_RDONLY)
+    except OSError:  # none, or not a lock a run could hold (a link, a FIFO)
         return None
     try:
         try:
@@ -98,20 +99,26 @@ class RunLock:
         self.fd, self.command = fd, command
         record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                   "command": command}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(record).encode(), 0)
+        except OSError as e:  # a full disk: leave no empty lock file behind
+            self.release()
+            raise output_dir_error(self.folder, e) from None
         return self
 
     def _open(self) -> int:
         try:
             os.makedirs(self.folder, exist_ok=True)
-            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            return open_run_file(self.path, os.O_RDWR | os.O_CREAT)
+        except UserError:
+            raise
         except OSError as e:
             raise output_dir_error(self.folder, e) from None
 
     def _same_file(self, fd: int) -> bool:
         try:
-            st = os.stat(self.path)
+            st = os.lstat(self.path)
         except FileNotFoundError:
             return False
         own = os.fstat(fd)

@@ -145,3 +145,20 @@ def read_only(folder: str) -> Iterator[list[str]]:
     if probe.returncode != 0:
         pytest.skip(f"running as root and no read-only mount possible ({probe.stderr.decode().strip()[:80]})")
     yield prefix
+
+
+@contextlib.contextmanager
+def full_disk(folder: str, free_kib: int) -> Iterator[list[str]]:
+    """A command prefix under which ``folder`` is a small filesystem (tmpfs, in new user and mount namespaces) with
+    about ``free_kib`` KiB left (0: full), so writes there fail with ENOSPC as on a full disk. The command's files
+    there vanish with it: it must report them itself. Skips the test where such a mount is not allowed."""
+    import pytest
+
+    fill = ('mount -t tmpfs -o size=1m tmpfs "$1" && { head -c $((1024 * (1024 - $2))) /dev/zero > "$1/filler"; '
+            'true; } && shift 2 && exec "$@"')
+    prefix = [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", "sh", "-c", fill, "sh",
+              folder, str(free_kib)]
+    probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=HANG_GUARD_S)
+    if probe.returncode != 0:
+        pytest.skip(f"no small filesystem can be mounted here ({probe.stderr.decode().strip()[:80]})")
+    yield prefix

@@ -6,11 +6,13 @@ Run with ``-s`` to see the matrix as a table.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import pickle
 import random
 import re
+import shutil
 import subprocess
 import sys
 
@@ -24,10 +26,12 @@ import clip.clip as clip_module
 import engine.utils
 import train
 from engine.checkpoint import get_rng_state, save_checkpoint
+from tests.helpers_baselines import argv as baseline_argv
 from tests.helpers_datasets import write_image
 from tests.helpers_petr import petr_argv, write_eurosat
-from tests.helpers_run import HANG_GUARD_S, read_only
+from tests.helpers_run import HANG_GUARD_S, full_disk, read_only
 from tests.helpers_upstream import write_dassl_checkpoint
+from tests.test_engine_checkpoint import nested_pickle, write_zip_bomb
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATRIX: list[list[str]] = []
@@ -153,6 +157,69 @@ def _other_config(tmp, data, tree, clip_file, mp):
             f"error: {tmp / 'run'} holds a finished run that differs from this one: OPTIM.LR 0.002 → 0.01. Nothing "
             "was changed: give this run another --output-dir (scripts: OUTPUT_ROOT), or add --move-aside (scripts: "
             f"MOVE_ASIDE=1) to move that run to {tmp / '.run.old-1'} and start this one")
+
+
+def _changed_split(tmp, data, tree, clip_file, mp):
+    """A finished run, then two train images moved to the test split: the few-shot file the run used no longer fits
+    the split (it is stale), yet the run's data is compared, not skipped as unreadable."""
+    assert train.cli(coop_argv(data, tmp / "run", clip_file)) == 0
+    with open(tree.split_file) as f:
+        split = json.load(f)
+    split["test"] += split["train"][:2]
+    split["train"] = split["train"][2:]
+    with open(tree.split_file, "w") as f:
+        json.dump(split, f)
+    return (coop_argv(data, tmp / "run", clip_file),
+            f"error: {tmp / 'run'} holds a finished run that differs from this one: data (test, train_x, val: other "
+            "images, labels or classes). Nothing was changed: give this run another --output-dir (scripts: "
+            f"OUTPUT_ROOT), or add --move-aside (scripts: MOVE_ASIDE=1) to move that run to {tmp / '.run.old-1'} and "
+            "start this one")
+
+
+def zeroshot_argv(data, out, clip_file: str) -> list[str]:
+    """A tiny zero-shot CLIP evaluation on the EuroSAT tree."""
+    return ["--root", str(data), "--seed", "1", "--trainer", "ZeroshotCLIP", "--eval-only",
+            "--dataset-config-file", "configs/datasets/eurosat.yaml",
+            "--config-file", "configs/trainers/ZeroshotCLIP/vit_b16.yaml", "--output-dir", str(out),
+            "MODEL.BACKBONE.NAME", clip_file, "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0",
+            "DATALOADER.TEST.BATCH_SIZE", "8", "USE_CUDA", "False"]
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def _replaced_clip_weights(tmp, data, tree, clip_file, mp):
+    """A finished zero-shot run, then other bytes written to its CLIP weight file (same path)."""
+    weights = tmp / "clip.pt"
+    shutil.copyfile(clip_file, weights)
+    argv = zeroshot_argv(data, tmp / "run", str(weights))
+    assert train.cli(argv) == 0
+    old = sha256(weights)
+    state = torch.load(weights, weights_only=True)
+    state["text_projection"] = state["text_projection"] + 1.0
+    torch.save(state, weights)
+    new = sha256(weights)
+    return (argv, f"error: {tmp / 'run'} holds a finished run that differs from this one: MODEL.BACKBONE.NAME file "
+            f"content sha256 {old[:12]} → {new[:12]} (same path, other bytes). Nothing was changed: give this run "
+            "another --output-dir (scripts: OUTPUT_ROOT), or add --move-aside (scripts: MOVE_ASIDE=1) to move that "
+            f"run to {tmp / '.run.old-1'} and start this one")
+
+
+def _linked(name: str):
+    """The run folder's ``name`` is a symbolic link to a file outside it (which must stay untouched)."""
+    def setup(tmp, data, tree, clip_file, mp):
+        (tmp / "run").mkdir()
+        (tmp / "outside.txt").write_text("a file outside the run folder\n")
+        os.symlink(tmp / "outside.txt", tmp / "run" / name)
+        path = tmp / "run" / name
+        return coop_argv(data, tmp / "run", clip_file), f"error: {path} " + NOT_REGULAR.format(kind="a symbolic link",
+                                                                                                path=path)
+    return setup
+
+
+NOT_REGULAR = ("is {kind}, not a regular file; a run reads and writes only regular files in its folder (nothing "
+               "outside it is followed): remove it (rm {path}) and rerun")
 
 
 HELD_LOCKS: list[int] = []
@@ -386,6 +453,61 @@ def _tuned_words_unknown(tmp, data, tree, clip_file, mp):
             f"that stay in the prompt; put the run's log.txt (Dassl writes the config at its top) back in {folder}")
 
 
+FINISHED = ["log.txt", "prompt_learner/checkpoint", "prompt_learner/model.pth.tar-1", "results.json", "run.json"]
+"""What a finished tiny CoOp run leaves in its folder."""
+
+def _zip_bomb(tmp, data, tree, clip_file, mp):
+    folder = tmp / "trained" / "prompt_learner"
+    folder.mkdir(parents=True)
+    write_zip_bomb(folder / "model.pth.tar-1", 32)
+    return _eval_argv(data, tmp, clip_file), f"error: {folder / 'model.pth.tar-1'} is a zip archive whose records ..."
+
+
+def _nested_tuples(tmp, data, tree, clip_file, mp):
+    folder = tmp / "trained" / "prompt_learner"
+    folder.mkdir(parents=True)
+    path = folder / "model.pth.tar-1"
+    path.write_bytes(nested_pickle(100_000))
+    return _eval_argv(data, tmp, clip_file), f"error: {path} nests ..."
+
+
+def _baseline(trainer: str, config: str, *opts: str, expected: str):
+    """A tiny run of ``trainer`` with its shipped ``config`` and ``opts``; {clip} in ``expected``: the CLIP file."""
+    def setup(tmp, data, tree, clip_file, mp):
+        return baseline_argv(data, tmp / "run", trainer, config, clip_file, "base", *opts), expected.format(
+            clip=clip_file)
+    return setup
+
+
+WEIGHTS_FIX = ("point MODEL.BACKBONE.NAME (or the teacher's TEACHER_NAME) to CLIP weights: a model name such as "
+               "ViT-B/16, or an OpenAI-format weight file")
+
+
+def _promptkd(*opts: str, expected: str):
+    def setup(tmp, data, tree, clip_file, mp):
+        return promptkd_argv(data, tmp / "run", clip_file, *opts), expected
+    return setup
+
+
+def _petr(*opts: str, expected: str):
+    def setup(tmp, data, tree, clip_file, mp):
+        return petr_argv(data, tmp / "run", clip_file, clip_file, "DATASET.SUBSAMPLE_CLASSES", "base", *opts), expected
+    return setup
+
+
+def _backbone_file(expected: str, content: bytes = b"", obj=None):
+    """MODEL.BACKBONE.NAME a file holding ``content`` (or ``obj`` saved with torch.save); {path} in ``expected``: the
+    file."""
+    def setup(tmp, data, tree, clip_file, mp):
+        path = tmp / "weights.pt"
+        if obj is None:
+            path.write_bytes(content)
+        else:
+            torch.save(obj, path)
+        return coop_argv(data, tmp / "run", clip_file, "MODEL.BACKBONE.NAME", str(path)), expected.format(path=path)
+    return setup
+
+
 # case -> (setup, files left in the output folder, few-shot file written)
 CASES = {
     "unknown trainer": (_unknown_trainer, ["log.txt"], False),
@@ -413,9 +535,12 @@ CASES = {
     "percentile 150": (_value("TRAINER.PETR.PERCENTILE", "150.0", "a number in (0, 100]"), ["log.txt"], False),
     "temperature 0": (_value("TRAINER.PROMPTKD.TEMPERATURE", "0.0", "a number > 0"), ["log.txt"], False),
     "KD weight -1": (_value("TRAINER.PETR.KD_WEIGHT", "-1.0", "a number >= 0"), ["log.txt"], False),
-    "rerun with another config (finished run)": (_other_config, ["log.txt", "prompt_learner/checkpoint",
-                                                                 "prompt_learner/model.pth.tar-1", "results.json",
-                                                                 "run.json"], True),
+    "rerun with another config (finished run)": (_other_config, FINISHED, True),
+    "split changed under a finished run (stale few-shot file)": (_changed_split, FINISHED, True),
+    "CLIP weights replaced under a finished run": (_replaced_clip_weights, ["log.txt", "results.json", "run.json"],
+                                                   False),
+    "run.lock is a symbolic link": (_linked("run.lock"), ["run.lock"], False),
+    "log.txt is a symbolic link": (_linked("log.txt"), ["log.txt"], False),
     "output folder in use by a live run": (_in_use, ["run.lock"], False),
     "--eval-only without --model-dir": (_eval_without_model, ["log.txt"], True),
     "PREC fp8": (_choice("TRAINER.COOP.PREC", "fp8", "fp32, amp, fp16, bf16"), ["log.txt"], False),
@@ -466,8 +591,56 @@ CASES = {
     "PETR+X on a run of another CLIP": (_tuned_other_clip, ["log.txt"], True),
     "PETR+X on a run of another trainer": (_tuned_other_trainer, ["log.txt"], True),
     "PETR+X on IVLP prompts of unknown words": (_tuned_words_unknown, ["log.txt"], True),
+    "zip bomb as checkpoint": (_zip_bomb, ["log.txt", "run.json"], True),
+    "IVLP vision prompt depth 20 on a 9-layer CLIP": (_baseline(
+        "IVLP", "vit_b16_c2_ep20_batch8_4+4ctx", "TRAINER.IVLP.PROMPT_DEPTH_VISION", "20",
+        expected="error: TRAINER.IVLP.PROMPT_DEPTH_VISION is 20, but this CLIP's vision transformer has 9 blocks; use "
+        "1 to 9 (MODEL.BACKBONE.NAME decides the CLIP)"), ["log.txt"], False),
+    "IVLP text prompt depth 12 on a 9-layer CLIP": (_baseline(
+        "IVLP", "vit_b16_c2_ep20_batch8_4+4ctx", "TRAINER.IVLP.PROMPT_DEPTH_TEXT", "12",
+        expected="error: TRAINER.IVLP.PROMPT_DEPTH_TEXT is 12, but this CLIP's text transformer has 9 blocks; use 1 "
+        "to 9 (MODEL.BACKBONE.NAME decides the CLIP)"), ["log.txt"], False),
+    "PromptKD student prompt depth 10 on a 9-layer CLIP": (_promptkd(
+        "TRAINER.PROMPTKD.PROMPT_DEPTH_VISION", "10", expected="error: TRAINER.PROMPTKD.PROMPT_DEPTH_VISION is 10, but "
+        "this CLIP's vision transformer has 9 blocks; use 1 to 9 (MODEL.BACKBONE.NAME decides the CLIP)"),
+        ["log.txt"], True),
+    "PETR batch size 1": (_petr("DATALOADER.TRAIN_X.BATCH_SIZE", "1", expected=(
+        "error: DATALOADER.TRAIN_X.BATCH_SIZE is 1; PETR's students normalise their projector's input over the batch "
+        "(BatchNorm), which takes at least 2 images per training batch: use 2 or more")), ["log.txt"], False),
+    "PromptKD batch size 1": (_promptkd("DATALOADER.TRAIN_X.BATCH_SIZE", "1", expected=(
+        "error: DATALOADER.TRAIN_X.BATCH_SIZE is 1; PromptKD's students normalise their projector's input over the "
+        "batch (BatchNorm), which takes at least 2 images per training batch: use 2 or more")), ["log.txt"], False),
+    "CoCoOp N_CTX 76": (_baseline("CoCoOp", "vit_b16_c4_ep10_batch1", "TRAINER.COCOOP.N_CTX", "76", expected=(
+        "error: TRAINER.COCOOP.N_CTX is 76: the prompt of the longest class name ('Herbaceous Vegetation Land') then "
+        "takes 83 tokens, more than this CLIP's context length 77; use at most 70 context tokens")), ["log.txt"],
+        False),
+    "CoOp N_CTX 76": (_baseline("CoOp", "vit_b16", "TRAINER.COOP.N_CTX", "76", expected=(
+        "error: TRAINER.COOP.N_CTX is 76: the prompt of the longest class name ('Herbaceous Vegetation Land') then "
+        "takes 83 tokens, more than this CLIP's context length 77; use at most 70 context tokens")), ["log.txt"],
+        False),
+    "IVLP N_CTX_TEXT 76": (_baseline("IVLP", "vit_b16_c2_ep20_batch8_4+4ctx", "TRAINER.IVLP.N_CTX_TEXT", "76",
+                                     "TRAINER.IVLP.CTX_INIT", "''", expected=(
+        "error: TRAINER.IVLP.N_CTX_TEXT is 76: the prompt of the longest class name ('Herbaceous Vegetation Land') "
+        "then takes 83 tokens, more than this CLIP's context length 77; use at most 70 context tokens")),
+        ["log.txt"], False),
+    "MaPLe N_CTX 76": (_baseline("MaPLe", "vit_b16_c2_ep5_batch4_2ctx", "TRAINER.MAPLE.N_CTX", "76",
+                                 "TRAINER.MAPLE.CTX_INIT", "''", expected=(
+        "error: TRAINER.MAPLE.N_CTX is 76: the prompt of the longest class name ('Herbaceous Vegetation Land') then "
+        "takes 83 tokens, more than this CLIP's context length 77; use at most 70 context tokens")), ["log.txt"],
+        False),
+    "CLIP weights a text file": (_backbone_file(
+        "error: cannot read CLIP weights from {path}: it is no torch weight file (or it pickles objects, which are "
+        "never loaded); " + WEIGHTS_FIX, content=b"not weights\n"), ["log.txt"], True),
+    "CLIP weights a non-CLIP dict": (_backbone_file(
+        "error: {path}: not an OpenAI-format CLIP state dict (no 'visual.proj' or 'visual.attnpool.*' key); expected "
+        "CLIPs in OpenAI's format: ViT (ViT-B/32, ViT-B/16, ViT-L/14, ViT-L/14@336px) or ResNet (RN50, RN101, RN50x4, "
+        "RN50x16, RN50x64), of any size; " + WEIGHTS_FIX, obj={"state_dict": {"ctx": torch.zeros(4)}}), ["log.txt"],
+        True),
+    "checkpoint nesting 100,000 tuples": (_nested_tuples, ["log.txt", "run.json"], True),
 }
-UNTOUCHED = {"rerun with another config (finished run)", "output folder in use by a live run"}
+UNTOUCHED = {"rerun with another config (finished run)", "output folder in use by a live run",
+             "split changed under a finished run (stale few-shot file)", "CLIP weights replaced under a finished run",
+             "run.lock is a symbolic link", "log.txt is a symbolic link"}
 """Cases that stop before the run's log opens: what the folder held stays byte for byte (its log included)."""
 
 
@@ -522,6 +695,40 @@ def test_bad_input_matrix(case, tmp_path, tiny_clip_file, monkeypatch, capsys):
     assert has_fewshot == fewshot
     assert not (tmp_path / "ran").exists()  # no pickled command ran
     _row(case, status, line, out, "written (valid)" if has_fewshot else "none")
+
+
+def test_a_changed_split_moves_aside_then_names_the_stale_fewshot_file(tmp_path, tiny_clip_file, capsys):
+    """--move-aside on a finished run whose split changed: the run is moved, then the stale few-shot file stops the
+    new one in one line (it is left in place); once it is moved away the run finishes on a new sample."""
+    tree = write_eurosat(tmp_path / "data", train_per_class=3)
+    argv, _ = _changed_split(tmp_path, tmp_path / "data", tree, tiny_clip_file, None)
+    fewshot = os.path.join(tree.dataset_dir, "split_fewshot", "shot_2-seed_1.json")
+    stale = open(fewshot, "rb").read()
+    capsys.readouterr()
+    assert train.cli(["--move-aside", *argv]) == train.EXIT_USER_ERROR
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: Few-shot file {fewshot} was sampled from other data than "
+                                               f"{tree.split_file} holds now")
+    assert _files(tmp_path / ".run.old-1") == FINISHED and _files(tmp_path / "run") == ["log.txt"]
+    assert open(fewshot, "rb").read() == stale
+    os.rename(fewshot, fewshot + ".old")
+    assert train.cli(argv) == 0 and "results.json" in _files(tmp_path / "run")
+
+
+def test_touched_clip_weights_skip_the_finished_run(tmp_path, tiny_clip_file, capsys):
+    """The same bytes with a new modification time: the run is the same (weights are compared by content)."""
+    write_eurosat(tmp_path / "data", train_per_class=3)
+    weights = tmp_path / "clip.pt"
+    shutil.copyfile(tiny_clip_file, weights)
+    argv = zeroshot_argv(tmp_path / "data", tmp_path / "run", str(weights))
+    assert train.cli(argv) == 0
+    recorded = json.load(open(tmp_path / "run" / "run.json"))["weights"]
+    assert recorded == {"MODEL.BACKBONE.NAME": sha256(weights)}
+    mtime = os.stat(weights).st_mtime_ns
+    os.utime(weights, ns=(mtime + 10**9, mtime + 10**9))
+    capsys.readouterr()
+    assert train.main(argv) is None
+    assert capsys.readouterr().out.splitlines() == [f"Run finished, skipping: {tmp_path / 'run'}"]
 
 
 def test_debug_shows_the_traceback(tmp_path, tiny_clip_file, capsys, monkeypatch):
@@ -592,11 +799,12 @@ def test_eval_only_without_model_dir_stops_every_trainer_with_learned_weights(tm
     assert _files(tmp_path / "run") == ["log.txt"]
 
 
-def _row(case: str, status: int, line: str, out, fewshot: str) -> None:
-    """A matrix row; paths under pytest's temporary folder are shown from <tmp>."""
+def _row(case: str, status: int, line: str, out, fewshot: str, left: list[str] | None = None) -> None:
+    """A matrix row (``left``: the files left in ``out``, when it cannot be listed from here); paths under pytest's
+    temporary folder are shown from <tmp>."""
     line = re.sub(r"/\S*/pytest-of-[^/]+/pytest-\d+/[^/\s]+", "<tmp>", line)
-    MATRIX.append([case, line if len(line) < 150 else line[:147] + "...", status, ", ".join(_files(out)) or
-                   "(nothing)", fewshot])
+    MATRIX.append([case, line if len(line) < 150 else line[:147] + "...", status,
+                   ", ".join(_files(out) if left is None else left) or "(nothing)", fewshot])
 
 
 def test_read_only_folders(tmp_path, tiny_clip_file):
@@ -640,6 +848,54 @@ def test_read_only_folders(tmp_path, tiny_clip_file):
     assert (done.returncode, done.stderr) == (2, line + "\n") and _files(tmp_path / "run2") == ["log.txt"]
     assert _files(shots) == [] and not os.path.exists(os.path.join(tree.dataset_dir, "split_fewshot"))
     _row("DATASET.FEWSHOT_DIR not writable", done.returncode, line, tmp_path / "run2", "none")
+
+
+def test_a_fifo_as_checkpoint_is_refused_without_blocking(tmp_path, tiny_clip_file):
+    """``python train.py --eval-only`` on a model folder whose checkpoint is a FIFO (no writer): one line, no hang
+    (the subprocess timeout is the hang guard)."""
+    write_eurosat(tmp_path / "data", train_per_class=3)
+    fifo = tmp_path / "trained" / "prompt_learner" / "model.pth.tar-1"
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    done = subprocess.run([sys.executable, "train.py", *_eval_argv(tmp_path / "data", tmp_path, tiny_clip_file)],
+                          cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    line = f"error: {fifo} " + NOT_REGULAR.format(kind="a FIFO", path=fifo)
+    assert (done.returncode, done.stderr) == (2, line + "\n")
+    assert _files(tmp_path / "run") == ["log.txt", "run.json"]
+    _row("checkpoint is a FIFO", done.returncode, line, tmp_path / "run", "written (valid)")
+
+
+_LIST_AFTER = '"$@"; status=$?; echo "--files--"; find "$FOLDER" -type f -printf "%P %s\\n" | sort; exit $status'
+
+
+@pytest.mark.parametrize("free_kib", [0, 24], ids=["full", "almost full"])
+def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, tiny_clip_file, free_kib):
+    """``python train.py`` with OUTPUT_DIR on a real filesystem that is full (ENOSPC at the lock) or fills up while the
+    run writes (its log, run.json or a checkpoint): one error line naming the folder, exit 2, no empty run.lock and no
+    temporary or half-written file left."""
+    write_eurosat(tmp_path / "data", train_per_class=3)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    with full_disk(str(disk), free_kib) as prefix:
+        cmd = [*prefix, "sh", "-c", _LIST_AFTER, "sh", sys.executable, "train.py",
+               *coop_argv(tmp_path / "data", disk / "run", tiny_clip_file)]
+        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S,
+                              env={**os.environ, "FOLDER": str(disk)})
+    files = dict(line.rsplit(" ", 1) for line in done.stdout.split("--files--\n")[-1].splitlines())
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    if free_kib == 0:  # at the lock
+        assert errors[0] == (f"error: OUTPUT_DIR {disk / 'run'} cannot be written (No space left on device); choose "
+                             "another --output-dir")
+    else:  # at whichever write found the disk full: the run's folder (or the one inside it written to) is named
+        assert errors[0].startswith(f"error: {disk / 'run'}") and ": No space left on device; free space there" in \
+            errors[0]
+    left = sorted(rel for rel in files if rel != "filler")
+    assert "run/run.lock" not in left and not any(os.path.basename(rel).startswith(".tmp-") for rel in left), left
+    assert "run/results.json" not in left
+    _row(f"disk {'full' if free_kib == 0 else 'filling up'} (ENOSPC)", done.returncode, errors[0], disk / "run",
+         "written (valid)" if os.path.isdir(os.path.join(tmp_path, "data", "eurosat", "split_fewshot")) else "none",
+         [os.path.relpath(rel, "run") for rel in left])
 
 
 def test_repeated_split_entries_and_16_bit_images_are_handled_with_a_note(tmp_path, tiny_clip_file, capsys,

@@ -1,9 +1,13 @@
 """Checkpoints: Dassl layout, atomic writes, weights_only loads, restricted loads of pickled objects, RNG states."""
 from __future__ import annotations
 
+import io
 import os
 import random
 import stat
+import subprocess
+import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -12,7 +16,8 @@ from torch import nn
 
 from engine import load_checkpoint, load_pretrained_weights, save_checkpoint, write_json
 from engine.checkpoint import get_rng_state, load_model_state, resume_from_checkpoint, set_rng_state
-from engine.errors import InvalidInputError
+from engine.errors import CorruptFileError, InvalidInputError
+from tests.helpers_run import HANG_GUARD_S, REPO
 
 
 def _state(epoch: int, value: float) -> dict:
@@ -151,3 +156,68 @@ def test_load_model_state_names_the_file_and_the_first_difference():
         load_model_state(model, {"epoch": 1}, "run/m.pth")
     load_model_state(model, {"state_dict": {"weight": torch.ones(2, 3), "bias": torch.ones(2)}}, "run/m.pth")
     assert torch.equal(model.weight, torch.ones(2, 3))
+
+
+
+def write_zip_bomb(path, megabytes: int) -> None:
+    """A zip in torch's checkpoint layout (archive/version, archive/data.pkl) whose data.pkl is ``megabytes`` MiB of
+    zeros, deflated to a few hundred KiB."""
+    record = zipfile.ZipInfo("archive/data.pkl")
+    record.compress_type = zipfile.ZIP_DEFLATED
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/version", "3\n")
+        with z.open(record, "w", force_zip64=True) as f:
+            for _ in range(megabytes):
+                f.write(bytes(1 << 20))
+
+
+_MEASURE = """import resource, sys
+from engine.checkpoint import load_checkpoint
+from engine.errors import CorruptFileError
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    load_checkpoint(sys.argv[1])
+except CorruptFileError as e:
+    print(e)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
+def test_a_zip_bomb_is_refused_before_it_is_inflated(tmp_path):
+    """512 MiB of zeros deflated into a checkpoint-shaped zip: one CorruptFileError naming the file, and the loading
+    process's peak memory grows by far less than the record (getrusage in a fresh process)."""
+    path = tmp_path / "bomb.pth.tar"
+    write_zip_bomb(path, 512)
+    assert os.path.getsize(path) < (1 << 20)
+    done = subprocess.run([sys.executable, "-c", _MEASURE, str(path)], cwd=REPO, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+    message, grown_mib = done.stdout.splitlines()
+    assert message == (f"{path} is a zip archive whose records unpack to 536870914 bytes from a "
+                       f"{os.path.getsize(path)}-byte file (compressed: archive/data.pkl); torch writes checkpoints "
+                       "uncompressed, so it was refused before reading: restore a good copy or point to another file")
+    assert int(grown_mib) < 128, done.stderr
+
+
+def nested_pickle(depth: int) -> bytes:
+    """A checkpoint in torch's zip layout whose data.pkl is ``{"state_dict": ((((),),),)}`` nested ``depth`` deep
+    (pickle opcodes written directly: pickling such an object would itself recurse)."""
+    key = b"state_dict"
+    data = (b"\x80\x02}X" + len(key).to_bytes(4, "little") + key + b")" + b"\x85" * depth + b"s.")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("archive/data.pkl", data)
+        z.writestr("archive/byteorder", "little")
+        z.writestr("archive/version", "3\n")
+    return buffer.getvalue()
+
+
+def test_a_checkpoint_nesting_100000_tuples_is_one_error(tmp_path):
+    path = tmp_path / "nested.pth.tar"
+    path.write_bytes(nested_pickle(100_000))
+    with pytest.raises(CorruptFileError) as caught:
+        load_checkpoint(str(path))
+    assert str(caught.value) == (f"{path} nests its containers deeper than Python's recursion limit (a checkpoint "
+                                 "holds flat dicts of tensors); refused, nothing was run: restore a good copy or "
+                                 "point to another file")
+    path.write_bytes(nested_pickle(3))
+    assert load_checkpoint(str(path)) == {"state_dict": ((((),),),)}

@@ -9,12 +9,15 @@ Run with ``-s`` to see the preemption table.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -25,7 +28,7 @@ from engine import TRAINER_REGISTRY, DataManager, get_cfg_default
 from engine.data_stream import LoaderStream, draw_seed
 from tests.helpers_engine import EngineLinearProbe, tiny_argv, write_image_tree
 from tests.helpers_petr import petr_argv, write_eurosat
-from tests.helpers_run import run_until
+from tests.helpers_run import HANG_GUARD_S, default_sigint, run_until
 from trainers.config import extend_cfg
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -286,6 +289,49 @@ def test_a_unit_script_passes_the_preempted_status_on(data, tmp_path, tiny_clip_
     TABLE.append(["CoOp (bash base2new_train.sh)", 0, "SIGTERM (process group)", "epoch [2/2] batch [1/",
                   train.EXIT_PREEMPTED, resumed_at(open(os.path.join(runs[1], "log.txt")).read()),
                   "identical to the uninterrupted run"])
+
+
+def signal_until_exit(cmd: list[str], marker: str, sig: int) -> tuple[int, str]:
+    """Run ``cmd``; from the first output line containing ``marker`` on, send ``sig`` to it again and again (every
+    10 ms) until it exits, so repeats reach it while it saves, after it stopped training and while it exits. Returns
+    its exit status and output."""
+    proc = subprocess.Popen(cmd, cwd=REPO, env={**ENV, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=default_sigint)
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if marker in line:
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        while proc.poll() is None:
+            if seen.is_set():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, sig)
+            time.sleep(0.01)
+        proc.wait(timeout=HANG_GUARD_S)
+        reader.join(timeout=HANG_GUARD_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, "".join(lines)
+
+
+def test_repeated_sigterms_still_end_with_the_preempted_status(data, tmp_path, tiny_clip_file, tiny_teacher_clip_file):
+    """SIGTERM again and again from a training step on (a scheduler that repeats its signal): the state is saved and
+    train.py ends with 75, never killed by a repeat (143) nor with a traceback."""
+    out = str(tmp_path / "run")
+    command = coop_command(data, out, tiny_clip_file, tiny_teacher_clip_file, "DATALOADER.NUM_WORKERS", "0")
+    status, output = signal_until_exit(command, f"epoch [1/{EPOCHS}] batch [2/4]", signal.SIGTERM)
+    assert status == train.EXIT_PREEMPTED, output[-3000:]
+    assert "Traceback" not in output and sum("preempted (SIGTERM)" in row for row in output.splitlines()) == 1
+    assert torch.load(os.path.join(out, "resume.pth.tar"), weights_only=True)["step"]["batch"] >= 2
 
 
 def test_cuda_graph_refuses_the_cpu_in_one_line(tiny_root, tmp_path, capsys):

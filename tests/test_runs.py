@@ -2,6 +2,7 @@
 folder lock against live and dead processes, and what counts as another run; all of it without torch."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import types
 
 import pytest
 
+import engine.digests as digests
 from engine.config import get_cfg_default
 from engine.errors import ConfigError
 from engine.run_identity import IGNORED_KEYS, claim_run, data_digest, identity_differences, run_identity
@@ -233,3 +235,27 @@ def test_claim_skips_resumes_refuses_or_moves_aside(tmp_path):
     assert not claim.skip and claim.notes[0].endswith("running it again from the start; its config differed "
                                                       "(SEED 1 → 2)")
     claim.release()
+
+
+def test_file_digest_is_cached_by_path_size_and_mtime(tmp_path, monkeypatch):
+    """A file of 2 MiB: its SHA-256 (hashlib) goes to the machine's cache, which is then used while the file keeps its
+    size and modification time (a forged entry is returned), and passed over once it is touched; a cache folder that
+    cannot be made (a file in its place) only skips the cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(digests, "_MEMO", {})
+    path = tmp_path / "weights.pt"
+    path.write_bytes(os.urandom(2 << 20))
+    real = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digests.file_digest(str(path)) == real
+    st = os.stat(path)
+    cache = tmp_path / "cache" / "petr" / "file_digests.json"
+    assert json.loads(cache.read_text()) == {str(path): [st.st_size, st.st_mtime_ns, real]}
+    forged = "0" * 64
+    cache.write_text(json.dumps({str(path): [st.st_size, st.st_mtime_ns, forged]}))
+    monkeypatch.setattr(digests, "_MEMO", {})
+    assert digests.file_digest(str(path)) == forged  # read from the cache, not hashed again
+    os.utime(path, ns=(st.st_mtime_ns + 10**9, st.st_mtime_ns + 10**9))
+    assert digests.file_digest(str(path)) == real
+    monkeypatch.setenv("XDG_CACHE_HOME", str(path))  # "cache folder" under a file: nothing can be written there
+    monkeypatch.setattr(digests, "_MEMO", {})
+    assert digests.file_digest(str(path)) == real

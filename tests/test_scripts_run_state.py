@@ -165,6 +165,27 @@ def test_script_sweeps_stop_on_another_config(tmp_path, tiny_clip_file, tiny_tea
     TABLE.append(["the same with MOVE_ASIDE=1", "finished", "moves the old run to .seed1.old-1, trains α=200"])
 
 
+def test_a_changed_split_stops_the_script_instead_of_skipping(tmp_path, tiny_clip_file):
+    """base2new_train.sh finished, then two train images moved to the test split: the rerun stops naming the data
+    (the stale few-shot file no longer makes the data count as unreadable, which skipped the run on its config)."""
+    tree = write_eurosat(tmp_path / "data", train_per_class=3)
+    out = tmp_path / "output"
+    runner = ScriptRunner(tmp_path, {"DATA": str(tmp_path / "data"), "OUTPUT_ROOT": str(out), "SHOTS": "2",
+                                     "BACKBONE": tiny_clip_file, "EXTRA_OPTS": TINY})
+    runner.run("coop/base2new_train.sh", "eurosat", "1")
+    with open(tree.split_file) as f:
+        split = json.load(f)
+    split["test"], split["train"] = split["test"] + split["train"][:2], split["train"][2:]
+    with open(tree.split_file, "w") as f:
+        json.dump(split, f)
+    coop = str(out / "base2new/train_base/eurosat/shots_2/CoOp/vit_b16_ctxv1/seed1")
+    with pytest.raises(RunMismatchError, match=f"^{coop} holds a finished run that differs from this one: data "
+                       "\\(test, train_x, val: other images, labels or classes\\). Nothing was changed"):
+        runner.run("coop/base2new_train.sh", "eurosat", "1")
+    TABLE.append(["CoOp run, then 2 train images moved to test in the split file", "finished",
+                  "stops naming the data (test, train_x, val)"])
+
+
 def test_scripts_find_the_project_venv(tmp_path):
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "VIRTUAL_ENV")}
     venv_python = tmp_path / ".venv" / "bin" / "python"

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from tabulate import tabulate
 from torch import nn
 
-from clip.classifier import class_prompt_tokens, trim_padding
+from clip.classifier import class_prompt_tokens, fitting_class_prompts, trim_padding
 from clip.model import CLIP
 from engine import (
     TRAINER_REGISTRY,
@@ -156,6 +156,11 @@ class CoCoOp(ClassScoring, ClipWeightsCheck, TrainerX):
         self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
         compile_clip(self.clip_model, cfg.TRAIN.COMPILE)
         self.prompt_learner = CoCoOpPromptLearner(self.clip_model, opts.N_CTX, opts.CTX_INIT).to(self.device)
+        learner = self.prompt_learner
+        setting = (f"TRAINER.COCOOP.CTX_INIT {opts.CTX_INIT!r}" if learner.prompt_prefix
+                   else f"TRAINER.COCOOP.N_CTX is {opts.N_CTX}")
+        fitting_class_prompts(self.dm.dataset.classnames, learner.n_ctx, learner.prompt_prefix,
+                              self.clip_model.context_length, setting)
         if cfg.MODEL.INIT_WEIGHTS:
             load_pretrained_weights(self.prompt_learner, cfg.MODEL.INIT_WEIGHTS)
         learner = self.prompt_learner

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import clip
-from clip.classifier import trim_padding
+from clip.classifier import fitting_class_prompts, trim_padding
 from clip.model import CLIP
 from clip.prompts import init_text_embedding
 from clip.tokenizer import encode
@@ -89,8 +89,9 @@ class CoOpPromptLearner(nn.Module):
         self.n_ctx, self.csc, self.class_token_position = n_ctx, csc, class_token_position
         self.classnames = list(classnames)
         self.name_lens = [len(encode(name)) for name in names]
-        tokens = clip.tokenize([f"{prefix_text} {name}." for name in names],
-                               context_length=clip_model.context_length).to(weight.device)
+        setting = f"TRAINER.COOP.CTX_INIT {ctx_init!r}" if ctx_init else f"TRAINER.COOP.N_CTX is {n_ctx}"
+        prompts = fitting_class_prompts(names, n_ctx, prefix_text, clip_model.context_length, setting)
+        tokens = clip.tokenize(prompts, context_length=clip_model.context_length).to(weight.device)
         with torch.no_grad():
             embedding = clip_model.token_embedding(tokens)
         self.register_buffer("tokens", tokens, persistent=False)

@@ -7,9 +7,12 @@ import os
 import torch
 
 from clip.model import require_vit
+from clip.prompts import check_prompt_depth
 from engine import build_lr_scheduler, build_optimizer
 from engine.compile import compile_clip
+from engine.errors import ConfigError
 from engine.precision import weight_dtype
+from engine.run_lock import launched_world_size
 from engine.schema import NON_NEGATIVE, POSITIVE, Choice, Int, KeyTable, Text
 
 from .backbone import ClipWeightsCheck, load_backbone
@@ -55,6 +58,23 @@ class DistillMixin(ClipWeightsCheck):
     def check_cfg(self, cfg) -> None:
         super().check_cfg(cfg)
         check_cache_mode(cfg, cfg.TRAINER[self.NS].TEACHER_CACHE)
+        self.check_norm_batches(cfg)
+
+    def check_norm_batches(self, cfg) -> None:
+        """The students' projector has BatchNorm, which fails in training on a batch of one image: each training
+        batch (per process under torchrun) must hold at least 2. Partial batches never reach it: training loaders
+        drop the last incomplete batch (Dassl's rule, as upstream PromptKD)."""
+        loaders = ["TRAIN_X"]
+        if self.DATA_ROLE == "seen_unseen" and not cfg.DATALOADER.TRAIN_U.SAME_AS_X:
+            loaders.append("TRAIN_U")
+        world = launched_world_size()
+        for loader in loaders:
+            size = cfg.DATALOADER[loader].BATCH_SIZE
+            if cfg.OPTIM.MAX_EPOCH > 0 and size < 2 * world:
+                per = f" per process ({world} processes share the batch)" if world > 1 else ""
+                raise ConfigError(f"DATALOADER.{loader}.BATCH_SIZE is {size}; {type(self).__name__}'s students "
+                                  "normalise their projector's input over the batch (BatchNorm), which takes at least "
+                                  f"2 images per training batch{per}: use {2 * world} or more")
 
     def build_distill_parts(self, classnames: list[str]) -> None:
         """Load the frozen student CLIP and the teacher for ``classnames`` (the task's full label space)."""
@@ -95,6 +115,7 @@ class DistillMixin(ClipWeightsCheck):
     def make_student(self, name: str) -> VisualPromptStudent:
         """A new prompt set + projector (to the teacher's width) registered as ``name`` with its optimiser."""
         ns = self.ns
+        check_prompt_depth(self.clip_model, "vision", ns.PROMPT_DEPTH_VISION, f"TRAINER.{self.NS}.PROMPT_DEPTH_VISION")
         student = VisualPromptStudent(self.clip_model, ns.N_CTX_VISION, ns.PROMPT_DEPTH_VISION,
                                       self.text_features.shape[1]).to(self.device)
         optim = build_optimizer(student, self.cfg.OPTIM)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from tabulate import tabulate
 from torch import nn
 
-from clip.classifier import class_prompt_tokens
+from clip.classifier import class_prompt_tokens, fitting_class_prompts
 from clip.model import CLIP, require_vit
 from clip.prompts import init_text_embedding
 from engine import TRAINER_REGISTRY, TrainerX, build_lr_scheduler, build_optimizer, load_checkpoint
@@ -150,6 +150,8 @@ class MaPLe(ClassScoring, ClipWeightsCheck, TrainerX):
         self.prompt_learner = MultiModalPromptLearner(self.clip_model, opts.N_CTX, opts.PROMPT_DEPTH,
                                                       opts.CTX_INIT).to(self.device)
         learner = self.prompt_learner
+        fitting_class_prompts(self.dm.dataset.classnames, learner.n_ctx, learner.prompt_prefix,
+                              self.clip_model.context_length, f"TRAINER.MAPLE.N_CTX is {opts.N_CTX}")
         template = f"{learner.prompt_prefix or ' '.join(['X'] * learner.n_ctx)} {{}}."
         print(f"MaPLe: {learner.n_ctx} context tokens, prompt {template!r}, coupled prompts in layers "
               f"0..{learner.depth - 1}")

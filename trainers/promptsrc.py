@@ -22,9 +22,9 @@ import torch.nn.functional as F
 from tabulate import tabulate
 from torch import nn
 
-from clip.classifier import class_prompt_tokens, prompted_text_features, zeroshot_text_features
+from clip.classifier import class_prompt_tokens, fitting_class_prompts, prompted_text_features, zeroshot_text_features
 from clip.model import CLIP, require_vit
-from clip.prompts import DeepPrompts
+from clip.prompts import DeepPrompts, check_prompt_depth
 from engine import TRAINER_REGISTRY, TrainerX, build_lr_scheduler, build_optimizer, compute_accuracy
 from engine.checkpoint import atomic_torch_save
 from engine.compile import compile_clip
@@ -126,6 +126,8 @@ class VLPromptLearner(nn.Module):
               ctx_init: str = "", meta: dict | None = None, setting: str = "TRAINER.PROMPTSRC") -> VLPromptLearner:
         """Fresh prompts for ``clip_model``; text layer 0 starts from ``ctx_init``'s word embeddings when given
         (``setting`` names the options in errors)."""
+        check_prompt_depth(clip_model, "text", depth_text, f"{setting}.PROMPT_DEPTH_TEXT")
+        check_prompt_depth(clip_model, "vision", depth_vision, f"{setting}.PROMPT_DEPTH_VISION")
         if ctx_init:
             text = DeepPrompts.from_text_init(clip_model, ctx_init, depth_text)
             if text.n_ctx != n_ctx_text:
@@ -243,6 +245,8 @@ class VLPromptTrainer(ClassScoring, ClipWeightsCheck, TrainerX):
         self.prompt_learner = self.LEARNER.build(
             self.clip_model, opts.N_CTX_TEXT, opts.N_CTX_VISION, opts.PROMPT_DEPTH_TEXT, opts.PROMPT_DEPTH_VISION,
             opts.CTX_INIT, meta, f"TRAINER.{self.NS}").to(self.device)
+        fitting_class_prompts(classnames, self.prompt_learner.text_prompts.n_ctx, "", self.clip_model.context_length,
+                              f"TRAINER.{self.NS}.N_CTX_TEXT is {opts.N_CTX_TEXT}")
         optim = build_optimizer(self.prompt_learner, cfg.OPTIM)
         sched = build_lr_scheduler(optim, cfg.OPTIM)
         self.register_model(MODEL_NAME, self.prompt_learner, optim, sched)
