@@ -10,6 +10,8 @@ ENV_DIR := .venv
 PYTHON := .venv/bin/python
 endif
 SYSTEM_PYTHON ?= python3
+# pytest-xdist workers (auto: one per CPU core); each test file runs whole on one worker.
+TEST_WORKERS ?= auto
 
 .PHONY: demo test test-all lint install install-dev clean-venv
 
@@ -32,10 +34,10 @@ demo: install
 	PYTHON=$(PYTHON) bash scripts/demo.sh
 
 test: install-dev
-	$(PYTHON) -m pytest -q -m "not slow"
+	$(PYTHON) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 test-all: install-dev
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: install-dev
 	$(PYTHON) -m ruff check .
