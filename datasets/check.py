@@ -227,10 +227,17 @@ def decode_error(path: str) -> str:
     return ""
 
 
+def decoded_images(paths: Sequence[str], sample: int = SAMPLE, full: bool = False) -> list[str]:
+    """The images a check decodes: every one (``full``), or ``sample`` of them evenly spaced over the sorted list (the
+    same ones every time)."""
+    present = sorted(paths)
+    return present if full or len(present) <= sample else present[::len(present) // sample][:sample]
+
+
 def _decode(check: DatasetCheck, sample: int, full: bool) -> None:
-    """Decode every present image (``full``) or ``sample`` of them evenly spaced over the sorted listing."""
-    present = sorted(check.images) if check.on_disk else sorted(p for p in check.images if os.path.isfile(p))
-    todo = present if full or len(present) <= sample else present[::len(present) // sample][:sample]
+    """Decode every present image (``full``) or a fixed sample of them (:func:`decoded_images`)."""
+    present = check.images if check.on_disk else [p for p in check.images if os.path.isfile(p)]
+    todo = decoded_images(present, sample, full)
     bad = []
     for path in tqdm(todo, desc=f"Decoding {check.layout.name}", unit="img", disable=len(todo) < PROGRESS_MIN):
         error = decode_error(path)

@@ -126,8 +126,8 @@ def test_a_sweep_whose_jobs_were_refused_publishes_no_stale_table(tmp_path, tiny
         return subprocess.run(
             [sys.executable, "-m", "runner", "base2new", "--methods", "ZeroshotCLIP", "--datasets", "eurosat",
              "--seeds", "1", "--data", str(tmp_path / "data"), "--output", str(out), "--threads", "1",
-             "--extra-opts", " ".join([SMALL, *opts])], cwd=REPO, env=env, capture_output=True, text=True,
-            timeout=HANG_GUARD_S)
+             "--other-splits", "--extra-opts", " ".join([SMALL, *opts])], cwd=REPO, env=env, capture_output=True,
+            text=True, timeout=HANG_GUARD_S)
 
     first = sweep()
     assert first.returncode == 0 and "Table written to" in first.stdout, first.stdout[-3000:] + first.stderr[-3000:]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -15,7 +16,9 @@ import time
 import pytest
 import torch
 
+from datasets.check import decoded_images
 from demo.shapes import GenParams, generate
+from tests.helpers_datasets import write_image
 from tests.helpers_run import HANG_GUARD_S
 from tests.helpers_slurm import RequeueRelease, slurm_cluster, squeue_state
 
@@ -192,12 +195,21 @@ def test_preempted_slurm_job_resumes_and_ends_identical(toy, cluster, local_run,
 
 
 def test_failed_slurm_job_skips_only_its_dependents(toy, cluster, slurm_run):
-    """demo_shapes has no data folder: its teacher and its CoOp training fail; PETR (needs the teacher) and
-    PETR+CoOp (needs CoOp) are not run there; demo_shapes_hard's finished jobs are skipped; the table is printed."""
+    """demo_shapes has a corrupt base-class train image that the preflight's decoded sample does not hold (the sweep
+    starts): its teacher and its CoOp training fail on it; PETR (needs the teacher) and PETR+CoOp (needs CoOp) are not
+    run there; demo_shapes_hard's finished jobs are skipped; the table is printed."""
     output = slurm_run[0]
     partial = toy["tmp"] / "partial_data"
     partial.mkdir()
     (partial / DATASET).symlink_to(os.path.join(toy["data"], DATASET))
+    shutil.copytree(os.path.join(toy["data"], "demo_shapes"), partial / "demo_shapes")
+    split = json.loads((partial / "demo_shapes" / "split_zhou_DemoShapes.json").read_text())
+    base = len({label for _, label, _ in split["train"]}) // 2  # the first half of the labels are the base classes
+    images = partial / "demo_shapes" / "images"
+    sampled = set(decoded_images([str(images / rel) for split_items in split.values() for rel, _, _ in split_items]))
+    corrupt = next(str(images / rel) for rel, label, _ in split["train"]
+                   if label < base and str(images / rel) not in sampled)
+    write_image(corrupt, corrupt=True)
     done = run(runner_argv(toy, output, *SLURM_ARGS, datasets=(DATASET, "demo_shapes"), data=str(partial)), cluster)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
@@ -207,6 +219,6 @@ def test_failed_slurm_job_skips_only_its_dependents(toy, cluster, slurm_run):
         found = re.search(rf"^FAILED {re.escape(failed)}: SLURM job \d+: exit status 2; log .*?(?=^FAILED|^\n)", out,
                           re.MULTILINE | re.DOTALL)
         assert found, out[-3000:]
-        assert f"| error: {partial}/demo_shapes/images not found" in found.group(0)  # the log's tail
+        assert f"| error: Cannot read image {corrupt}" in found.group(0)  # the log's tail
         assert found.group(0).rstrip().splitlines()[-1] == f"  not run because of it: {blocked}"
     assert f"{DATASET}  PETR" in out  # the table of what finished
