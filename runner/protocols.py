@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from engine.runs import run_dir
 from runner.jobs import Job, check_graph
-from runner.layout import REPO, dataset_name
-from runner.methods import PLUGIN_SUFFIX, TEACHER, ZERO_SHOT, Method, find_method
 from runner.profiles import PAPER, Profile
+from units.facts import REPO, dataset_name
+from units.methods import PLUGIN_SUFFIX, TEACHER, ZERO_SHOT, Method, find_method
 
 PROTOCOLS = ("base2new", "xd", "dg")
 PASSED_KNOBS = ("BACKBONE", "TEACHER_NAME", "KD_WEIGHT", "TEACHER_CKPT", "LOAD_EPOCH")
