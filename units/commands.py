@@ -59,32 +59,44 @@ def require_dg_target(u: Unit, script: str, target: str) -> None:
 
 
 # ----- the prompt learners (CoCoOp, MaPLe, IVLP) -------------------------------------------------------------------
-def learner_b2n_train(u: Unit, args: list[str]) -> None:
-    """Train on the base classes of DATASET, then test them."""
-    usage(u, args, (2,), f"bash {u.script} <dataset> <seed>")
+def b2n_train(u: Unit, args: list[str], script: str, opts: tuple[str, ...] = ()) -> None:
+    """Train on the base classes of DATASET, then test them (``opts``: the method's overrides after the classes)."""
+    usage(u, args, (2,), f"bash {script} <dataset> <seed>")
     u.require_data()
     dataset, seed = args
     dataset_name(dataset)
     config = b2n_config(u, dataset)
     out = u.run_dir("base2new/train_base", dataset, shots(u), config, seed)
     u.train(f"Training {u.trainer} on the base classes of {dataset} (seed {seed})", dataset, out,
-            ["DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "base"], config, seed)
+            ["DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "base", *opts], config, seed)
 
 
-def learner_b2n_test(u: Unit, args: list[str]) -> None:
-    """Evaluate the model of base2new_train on the novel classes."""
-    usage(u, args, (2,), f"bash {u.script} <dataset> <seed>")
+def b2n_test(u: Unit, args: list[str], script: str, missing: str, opts: tuple[str, ...] = (), config: str = "") -> None:
+    """Evaluate the model of base2new_train (``config``: another run folder's config) on the novel classes; without
+    it, ``missing`` (formatted with the model folder, dataset and seed) says what to run."""
+    usage(u, args, (2,), f"bash {script} <dataset> <seed>")
     u.require_data()
     dataset, seed = args
     dataset_name(dataset)
-    config = b2n_config(u, dataset)
+    config = config or b2n_config(u, dataset)
     model = u.run_dir("base2new/train_base", dataset, shots(u), config, seed)
     if not u.finished(model):
-        train_script = u.script.removesuffix("test.sh") + "train.sh"
-        raise UnitError(f"no finished training run in {model}: run bash {train_script} {dataset} {seed}")
+        raise UnitError(missing.format(model=model, dataset=dataset, seed=seed))
     out = u.run_dir("base2new/test_new", dataset, shots(u), config, seed)
     u.train(f"Evaluating {u.trainer} on the novel classes of {dataset} (seed {seed})", dataset, out,
-            [*u.eval_args(model), "DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "new"], config, seed)
+            [*u.eval_args(model), "DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "new", *opts],
+            config.removesuffix(PLUGIN_SUFFIX), seed)
+
+
+def learner_b2n_train(u: Unit, args: list[str]) -> None:
+    """A prompt learner on the base classes of DATASET."""
+    b2n_train(u, args, u.script)
+
+
+def learner_b2n_test(u: Unit, args: list[str]) -> None:
+    """A prompt learner's base-class model on the novel classes."""
+    b2n_test(u, args, u.script, "no finished training run in {model}: run bash "
+             f"{u.script.removesuffix('test.sh')}train.sh {{dataset}} {{seed}}")
 
 
 def learner_xd_train(u: Unit, args: list[str]) -> None:
@@ -128,29 +140,13 @@ LEARNER = {"base2new_train": learner_b2n_train, "base2new_test": learner_b2n_tes
 # ----- CoOp --------------------------------------------------------------------------------------------------------
 def coop_b2n_train(u: Unit, args: list[str]) -> None:
     """Learn the context on the base classes of DATASET, then evaluate them."""
-    usage(u, args, (2,), "bash scripts/coop/base2new_train.sh <dataset> <seed>")
-    dataset, seed = args
-    config = b2n_config(u, dataset)
-    u.require_data()
-    dataset_name(dataset)
-    out = u.run_dir("base2new/train_base", dataset, shots(u), config, seed)
-    u.train(f"Training {u.trainer} on the base classes of {dataset} (seed {seed})", dataset, out,
-            ["DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "base"], config, seed)
+    b2n_train(u, args, "scripts/coop/base2new_train.sh")
 
 
 def coop_b2n_test(u: Unit, args: list[str]) -> None:
     """Evaluate the context of base2new_train on the novel classes."""
-    usage(u, args, (2,), "bash scripts/coop/base2new_test.sh <dataset> <seed>")
-    dataset, seed = args
-    config = b2n_config(u, dataset)
-    u.require_data()
-    dataset_name(dataset)
-    model = u.run_dir("base2new/train_base", dataset, shots(u), config, seed)
-    out = u.run_dir("base2new/test_new", dataset, shots(u), config, seed)
-    if not u.finished(model):
-        raise UnitError(f"no finished training run in {model}: run scripts/coop/base2new_train.sh {dataset} {seed}")
-    u.train(f"Evaluating {u.trainer} on the novel classes of {dataset} (seed {seed})", dataset, out,
-            [*u.eval_args(model), "DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "new"], config, seed)
+    b2n_test(u, args, "scripts/coop/base2new_test.sh", "no finished training run in {model}: run "
+             "scripts/coop/base2new_train.sh {dataset} {seed}")
 
 
 def coop_opts(nctx: str, csc: str, ctp: str) -> list[str]:
@@ -223,14 +219,20 @@ def distilled_b2n(u: Unit, args: list[str], test: bool) -> None:
              "base2novel", *kd, f"TRAINER.{u.method.ns}.TEACHER_CKPT", ckpt], config, seed)
 
 
-def promptkd_xd_train(u: Unit, args: list[str]) -> None:
-    """PromptKD cross-dataset: distil on DATASET's train split from the SOURCE teacher, evaluate on its test set."""
-    usage(u, args, (2,), "[SOURCE=imagenet] bash scripts/promptkd/xd_train.sh <dataset> <seed>")
+def student_transfer(u: Unit, args: list[str], script: str) -> tuple[str, str, str, str, str]:
+    """The checked arguments of a cross-dataset / DG student command: dataset, seed, CFG (the method's xd config),
+    SHOTS (default 0) and the source's DATASET.NAME."""
+    usage(u, args, (2,), f"[SOURCE=imagenet] bash {script}")
     dataset, seed = args
     config, k = u.knob("CFG", u.method.xd_config), u.knob("SHOTS", "0")
     u.require_data()
     dataset_name(dataset)
-    source_name = dataset_name(u.source)
+    return dataset, seed, config, k, dataset_name(u.source)
+
+
+def promptkd_xd_train(u: Unit, args: list[str]) -> None:
+    """PromptKD cross-dataset: distil on DATASET's train split from the SOURCE teacher, evaluate on its test set."""
+    dataset, seed, config, k, source_name = student_transfer(u, args, "scripts/promptkd/xd_train.sh <dataset> <seed>")
     alpha = u.knob("KD_WEIGHT", "1000.0")
     out = u.run_dir("xd/train", dataset, k, config, seed)
     ckpt = u.teacher_ckpt(f"{source_name}-xd")
@@ -242,12 +244,7 @@ def promptkd_xd_train(u: Unit, args: list[str]) -> None:
 
 def promptkd_xd_test(u: Unit, args: list[str]) -> None:
     """Evaluate the SOURCE-distilled student on DATASET (TRAINER.MODAL dg on a DG target of SOURCE)."""
-    usage(u, args, (2,), "[SOURCE=imagenet] bash scripts/promptkd/xd_test.sh <dataset> <seed>")
-    dataset, seed = args
-    config, k = u.knob("CFG", u.method.xd_config), u.knob("SHOTS", "0")
-    u.require_data()
-    dataset_name(dataset)
-    source_name = dataset_name(u.source)
+    dataset, seed, config, k, source_name = student_transfer(u, args, "scripts/promptkd/xd_test.sh <dataset> <seed>")
     modal = "dg" if dataset in DG_TARGETS.get(u.source, ()) else "cross"
     model = u.run_dir("xd/train", u.source, k, config, seed)
     out = u.run_dir("xd/test", dataset, k, config, seed)
@@ -267,13 +264,8 @@ def petr_transfer(u: Unit, args: list[str], tree: str, test: bool) -> None:
     script = f"scripts/petr/{'xd' if tree == 'xd' else 'dg'}_{'test' if test else 'train'}.sh"
     if tree == "dg":
         require_dg_target(u, script, args[0] if args else "")
-    usage(u, args, (2,), f"[SOURCE=imagenet] bash scripts/petr/xd_{'test' if test else 'train'}.sh <target dataset> "
-          "<seed>")
-    dataset, seed = args
-    config, k = u.knob("CFG", u.method.xd_config), u.knob("SHOTS", "0")
-    u.require_data()
-    dataset_name(dataset)
-    source_name = dataset_name(u.source)
+    dataset, seed, config, k, source_name = student_transfer(
+        u, args, f"scripts/petr/xd_{'test' if test else 'train'}.sh <target dataset> <seed>")
     alpha = u.knob("KD_WEIGHT", "1000.0")
     model = u.run_dir(f"{tree}/train", dataset, k, config, seed)
     opts = ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "all", "DATASET.SOURCE_DATASET", source_name,
@@ -297,8 +289,8 @@ def petr_reproduce(u: Unit, args: list[str]) -> None:
     config = u.knob("CFG", u.method.config)
     datasets = u.knob("DATASETS", " ".join(BASE2NEW_DATASETS)).split()
     u.require_data()
-    for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):  # the child saves its state; wait for its 75
-        signal.signal(signum, lambda *_: None)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):  # sent to the child too: wait for
+        signal.signal(signum, lambda *_: None)  # its status (75: preempted, its state saved; SIGINT: interrupted)
     env = {**os.environ, "CFG": config, "UNITS_CALLER_DIR": REPO,
            **{k: u.path(k) for k in ("DATA", "OUTPUT_ROOT", "TEACHER_DIR") if u.path(k)}}
     if u.env.get("TEACHER_CKPT", "") not in ("", "none"):
@@ -312,6 +304,9 @@ def petr_reproduce(u: Unit, args: list[str]) -> None:
                         dataset, seed]
                 env["UNITS_SCRIPT"] = f"scripts/petr/{command}.sh"
                 status = subprocess.run(argv, cwd=REPO, env=env).returncode
+                if status in (-signal.SIGINT, 128 + signal.SIGINT):  # Ctrl-C: the loop ends as the child did
+                    signal.signal(signal.SIGINT, signal.SIG_DFL)
+                    os.kill(os.getpid(), signal.SIGINT)
                 if status == EXIT_PREEMPTED:
                     print(f"preempted during {command}.sh {dataset} seed {seed}: rerun this script to continue",
                           file=sys.stderr)
@@ -408,34 +403,18 @@ TEACHER = {"base2new_train": teacher_b2n_train, "base2new_test": teacher_b2n_tes
 
 
 # ----- PETR+CoOp ---------------------------------------------------------------------------------------------------
+MODAL_B2N = ("TRAINER.MODAL", "base2novel")
+
+
 def petr_coop_b2n_train(u: Unit, args: list[str]) -> None:
     """Learn the CoOp context on the base classes, fit the router and evaluate the base classes."""
-    usage(u, args, (2,), "bash scripts/petr_coop/base2new_train.sh <dataset> <seed>")
-    dataset, seed = args
-    config = b2n_config(u, dataset)
-    u.require_data()
-    dataset_name(dataset)
-    out = u.run_dir("base2new/train_base", dataset, shots(u), config, seed)
-    u.train(f"Training {u.trainer} on the base classes of {dataset} (seed {seed})", dataset, out,
-            ["DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "base", "TRAINER.MODAL", "base2novel"],
-            config, seed)
+    b2n_train(u, args, "scripts/petr_coop/base2new_train.sh", MODAL_B2N)
 
 
 def petr_coop_b2n_test(u: Unit, args: list[str], config: str = "") -> None:
     """Evaluate the run of base2new_train (or, ``config`` ``<cfg>_plugin``, of plugin) on the novel classes."""
-    usage(u, args, (2,), "bash scripts/petr_coop/base2new_test.sh <dataset> <seed>")
-    dataset, seed = args
-    config = config or b2n_config(u, dataset)
-    u.require_data()
-    dataset_name(dataset)
-    model = u.run_dir("base2new/train_base", dataset, shots(u), config, seed)
-    out = u.run_dir("base2new/test_new", dataset, shots(u), config, seed)
-    if not u.finished(model):
-        raise UnitError(f"no finished run in {model}: run scripts/petr_coop/base2new_train.sh {dataset} {seed} (or "
-                        "plugin.sh for a CoOp run)")
-    u.train(f"Evaluating {u.trainer} on the novel classes of {dataset} (seed {seed})", dataset, out,
-            [*u.eval_args(model), "DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "new", "TRAINER.MODAL",
-             "base2novel"], config.removesuffix(PLUGIN_SUFFIX), seed)
+    b2n_test(u, args, "scripts/petr_coop/base2new_test.sh", "no finished run in {model}: run "
+             "scripts/petr_coop/base2new_train.sh {dataset} {seed} (or plugin.sh for a CoOp run)", MODAL_B2N, config)
 
 
 def petr_coop_plugin(u: Unit, args: list[str]) -> None:
