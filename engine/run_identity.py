@@ -18,7 +18,15 @@ from typing import Any
 
 from .errors import UserError
 from .run_lock import RunLock
-from .runs import BEST_MODEL_FILE, IDENTITY_FILE, RESUME_FILE, model_folders, pointed_checkpoint, unlocked_state
+from .runs import (
+    BEST_MODEL_FILE,
+    IDENTITY_FILE,
+    RESUME_FILE,
+    RUNNER_KEY,
+    model_folders,
+    pointed_checkpoint,
+    unlocked_state,
+)
 
 IGNORED_KEYS = frozenset({"OUTPUT_DIR", "RESUME", "DATASET.ROOT", "VERBOSE", "TRAIN.PRINT_FREQ",
                           "TRAIN.CHECKPOINT_FREQ", "TRAIN.STEP_RESUME_MINUTES", "DATALOADER.NUM_WORKERS"})
@@ -134,8 +142,8 @@ def identity_differences(recorded: Mapping, current: Mapping, with_data: bool = 
 
 
 def read_identity(path: str) -> dict | None:
-    """The identity recorded in the run folder ``path``; None when it has none (an upstream run, or a folder made
-    before runs recorded one)."""
+    """The identity recorded in the run folder ``path`` (without the runner's job records); None when it has none (an
+    upstream run, or a folder made before runs recorded one)."""
     fpath = os.path.join(path, IDENTITY_FILE)
     if not os.path.isfile(fpath):
         return None
@@ -144,7 +152,12 @@ def read_identity(path: str) -> dict | None:
             identity = json.load(f)
     except ValueError as e:
         raise RunMismatchError(f"{fpath} is not valid JSON ({e}): restore it, or move the run folder away") from None
-    return identity if isinstance(identity, dict) else None
+    if not isinstance(identity, dict):
+        return None
+    if RUNNER_KEY not in identity:
+        return identity
+    identity = {k: v for k, v in identity.items() if k != RUNNER_KEY}
+    return identity or None  # only the runner's record: no identity
 
 
 def aside_path(path: str) -> str:
