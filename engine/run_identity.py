@@ -25,6 +25,7 @@ from .runs import (
     RUNNER_KEY,
     model_folders,
     pointed_checkpoint,
+    read_run_json,
     unlocked_state,
 )
 
@@ -144,13 +145,10 @@ def identity_differences(recorded: Mapping, current: Mapping, with_data: bool = 
 def read_identity(path: str) -> dict | None:
     """The identity recorded in the run folder ``path`` (without the runner's job records); None when it has none (an
     upstream run, or a folder made before runs recorded one)."""
-    fpath = os.path.join(path, IDENTITY_FILE)
-    if not os.path.isfile(fpath):
-        return None
     try:
-        with open(fpath) as f:
-            identity = json.load(f)
+        identity = read_run_json(path)
     except ValueError as e:
+        fpath = os.path.join(path, IDENTITY_FILE)
         raise RunMismatchError(f"{fpath} is not valid JSON ({e}): restore it, or move the run folder away") from None
     if not isinstance(identity, dict):
         return None

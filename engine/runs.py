@@ -182,18 +182,23 @@ def run_state(path: str) -> str:
     return unlocked_state(path)
 
 
+def read_run_json(path: str) -> object:
+    """The parsed ``run.json`` of the run folder ``path``; None without one (ValueError when it is not JSON)."""
+    fpath = os.path.join(path, IDENTITY_FILE)
+    if not os.path.isfile(fpath):
+        return None
+    with open(fpath) as f:
+        return json.load(f)
+
+
 def has_identity(path: str) -> bool:
     """Whether the run folder ``path`` has a ``run.json`` holding a run's identity, not only the runner's job records
     (an unreadable file counts: train.py then says what is wrong with it)."""
-    fpath = os.path.join(path, IDENTITY_FILE)
-    if not os.path.isfile(fpath):
-        return False
     try:
-        with open(fpath) as f:
-            recorded = json.load(f)
+        recorded = read_run_json(path)
     except (OSError, ValueError):
         return True
-    return not isinstance(recorded, dict) or set(recorded) != {RUNNER_KEY}
+    return recorded is not None and (not isinstance(recorded, dict) or set(recorded) != {RUNNER_KEY})
 
 
 def unlocked_state(path: str) -> str:

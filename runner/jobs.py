@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datasets.files import split_files
 from datasets.layouts import LAYOUTS
 from engine.run_identity import evaluated_files, file_digest
-from engine.runs import IDENTITY_FILE, POINTER_FILE, RUNNER_KEY, pointed_checkpoint
+from engine.runs import IDENTITY_FILE, POINTER_FILE, RUNNER_KEY, pointed_checkpoint, read_run_json
 from runner.layout import FINISHED_STATES, REPO, run_states, write_text
 
 KINDS = ("teacher", "zero-shot", "train", "test", "plug-in")
@@ -134,8 +134,7 @@ def job_record(job: Job, needs: Sequence[Job] = ()) -> dict:
 def _run_json(run: str) -> dict:
     """The run folder's ``run.json`` ({} when it has none or it is not a JSON object)."""
     try:
-        with open(os.path.join(run, IDENTITY_FILE)) as f:
-            recorded = json.load(f)
+        recorded = read_run_json(run)
     except (OSError, ValueError):
         return {}
     return recorded if isinstance(recorded, dict) else {}
