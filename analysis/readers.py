@@ -16,7 +16,8 @@ from engine.runs import FINISH_SIGNAL, RESULT_SIGNAL, logged_value, metric_patte
 
 VAL_HEADER = "Evaluate on the *val* set"
 DATASET_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "datasets")
-"""The dataset configs; a dataset's folder in the run layout is its config's name (scripts/common.sh names both)."""
+"""The dataset configs; a dataset's folder in the run layout is its config's name (``units.facts.dataset_name``
+names both)."""
 
 
 def _number(value: Any) -> float | None:

@@ -19,7 +19,16 @@ from typing import Any
 from .digests import file_digest
 from .errors import UserError
 from .run_lock import RunLock
-from .runs import BEST_MODEL_FILE, IDENTITY_FILE, RESUME_FILE, model_folders, pointed_checkpoint, unlocked_state
+from .runs import (
+    BEST_MODEL_FILE,
+    IDENTITY_FILE,
+    RESUME_FILE,
+    RUNNER_KEY,
+    model_folders,
+    pointed_checkpoint,
+    read_run_json,
+    unlocked_state,
+)
 
 IGNORED_KEYS = frozenset({"OUTPUT_DIR", "RESUME", "DATASET.ROOT", "VERBOSE", "TRAIN.PRINT_FREQ",
                           "TRAIN.CHECKPOINT_FREQ", "TRAIN.STEP_RESUME_MINUTES", "DATALOADER.NUM_WORKERS"})
@@ -145,17 +154,19 @@ def identity_differences(recorded: Mapping, current: Mapping, with_data: bool = 
 
 
 def read_identity(path: str) -> dict | None:
-    """The identity recorded in the run folder ``path``; None when it has none (an upstream run, or a folder made
-    before runs recorded one)."""
-    fpath = os.path.join(path, IDENTITY_FILE)
-    if not os.path.isfile(fpath):
-        return None
+    """The identity recorded in the run folder ``path`` (without the runner's job records); None when it has none (an
+    upstream run, or a folder made before runs recorded one)."""
     try:
-        with open(fpath) as f:
-            identity = json.load(f)
+        identity = read_run_json(path)
     except ValueError as e:
+        fpath = os.path.join(path, IDENTITY_FILE)
         raise RunMismatchError(f"{fpath} is not valid JSON ({e}): restore it, or move the run folder away") from None
-    return identity if isinstance(identity, dict) else None
+    if not isinstance(identity, dict):
+        return None
+    if RUNNER_KEY not in identity:
+        return identity
+    identity = {k: v for k, v in identity.items() if k != RUNNER_KEY}
+    return identity or None  # only the runner's record: no identity
 
 
 def aside_path(path: str) -> str:

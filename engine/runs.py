@@ -13,6 +13,7 @@ folders and, once finished, ``results.json``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -31,7 +32,10 @@ LOG_FILE = "log.txt"
 RESUME_FILE = "resume.pth.tar"
 """The latest resumable training state of a run (removed when it finishes)."""
 IDENTITY_FILE = "run.json"
-"""What a run is (``engine.run_identity``), written before it trains or evaluates."""
+"""What a run is (``engine.run_identity``), written before it trains or evaluates; the protocol runner adds its job
+records under :data:`RUNNER_KEY` (one record per run folder)."""
+RUNNER_KEY = "runner"
+"""The key of ``run.json`` holding the protocol runner's ``{job name: record}``; not part of the run's identity."""
 POINTER_FILE = "checkpoint"
 """File in a model folder naming the last checkpoint saved there (Dassl's layout)."""
 BEST_MODEL_FILE = "model-best.pth.tar"
@@ -178,6 +182,25 @@ def run_state(path: str) -> str:
     return unlocked_state(path)
 
 
+def read_run_json(path: str) -> object:
+    """The parsed ``run.json`` of the run folder ``path``; None without one (ValueError when it is not JSON)."""
+    fpath = os.path.join(path, IDENTITY_FILE)
+    if not os.path.isfile(fpath):
+        return None
+    with open(fpath) as f:
+        return json.load(f)
+
+
+def has_identity(path: str) -> bool:
+    """Whether the run folder ``path`` has a ``run.json`` holding a run's identity, not only the runner's job records
+    (an unreadable file counts: train.py then says what is wrong with it)."""
+    try:
+        recorded = read_run_json(path)
+    except (OSError, ValueError):
+        return True
+    return recorded is not None and (not isinstance(recorded, dict) or set(recorded) != {RUNNER_KEY})
+
+
 def unlocked_state(path: str) -> str:
     """:func:`run_state` without the lock probe (for the process holding the lock)."""
     def has(name: str) -> bool:
@@ -185,11 +208,12 @@ def unlocked_state(path: str) -> str:
 
     if has(RESULTS_FILE):
         return "finished"
-    if not has(IDENTITY_FILE) and has(LOG_FILE) and upstream_finished(_read_text(os.path.join(path, LOG_FILE))):
+    identity = has_identity(path)
+    if not identity and has(LOG_FILE) and upstream_finished(_read_text(os.path.join(path, LOG_FILE))):
         return "finished-upstream"
     if has(RESUME_FILE) or model_folders(path):
         return "resumable"
-    if has(LOG_FILE) or has(IDENTITY_FILE):
+    if has(LOG_FILE) or identity:
         return "failed"
     return "new"
 

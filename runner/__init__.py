@@ -1,9 +1,9 @@
 """Protocol runner: a whole table (base-to-novel, cross-dataset, DG) as jobs of unit commands on local GPUs/CPUs or
 SLURM (``python -m runner``, docs/RUNNER.md).
 
-Modules: :mod:`runner.methods` (methods and their scripts), :mod:`runner.protocols` (protocols as jobs),
-:mod:`runner.jobs` (a job and when it is finished), :mod:`runner.layout` (run folders and states, asked of
-scripts/common.sh), :mod:`runner.costs` (projected GPU time), :mod:`runner.profiles` (paper / fast),
+Modules: :mod:`runner.protocols` (protocols as jobs; the methods and datasets are :mod:`units`'),
+:mod:`runner.jobs` (a job and when it is finished), :mod:`runner.layout` (run folder states, the runner's files),
+:mod:`runner.costs` (projected GPU time), :mod:`runner.profiles` (paper / fast),
 :mod:`runner.schedule` (dependency order, status line, failures), :mod:`runner.local` and :mod:`runner.slurm`
 (executors), :mod:`runner.unit` (one unit command as a child process), :mod:`runner.tables` (the final table).
 """

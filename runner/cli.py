@@ -24,11 +24,11 @@ from tabulate import tabulate
 from runner.arguments import check_opts_keys, check_pairs, check_writable
 from runner.costs import STEP_MS, projected_seconds
 from runner.jobs import KINDS, Job, command_line, job_states
-from runner.layout import base2new_datasets, dataset_name, dg_targets, xd_targets
-from runner.methods import METHODS, find_method
 from runner.preflight import add_arguments, preflight
 from runner.profiles import PROFILES
 from runner.protocols import PASSED_KNOBS, PROTOCOLS, Planner, Sweep
+from units.facts import BASE2NEW_DATASETS, XD_TARGETS, dataset_name, dg_targets
+from units.methods import METHODS, find_method
 
 DEFAULT_METHODS = {"base2new": ("PETR", "PromptKD", "CoOp", "PETR+CoOp", "ZeroshotCLIP"),
                    "xd": ("PETR", "PromptKD", "ZeroshotCLIP"), "dg": ("PETR", "PromptKD", "ZeroshotCLIP")}
@@ -38,6 +38,13 @@ EXIT_FAILED, EXIT_USAGE, EXIT_SIGNALLED = 1, 2, 128
 """Exit statuses: a job failed, bad arguments, and 128 + the signal that stopped the runner (the shells' rule)."""
 SUMMARY_TAIL = 5
 """Log lines of each failed job in the final summary (the full tail was printed when it failed)."""
+
+
+def xd_targets(source: str) -> tuple[str, ...]:
+    """The cross-dataset targets of ``source`` (ImageNet's ten); other sources name theirs on the command line."""
+    if source != "imagenet":
+        raise ValueError(f"no default cross-dataset targets for source '{source}': name them with --datasets")
+    return XD_TARGETS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,7 +113,7 @@ def make_sweep(args: argparse.Namespace) -> Sweep:
     profile = PROFILES[args.profile]
     methods = tuple(dict.fromkeys(find_method(m) for m in args.methods or DEFAULT_METHODS[args.protocol]))
     if args.datasets == ["all"]:
-        datasets = {"base2new": base2new_datasets, "xd": lambda: xd_targets(args.source),
+        datasets = {"base2new": lambda: BASE2NEW_DATASETS, "xd": lambda: xd_targets(args.source),
                     "dg": lambda: dg_targets(args.source)}[args.protocol]()
     else:
         datasets = args.datasets

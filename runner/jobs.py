@@ -2,10 +2,11 @@
 
 A job is finished when each of its run folders is finished (the scripts' run states) and each of its files
 exists. The runner skips a finished job only when the same job finished those runs on the same inputs: each run
-folder's :data:`JOB_RECORD` holds the command line, the digests of the config, split and weight files and of what it
-read from the jobs it needs, written when the job finished, and every job it needs is skipped too. Any other job
-starts, and its script resumes an interrupted run, or leaves a finished one to train.py, which skips it when its
-recorded config and data (``run.json``) are this job's and stops with the differences when they are not.
+folder's ``run.json`` holds, beside the run's identity (under ``engine.runs.RUNNER_KEY``), the job's command line,
+the digests of the config, split and weight files and of what it read from the jobs it needs, written when the job
+finished, and every job it needs is skipped too. Any other job starts, and its script resumes an interrupted run, or
+leaves a finished one to train.py, which skips it when its recorded config and data (the identity in ``run.json``)
+are this job's and stops with the differences when they are not.
 """
 from __future__ import annotations
 
@@ -19,11 +20,9 @@ from dataclasses import dataclass, field, replace
 from datasets.files import split_files
 from datasets.layouts import LAYOUTS
 from engine.run_identity import evaluated_files, file_digest
-from engine.runs import POINTER_FILE, pointed_checkpoint
+from engine.runs import IDENTITY_FILE, POINTER_FILE, RUNNER_KEY, pointed_checkpoint, read_run_json
 from runner.layout import FINISHED_STATES, REPO, run_states, write_text
 
-JOB_RECORD = "job.json"
-"""In each run folder: ``{job name: record}`` (:func:`job_record`) of the runner jobs that finished it."""
 KINDS = ("teacher", "zero-shot", "train", "test", "plug-in")
 """Job kinds, in the order the plan counts them."""
 WEIGHT_KNOBS = ("BACKBONE", "TEACHER_NAME", "TEACHER_CKPT")
@@ -132,12 +131,18 @@ def job_record(job: Job, needs: Sequence[Job] = ()) -> dict:
             "upstream": {dep.name: {path: file_digest(path) for path in upstream_files(dep)} for dep in needs}}
 
 
-def _records(run: str) -> dict:
+def _run_json(run: str) -> dict:
+    """The run folder's ``run.json`` ({} when it has none or it is not a JSON object)."""
     try:
-        with open(os.path.join(run, JOB_RECORD)) as f:
-            records = json.load(f)
+        recorded = read_run_json(run)
     except (OSError, ValueError):
         return {}
+    return recorded if isinstance(recorded, dict) else {}
+
+
+def _records(run: str) -> dict:
+    """``{job name: record}`` of the runner jobs that finished the run in ``run``."""
+    records = _run_json(run).get(RUNNER_KEY)
     return records if isinstance(records, dict) else {}
 
 
@@ -148,11 +153,14 @@ def is_recorded(job: Job, needs: Sequence[Job] = ()) -> bool:
 
 
 def record_job(job: Job, needs: Sequence[Job] = ()) -> None:
-    """Write ``job``'s record (``needs``: the jobs of its :attr:`Job.deps`) into each of its run folders
-    (atomically; other jobs' records are kept)."""
+    """Write ``job``'s record (``needs``: the jobs of its :attr:`Job.deps`) into each of its run folders' ``run.json``
+    under ``RUNNER_KEY`` (atomically; the run's identity and other jobs' records are kept; train.py's next claim of
+    the folder writes a new identity without them)."""
     record = job_record(job, needs)
     for run in job.runs:
-        write_text(json.dumps({**_records(run), job.name: record}, indent=1), os.path.join(run, JOB_RECORD))
+        recorded = _run_json(run)
+        recorded[RUNNER_KEY] = {**_records(run), job.name: record}
+        write_text(json.dumps(recorded, indent=1), os.path.join(run, IDENTITY_FILE))
 
 
 def job_states(jobs: Iterable[Job]) -> dict[str, str]:

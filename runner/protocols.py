@@ -3,7 +3,7 @@
 Dependencies: teacher → distilled students; CoOp → PETR+CoOp (a plug-in on CoOp's run); training → its novel-class
 test; the source-distilled PromptKD student → its DG evaluations. The tables come after every job (see
 :mod:`runner.tables`). Each job calls one script of ``scripts/<method>/`` with the knobs it reads
-(``scripts/common.sh``) set explicitly, so the plan knows every run folder before anything runs.
+(the unit commands' of :mod:`units`) set explicitly, so the plan knows every run folder before anything runs.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from engine.runs import run_dir
 from runner.jobs import Job, check_graph
-from runner.layout import REPO, dataset_name
-from runner.methods import PLUGIN_SUFFIX, TEACHER, ZERO_SHOT, Method, find_method
 from runner.profiles import PAPER, Profile
+from units.facts import REPO, teacher_folder
+from units.methods import PLUGIN_SUFFIX, TEACHER, ZERO_SHOT, Method, find_method
 
 PROTOCOLS = ("base2new", "xd", "dg")
 PASSED_KNOBS = ("BACKBONE", "TEACHER_NAME", "KD_WEIGHT", "TEACHER_CKPT", "LOAD_EPOCH")
@@ -110,13 +110,12 @@ class Planner:
         if "TEACHER_CKPT" in sweep.knobs and TEACHER not in sweep.methods:
             return ""
         seed, config = sweep.seeds[0], self.cfg(TEACHER, dataset)
+        folder = teacher_folder(dataset, sweep.protocol, sweep.source)
         if sweep.protocol == "base2new":
-            folder = dataset_name(dataset)
             run = run_dir(sweep.output, "base2new", "train_base", dataset, TEACHER.shots, TEACHER.trainer, config,
                           seed)
             script, args = "base2new_train.sh", [dataset, str(seed)]
         else:
-            folder = f"{dataset_name(sweep.source)}-xd"
             run = run_dir(sweep.output, "xd", "train", sweep.source, TEACHER.shots, TEACHER.trainer, config, seed)
             script, args = "xd_train.sh", [str(seed)]
         published = os.path.join(sweep.teacher_dir, folder, "VLPromptLearner", "checkpoint")

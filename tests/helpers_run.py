@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -53,35 +54,31 @@ def run_until(cmd: list[str], marker: str | None, sig: int, cwd: str, env: dict)
 class ScriptRunner:
     """Runs a scripts/<method>/*.sh script with a recording ``PYTHON`` and replays its train.py commands in-process.
 
-    The recorder (a small shell script) writes the script's argv; replaying it through ``train.main`` runs the
-    exact command the script composed without paying a fresh interpreter per run. ``-c`` snippets (the scripts'
-    check that the interpreter has torch) and ``-m engine.runs`` (run folders and states) run in this interpreter.
-    ``skipped`` tells, per replayed command, whether train.py found the same run finished and skipped it.
+    The recorder (a small shell script) turns the script's ``python -m units METHOD COMMAND ...`` into ``python -m
+    units --print-argv ...``, which prints each run's folder and train.py argument list instead of running it;
+    replaying those through ``train.main`` runs the exact commands without paying a fresh interpreter per run. The
+    scripts' ``-c`` check that the interpreter has torch runs in this interpreter. ``skipped`` tells, per replayed
+    command, whether train.py found the same run finished and skipped it.
     """
 
     def __init__(self, tmp_path, env: dict, script: str = "scripts/{}"):
-        self.record_file = tmp_path / "commands.txt"
         recorder = tmp_path / "record_python.sh"
-        recorder.write_text('#!/bin/sh\nif [ "$1" = -c ] || [ "$2" = engine.runs ]; then '
-                            f'exec "{sys.executable}" "$@"; fi\n'
-                            'printf \'%s\\n\' "$@" --END-- >> "$RECORD"\n')
+        recorder.write_text('#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = units ]; then shift 2; '
+                            f'exec "{sys.executable}" -m units --print-argv "$@"; fi\n'
+                            f'exec "{sys.executable}" "$@"\n')
         recorder.chmod(0o755)
-        self.env = {**os.environ, **env, "PYTHON": str(recorder), "RECORD": str(self.record_file)}
+        self.env = {**os.environ, **env, "PYTHON": str(recorder)}
         self.script = script
         self.skipped: list[bool] = []
 
     def record(self, argv: list[str], env: dict | None = None) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
-        """Run ``argv`` (a script command line, ``env`` added) with the recording ``PYTHON``; returns its result and the
-        train.py commands it issued, not run."""
-        self.record_file.unlink(missing_ok=True)
+        """Run ``argv`` (a script command line, ``env`` added) with the recording ``PYTHON``; returns its result (its
+        printed lines, without the recorded commands) and the train.py commands it issued, not run."""
         done = subprocess.run(argv, cwd=REPO, env={**self.env, **(env or {}), "PYTHON": self.env["PYTHON"]},
                               capture_output=True, text=True, timeout=HANG_GUARD_S)
-        commands, current = [], []
-        for line in self.record_file.read_text().splitlines() if self.record_file.exists() else []:
-            if line == "--END--":
-                commands, current = commands + [current], []
-            else:
-                current.append(line)
+        lines = done.stdout.splitlines(keepends=True)
+        commands = [json.loads(line)["argv"] for line in lines if line.startswith("{")]
+        done.stdout = "".join(line for line in lines if not line.startswith("{"))
         return done, commands
 
     def run(self, script: str, *args: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:

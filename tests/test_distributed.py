@@ -246,18 +246,17 @@ def test_train_samplers_are_distributed_and_reshuffled_every_epoch(one_process_g
 
 
 def test_scripts_launch_through_torchrun_when_nproc_is_set(tmp_path):
-    record = tmp_path / "argv.txt"
-    recorder = tmp_path / "python.sh"
-    recorder.write_text('#!/bin/sh\nprintf \'%s\\n\' "$@" > "$RECORD"\n')
-    recorder.chmod(0o755)
-    compose = "source scripts/common.sh && TRAINER=PETR CFG=c SEED=1 && common_opts PETR && train_py eurosat out"
+    """NPROC unset or 1: train.py itself; N > 1: train.py under torchrun with N processes; a non-number: one line."""
     torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "train.py"]
     for nproc, launch in (("", ["train.py"]), ("1", ["train.py"]), ("2", torchrun)):
-        env = {**os.environ, "PYTHON": str(recorder), "RECORD": str(record), "DATA": str(tmp_path), "NPROC": nproc}
-        subprocess.run(["bash", "-c", compose], cwd=REPO, env=env, check=True, timeout=HANG_GUARD_S)
-        argv = record.read_text().splitlines()
+        env = {**os.environ, "DATA": str(tmp_path), "NPROC": nproc, "TEACHER_CKPT": "none"}
+        done = subprocess.run([sys.executable, "-m", "units", "--print-argv", "petr", "base2new_train", "eurosat",
+                               "1"], cwd=REPO, env=env, capture_output=True, text=True, check=True,
+                              timeout=HANG_GUARD_S)
+        argv = json.loads(done.stdout.splitlines()[-1])["argv"]
         assert argv[:len(launch) + 1] == [*launch, "--root"], nproc
-    env = {**os.environ, "PYTHON": str(recorder), "RECORD": str(record), "DATA": str(tmp_path), "NPROC": "two"}
-    done = subprocess.run(["bash", "-c", compose], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=HANG_GUARD_S)
-    assert done.returncode != 0 and "error: NPROC=two: give the number of processes" in done.stderr
+    env = {**os.environ, "DATA": str(tmp_path), "NPROC": "two", "TEACHER_CKPT": "none"}
+    done = subprocess.run(["bash", "scripts/petr/base2new_train.sh", "eurosat", "1"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 1 and done.stderr.endswith("error: NPROC=two: give the number of processes (GPUs), "
+                                                         "e.g. NPROC=4\n")

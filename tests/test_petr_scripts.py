@@ -1,6 +1,7 @@
 """PETR's bash scripts end to end on tiny CLIPs and a tiny EuroSAT tree: base2new_train.sh, base2new_test.sh,
-reproduce_base2new.sh (skip + parse_test_res table), scripts/common.sh tables, and the scripts' clear errors; the
-cross-dataset / DG scripts (PETR, PromptKD, teacher, zero-shot) with SOURCE=demonet on a tiny demo-world tree."""
+reproduce_base2new.sh (skip + parse_test_res table), the units tables (units/facts.py), and the scripts' clear
+errors; the cross-dataset / DG scripts (PETR, PromptKD, teacher, zero-shot) with SOURCE=demonet on a tiny demo-world
+tree."""
 from __future__ import annotations
 
 import json
@@ -18,6 +19,7 @@ from datasets.catalog import DATASETS
 from demo.shapes import GenParams, generate
 from tests.helpers_petr import numpy_mahalanobis_route, write_eurosat
 from tests.helpers_run import HANG_GUARD_S
+from units.facts import BASE2NEW_DATASETS, DG_TARGETS, XD_TARGETS, dataset_name, dataset_yaml, kd_weight
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CFG = "vit_b16_ep40_batch8_4ctx"
@@ -28,13 +30,6 @@ EXTRA = ("INPUT.SIZE (32,32) OPTIM.MAX_EPOCH 1 DATALOADER.NUM_WORKERS 0 DATALOAD
 def run_script(script: str, *args: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", f"scripts/{script}", *args], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=HANG_GUARD_S)
-
-
-def common_sh(expr: str) -> str:
-    """Evaluate ``expr`` after sourcing scripts/common.sh; returns stdout."""
-    done = subprocess.run(["bash", "-c", f"source scripts/common.sh && {expr}"], cwd=REPO, capture_output=True,
-                          text=True, check=True)
-    return done.stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -109,23 +104,23 @@ def test_scripts_give_clear_errors(script_env):
     assert done.returncode != 0 and "no finished training run" in done.stderr
 
 
-def test_common_sh_tables_match_dataset_configs():
-    shorts = common_sh('echo "${BASE2NEW_DATASETS[*]} $(dg_targets imagenet)"').split()
-    assert len(shorts) == 15 and set(common_sh('echo "${XD_TARGETS[*]}"').split()) == set(shorts[1:11])
+def test_unit_tables_match_dataset_configs():
+    shorts = [*BASE2NEW_DATASETS, *DG_TARGETS["imagenet"]]
+    assert len(shorts) == 15 and set(XD_TARGETS) == set(shorts[1:11])
     assert shorts[11:] == ["imagenetv2", "imagenet_sketch", "imagenet_a", "imagenet_r"]
-    assert common_sh("dg_targets demonet").split() == ["demonetv2", "demonet_sketch", "demonet_a", "demonet_r"]
+    assert list(DG_TARGETS["demonet"]) == ["demonetv2", "demonet_sketch", "demonet_a", "demonet_r"]
     stems = sorted(name[:-len(".yaml")] for name in os.listdir(os.path.join(REPO, "configs", "datasets")))
     assert set(shorts) < set(stems) and {"demonet", "democool", "demonet_sketch"} < set(stems)
     for short in stems:  # every dataset config, the demo's included
-        name = common_sh(f"dataset_name {short}")
-        with open(os.path.join(REPO, common_sh(f"dataset_yaml {short}"))) as f:
+        name = dataset_name(short)
+        with open(os.path.join(REPO, dataset_yaml(short))) as f:
             assert yaml.safe_load(f)["DATASET"]["NAME"] == name
         assert name in DATASETS
     # PromptKD's per-dataset α (its base2new_train.sh comments); KD_WEIGHT overrides every dataset
-    alphas = {short: common_sh(f"kd_weight {short}") for short in shorts[:11]}
+    alphas = {short: kd_weight(short, {}) for short in shorts[:11]}
     assert {s for s, a in alphas.items() if a == "200.0"} == {"fgvc_aircraft", "oxford_flowers", "dtd"}
     assert {a for s, a in alphas.items()} == {"200.0", "1000.0"}
-    assert common_sh("KD_WEIGHT=5.0 kd_weight dtd") == "5.0"
+    assert kd_weight("dtd", {"KD_WEIGHT": "5.0"}) == "5.0"
 
 
 DEMO_TINY = GenParams(train_per_class=1, val_per_class=1, test_per_class=1, xd_train_per_class=2, xd_val_per_class=1,

@@ -15,10 +15,10 @@ from datasets.sizes import PUBLISHED_SIZES
 from runner.cli import main as runner_main
 from runner.costs import projected_seconds
 from runner.jobs import job_states, record_job
-from runner.methods import METHODS, find_method
 from runner.profiles import FAST, PAPER, bf16_opts, launch_env
 from runner.protocols import Planner, Sweep
 from tests.helpers_run import ScriptRunner
+from units.methods import find_method
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B2N = ("imagenet", "caltech101", "oxford_pets", "stanford_cars", "oxford_flowers", "food101", "fgvc_aircraft",
@@ -83,40 +83,6 @@ def test_cross_dataset_and_dg_plans(tmp_path):
         str(tmp_path / "out/dg/train/imagenet_a/shots_0/PETR/vit_b16_ep40_batch8_4ctx_cross_datasets/seed1"),)
     with pytest.raises(ValueError, match="CoOp: no xd scripts"):
         Planner(sweep("xd", ("CoOp",), ("dtd",), tmp_path)).plan()
-
-
-def script_default(path: str, var: str) -> str:
-    """``VAR=${VAR:-value}`` (or ``VAR=value``) in a script: the value."""
-    text = open(os.path.join(REPO, path)).read()
-    found = re.search(rf"^\s*{var}=\$\{{{var}:-([^}}]*)\}}|^{var}=(\S+)", text, re.MULTILINE)
-    return found.group(1) if found.group(1) is not None else found.group(2)
-
-
-def test_method_table_matches_the_scripts_defaults():
-    for method in METHODS.values():
-        train = "base2new_test.sh" if method.name == "ZeroshotCLIP" else (
-            method.plugin_script if method.plugin_of else "base2new_train.sh")
-        script = f"scripts/{method.scripts}/{train}"
-        text = open(os.path.join(REPO, script)).read()
-        if method.trainer == "PETRX":  # base2new.sh X ...: config vit_b16_<x>, X one of the script's learners
-            x = find_method(method.plugin_of).scripts
-            assert "CFG=${CFG:-vit_b16_$TUNED}" in text and method.config == f"vit_b16_{x}" and f"    {x})" in text
-            assert script_default(script, "SHOTS") == str(method.shots) and f"TRAINER={method.trainer}" in text
-            continue
-        if "prompt_learners.sh" in text:  # CoCoOp, MaPLe, IVLP: the shared script, default config as an argument
-            assert f'prompt_learners.sh" "$0" {method.trainer} {method.config} base2new_train' in text, script
-            assert script_default("scripts/prompt_learners.sh", "SHOTS") == str(method.shots)
-            continue
-        assert f"CFG=${{CFG:-{method.config}}}" in text, script
-        if method.imagenet_config:
-            assert f'if [ "$DATASET" = imagenet ]; then CFG=${{CFG:-{method.imagenet_config}}}' in text
-        if method.shots and method.name != "ZeroshotCLIP":
-            assert script_default(script, "SHOTS") == str(method.shots), script
-        if method.xd_config and method.name != "ZeroshotCLIP":
-            xd = "xd_train.sh"
-            assert f"CFG=${{CFG:-{method.xd_config}}}" in open(os.path.join(REPO, "scripts", method.scripts, xd)).read()
-        assert f"TRAINER={method.trainer}" in text
-    assert "CFG=${2:-vit_b16}" in open(os.path.join(REPO, "scripts/zsclip/zeroshot.sh")).read()
 
 
 def skipped_dirs(output: str) -> set[str]:

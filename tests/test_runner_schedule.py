@@ -15,11 +15,14 @@ from dataclasses import replace
 
 import pytest
 
-from runner.jobs import JOB_RECORD, Job, job_record, job_states, record_job
+from engine.run_identity import read_identity
+from engine.runs import run_state
+from runner.jobs import Job, job_record, job_states, record_job
 from runner.layout import REPO
 from runner.local import LocalExecutor
 from runner.schedule import EXIT_PREEMPTED, MAX_REQUEUES, Eta, run_plan
 from tests.helpers_run import HANG_GUARD_S, alive, default_sigint
+from tests.helpers_upstream import UPSTREAM_TRAIN_LOG
 
 
 def finishing(name: str, run: str, script: str = "", deps: tuple[str, ...] = ()) -> Job:
@@ -90,7 +93,8 @@ def test_finished_jobs_are_not_run_and_exit_zero_needs_finished_runs(tmp_path):
     report = run_plan(jobs, LocalExecutor([], cpu_jobs=1), str(tmp_path / "logs"))
     assert report.done == ["finished", "after"] and marker.read_text() == "x\n" and not report.finished_before
     assert report.failed["liar"].startswith("exited 0, but its runs are not finished")
-    assert json.loads((done_run / JOB_RECORD).read_text()) == {"finished": job_record(jobs[0])}
+    assert json.loads((done_run / "run.json").read_text()) == {"runner": {"finished": job_record(jobs[0])}}
+    assert sorted(os.listdir(done_run)) == ["results.json", "run.json"]  # one record file per run folder
     report = run_plan(jobs, LocalExecutor([], cpu_jobs=1), str(tmp_path / "logs"))
     assert report.finished_before == ["finished", "after"] and marker.read_text() == "x\n"
     changed = replace(jobs[0], env={"EXTRA_OPTS": "OPTIM.LR 0.1"})
@@ -138,7 +142,7 @@ def test_changed_split_or_weights_are_not_finished(tmp_path):
               env={"DATA": str(data), "SHOTS": "16", "BACKBONE": str(weights)}, seed=1,
               runs=(finished_run(tmp_path / "run"),))
     record_job(job)
-    record = json.loads((tmp_path / "run" / JOB_RECORD).read_text())[job.name]
+    record = json.loads((tmp_path / "run" / "run.json").read_text())["runner"][job.name]
     assert record["data"] == {"eurosat/split_zhou_EuroSAT.json": sha256(split),
                               "eurosat/split_fewshot/shot_16-seed_1.json": sha256(fewshot)}
     assert record["weights"] == {str(weights): sha256(weights)}
@@ -172,7 +176,7 @@ def test_a_job_is_not_finished_over_a_new_run_of_a_job_it_needs(tmp_path):
                  runs=(finished_run(tmp_path / "plugin"),))
     for job in (train, test, plugin):
         record_job(job, [train] if job.deps else [])
-    record = json.loads((tmp_path / "test" / JOB_RECORD).read_text())["test"]
+    record = json.loads((tmp_path / "test" / "run.json").read_text())["runner"]["test"]
     assert record["upstream"] == {"train": {str(model / "model.pth.tar-5"): sha256(model / "model.pth.tar-5")}}
     assert set(job_states([train, test, plugin]).values()) == {"finished"}
     shutil.rmtree(train_run)
@@ -222,6 +226,9 @@ def test_log_of_each_attempt_is_kept(tmp_path):
 
 STOPPED_RUNNER = """
 import sys
+from engine.run_identity import read_identity
+from engine.runs import run_state
+from tests.helpers_upstream import UPSTREAM_TRAIN_LOG
 from runner.jobs import Job
 from runner.local import LocalExecutor
 from runner.schedule import run_plan, stop_signal
@@ -269,3 +276,22 @@ def test_a_signal_to_the_runner_stops_its_jobs(tmp_path, sig, status):
             runner.kill()
             runner.wait()
     assert got.read_text() == str(int(sig)) and not alive(child)
+
+
+def test_the_job_record_joins_the_runs_identity_and_changes_no_state(tmp_path):
+    """The runner's record goes into run.json beside the identity train.py wrote (which it keeps, and which train.py
+    reads without it); an upstream run's folder (no identity) stays finished-upstream with the record in it."""
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    identity = {"mode": "train", "config": {"OPTIM.LR": 0.002}}
+    (ours / "run.json").write_text(json.dumps(identity))
+    (ours / "results.json").write_text("{}")
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    (upstream / "log.txt").write_text(UPSTREAM_TRAIN_LOG)
+    assert run_state(str(upstream)) == "finished-upstream"
+    job = Job(name="j", kind="train", method="CoOp", dataset="d", argv=("true",), runs=(str(ours), str(upstream)))
+    record_job(job)
+    assert json.loads((ours / "run.json").read_text()) == {**identity, "runner": {"j": job_record(job)}}
+    assert read_identity(str(ours)) == identity and read_identity(str(upstream)) is None
+    assert run_state(str(upstream)) == "finished-upstream" and job_states([job]) == {"j": "finished"}

@@ -1,6 +1,6 @@
 """The scripts and run states: for every state of a run folder (``python -m engine.runs state``), what a unit script
 does with it (the decision is train.py's, the scripts only compose its command); sweeps into a folder of another
-config; how the scripts find a Python with torch; publishing a teacher.
+config; how scripts/unit.sh finds a Python with torch; publishing a teacher.
 
 Run with ``-s`` to see the table of states.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -19,14 +20,11 @@ from engine.run_lock import RunLockedError
 from tests.helpers_petr import write_eurosat
 from tests.helpers_run import HANG_GUARD_S, ScriptRunner, lock_held_elsewhere
 from tests.helpers_upstream import UPSTREAM_EVAL_LOG, UPSTREAM_TRAIN_LOG
+from units.commands import publish_teacher
+from units.methods import TEACHER
+from units.unit import Unit
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-def bash(expr: str, cwd: str = REPO, **env: str) -> subprocess.CompletedProcess:
-    """Run ``expr`` after sourcing scripts/common.sh in ``cwd``."""
-    return subprocess.run(["bash", "-c", f"source {REPO}/scripts/common.sh && {expr}"], cwd=cwd,
-                          env={**os.environ, **env}, capture_output=True, text=True, timeout=HANG_GUARD_S)
-
 
 TINY = ("INPUT.SIZE (32,32) OPTIM.MAX_EPOCH 1 DATALOADER.NUM_WORKERS 0 DATALOADER.TRAIN_X.BATCH_SIZE 4 "
         "DATALOADER.TEST.BATCH_SIZE 8 USE_CUDA False")
@@ -187,15 +185,23 @@ def test_a_changed_split_stops_the_script_instead_of_skipping(tmp_path, tiny_cli
 
 
 def test_scripts_find_the_project_venv(tmp_path):
+    """Without PYTHON or an active virtual environment, scripts/unit.sh runs the project's .venv python (here a
+    stand-in that logs its arguments); a PYTHON without torch is one error line, exit status 1."""
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "VIRTUAL_ENV")}
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(os.path.join(REPO, "scripts", "unit.sh"), tmp_path / "scripts" / "unit.sh")
     venv_python = tmp_path / ".venv" / "bin" / "python"
     venv_python.parent.mkdir(parents=True)
-    venv_python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # stands in for the project's .venv
+    venv_python.write_text(f'#!/bin/sh\necho "$@" >> "{tmp_path}/calls"\n'  # stands in for the project's .venv
+                           f'if [ "$1" = -c ]; then exec "{sys.executable}" "$@"; fi\n')
     venv_python.chmod(0o755)
-    found = subprocess.run(["bash", "-c", f"source {REPO}/scripts/common.sh && echo $PYTHON && require_python"],
+    found = subprocess.run(["bash", str(tmp_path / "scripts" / "unit.sh"), "x.sh", "petr", "base2new_train", "a"],
                            cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=HANG_GUARD_S)
-    assert found.returncode == 0 and found.stdout.strip() == str(venv_python)
-    no_torch = bash("require_python", PYTHON="/bin/false")
+    assert found.returncode == 0, found.stderr
+    assert (tmp_path / "calls").read_text().splitlines()[-1] == "-m units petr base2new_train a"
+    no_torch = subprocess.run(["bash", os.path.join(REPO, "scripts", "unit.sh"), "x.sh", "petr", "base2new_train"],
+                              env={**clean, "PYTHON": "/bin/false"}, capture_output=True, text=True,
+                              timeout=HANG_GUARD_S)
     assert no_torch.returncode == 1 and no_torch.stderr.count("\n") == 1
     assert no_torch.stderr.startswith("error: PYTHON=/bin/false has no torch: run 'make install'")
 
@@ -207,9 +213,8 @@ def test_publish_teacher_copies_the_checkpoint_the_pointer_names(tmp_path):
         (run / "VLPromptLearner" / f"model.pth.tar-{epoch}").write_bytes(b"epoch %d" % epoch)
     (run / "VLPromptLearner" / "checkpoint").write_text("model.pth.tar-2\n")
     (run / "teacher_text_features.pt").write_bytes(b"features")
-    done = bash(f"source {REPO}/scripts/teacher/publish.sh && publish_teacher {run} EuroSAT",
-                PYTHON=sys.executable, TEACHER_DIR=str(tmp_path / "teachers"))
-    assert done.returncode == 0, done.stderr
+    unit = Unit(TEACHER, "scripts/teacher/base2new_train.sh", {"TEACHER_DIR": "teachers"}, str(tmp_path))
+    publish_teacher(unit, str(run), "EuroSAT")
     dest = tmp_path / "teachers" / "EuroSAT"
     assert sorted(p.name for p in (dest / "VLPromptLearner").iterdir()) == ["checkpoint", "model.pth.tar-2"]
     assert (dest / "VLPromptLearner" / "model.pth.tar-2").read_bytes() == b"epoch 2"
@@ -232,10 +237,14 @@ def test_data_unset_is_an_error_line_and_relative_paths_are_the_callers(tmp_path
     assert done.stderr == (f"error: DATA={tmp_path}/datasets is not a folder (see DATASETS.md for the dataset "
                            "layout)\n")
     (tmp_path / "datasets").mkdir()
-    # a Python without site-packages: engine.runs (standard library) places the run, the torch check then stops
+    done = run(DATA="datasets", OUTPUT_ROOT="out", PYTHON=ScriptRunner(tmp_path, {}).env["PYTHON"])  # records
+    run_folder = tmp_path / "out" / "base2new" / "train_base" / "eurosat" / "shots_16" / "CoOp" / "vit_b16_ctxv1"
+    assert f"-> {run_folder}/seed1\n" in done.stdout, done.stderr
+    argv = json.loads(done.stdout.splitlines()[-1])["argv"]
+    assert argv[argv.index("--root") + 1] == f"{tmp_path}/datasets"
+    # a Python without site-packages (no torch): one line before anything runs
     bare = tmp_path / "bare_python.sh"
     bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
     bare.chmod(0o755)
     done = run(DATA="datasets", OUTPUT_ROOT="out", PYTHON=str(bare))
-    run_folder = tmp_path / "out" / "base2new" / "train_base" / "eurosat" / "shots_16" / "CoOp" / "vit_b16_ctxv1"
-    assert f"-> {run_folder}/seed1\n" in done.stdout and done.stderr.startswith(f"error: PYTHON={bare} has no torch")
+    assert done.returncode == 1 and done.stdout == "" and done.stderr.startswith(f"error: PYTHON={bare} has no torch")

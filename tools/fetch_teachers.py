@@ -91,7 +91,7 @@ def teacher_root(unpacked: str) -> str:
 
 def published_layout(checkpoint: str, folder: str) -> str:
     """``folder/VLPromptLearner/<checkpoint's name>`` + the ``checkpoint`` pointer naming it: the layout
-    ``scripts/teacher/publish.sh`` gives a trained teacher, which the students and the runner look for."""
+    ``units.commands.publish_teacher`` gives a trained teacher, which the students and the runner look for."""
     learner = os.path.join(folder, MODEL_NAME)
     os.makedirs(learner)
     os.replace(checkpoint, os.path.join(learner, os.path.basename(checkpoint)))

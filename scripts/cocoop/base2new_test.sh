@@ -3,4 +3,4 @@
 # Usage: DATA=/path/to/datasets bash scripts/cocoop/base2new_test.sh eurosat 1
 # Output: $OUTPUT_ROOT/base2new/test_new/<dataset>/shots_16/CoCoOp/<cfg>/seed<S> (skipped when finished). The loaded
 # epoch is the training run's last saved one (or LOAD_EPOCH). CFG, SHOTS, BACKBONE, EXTRA_OPTS as in base2new_train.sh.
-exec bash "$(dirname "$0")/../prompt_learners.sh" "$0" CoCoOp vit_b16_c4_ep10_batch1_ctxv1 base2new_test "$@"
+exec bash "$(dirname "$0")/../unit.sh" "$0" cocoop base2new_test "$@"

@@ -4,4 +4,4 @@
 # demonet_a, demonet_r).
 # Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/cocoop/dg_test.sh imagenet_a 1
 # Output: $OUTPUT_ROOT/dg/test/<target>/shots_16/CoCoOp/<cfg>/seed<S> (skipped when finished).
-exec bash "$(dirname "$0")/../prompt_learners.sh" "$0" CoCoOp vit_b16_c4_ep10_batch1_ctxv1 dg_test "$@"
+exec bash "$(dirname "$0")/../unit.sh" "$0" cocoop dg_test "$@"

@@ -3,5 +3,5 @@
 # imagenet), all classes; xd_test.sh / dg_test.sh then evaluate the model on other datasets without training.
 # Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/cocoop/xd_train.sh 1
 # Output: $OUTPUT_ROOT/xd/train/<source>/shots_16/CoCoOp/<cfg>/seed<S>. CFG defaults to vit_b16_c4_ep10_batch1_ctxv1
-# (CoCoOp's config for both protocols); SHOTS, BACKBONE, EXTRA_OPTS as in scripts/common.sh.
-exec bash "$(dirname "$0")/../prompt_learners.sh" "$0" CoCoOp vit_b16_c4_ep10_batch1_ctxv1 xd_train "$@"
+# (CoCoOp's config for both protocols); SHOTS, BACKBONE, EXTRA_OPTS as in docs/usage.md.
+exec bash "$(dirname "$0")/../unit.sh" "$0" cocoop xd_train "$@"

@@ -4,4 +4,4 @@
 # demonet_a, demonet_r).
 # Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/ivlp/dg_test.sh imagenet_a 1
 # Output: $OUTPUT_ROOT/dg/test/<target>/shots_16/IVLP/<cfg>/seed<S> (skipped when finished).
-exec bash "$(dirname "$0")/../prompt_learners.sh" "$0" IVLP vit_b16_c2_ep20_batch4_4+4ctx dg_test "$@"
+exec bash "$(dirname "$0")/../unit.sh" "$0" ivlp dg_test "$@"

@@ -2,4 +2,4 @@
 # IVLP cross-dataset: evaluate the SOURCE model of xd_train.sh (same SEED, CFG) on every class of DATASET.
 # Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/ivlp/xd_test.sh caltech101 1
 # Output: $OUTPUT_ROOT/xd/test/<dataset>/shots_16/IVLP/<cfg>/seed<S> (skipped when finished).
-exec bash "$(dirname "$0")/../prompt_learners.sh" "$0" IVLP vit_b16_c2_ep20_batch4_4+4ctx xd_test "$@"
+exec bash "$(dirname "$0")/../unit.sh" "$0" ivlp xd_test "$@"

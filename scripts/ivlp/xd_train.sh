@@ -4,5 +4,5 @@
 # Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/ivlp/xd_train.sh 1
 # Output: $OUTPUT_ROOT/xd/train/<source>/shots_16/IVLP/<cfg>/seed<S>. CFG defaults to vit_b16_c2_ep20_batch4_4+4ctx,
 # the base-to-novel config (none of the three upstream repositories ships an IVLP transfer config); SHOTS, BACKBONE,
-# EXTRA_OPTS as in scripts/common.sh.
-exec bash "$(dirname "$0")/../prompt_learners.sh" "$0" IVLP vit_b16_c2_ep20_batch4_4+4ctx xd_train "$@"
+# EXTRA_OPTS as in docs/usage.md.
+exec bash "$(dirname "$0")/../unit.sh" "$0" ivlp xd_train "$@"

@@ -4,4 +4,4 @@
 # demonet_a, demonet_r).
 # Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/maple/dg_test.sh imagenet_a 1
 # Output: $OUTPUT_ROOT/dg/test/<target>/shots_16/MaPLe/<cfg>/seed<S> (skipped when finished).
-exec bash "$(dirname "$0")/../prompt_learners.sh" "$0" MaPLe vit_b16_c2_ep5_batch4_2ctx_cross_datasets dg_test "$@"
+exec bash "$(dirname "$0")/../unit.sh" "$0" maple dg_test "$@"

@@ -4,9 +4,4 @@
 # Usage: DATA=/path/to/datasets [SOURCE=imagenet] [SHOTS=0] [TEACHER_DIR=... | TEACHER_CKPT=...] \
 #            bash scripts/petr/dg_test.sh imagenet_a 1
 # Output: $OUTPUT_ROOT/dg/test/<target>/shots_<SHOTS>/PETR/<cfg>/seed<S>.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-source scripts/common.sh
-
-require_dg_target scripts/petr/dg_test.sh "${1:-}"
-MODAL=dg ROLE_DIR=dg exec bash scripts/petr/xd_test.sh "$@"
+exec bash "$(dirname "$0")/../unit.sh" "$0" petr dg_test "$@"

@@ -3,9 +3,4 @@
 # Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/petr_x/dg.sh <coop|cocoop|maple|ivlp|promptsrc>
 #            <imagenetv2|imagenet_sketch|imagenet_a|imagenet_r> <seed> X_RUN_DIR
 # Output: $OUTPUT_ROOT/dg/train/<target>/shots_<SHOTS>/PETRX/vit_b16_<x>/seed<S>.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-source scripts/common.sh
-
-require_dg_target scripts/petr_x/dg.sh "${2:-}"
-MODAL=dg ROLE_DIR=dg exec bash scripts/petr_x/xd.sh "$@"
+exec bash "$(dirname "$0")/../unit.sh" "$0" petr_x dg "$@"

@@ -1,0 +1,146 @@
+"""The unit commands through their scripts: for a representative set of ``scripts/<method>/<command>.sh``, the run
+folders and ``train.py`` argument lists (``python -m units --print-argv``) equal the ones written out here by hand,
+element for element, and a mistake is one ``error:`` line with exit status 1."""
+from __future__ import annotations
+
+import os
+
+from tests.helpers_run import ScriptRunner
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXTRA = "OPTIM.MAX_EPOCH 1 INPUT.SIZE (32,32)"
+
+
+def finished(run: str, model: str = "prompt_learner") -> None:
+    """A finished run folder with one saved model (its last epoch: no model-best)."""
+    os.makedirs(os.path.join(run, model))
+    with open(os.path.join(run, model, "checkpoint"), "w") as f:
+        f.write("model.pth.tar-5\n")
+    with open(os.path.join(run, "results.json"), "w") as f:
+        f.write("{}")
+
+
+def setup(tmp_path) -> tuple[ScriptRunner, str, str, str]:
+    data, out, teachers = str(tmp_path / "data"), str(tmp_path / "out"), str(tmp_path / "teachers")
+    for folder in ("EuroSAT", "ImageNet-xd"):
+        os.makedirs(os.path.join(teachers, folder))
+    os.makedirs(data)
+    env = {"DATA": data, "OUTPUT_ROOT": out, "TEACHER_DIR": teachers, "EXTRA_OPTS": EXTRA, "BACKBONE": "s.pt",
+           "TEACHER_NAME": "t.pt"}
+    for knob in ("CFG", "SHOTS", "SOURCE", "KD_WEIGHT", "TEACHER_CKPT", "LOAD_EPOCH", "NPROC", "MOVE_ASIDE", "SEEDS"):
+        env[knob] = ""
+    return ScriptRunner(tmp_path, env), data, out, teachers
+
+
+def test_petr_base2new_train_and_test(tmp_path):
+    runner, data, out, teachers = setup(tmp_path)
+    train_dir = f"{out}/base2new/train_base/eurosat/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed1"
+    done, commands = runner.record(["bash", "scripts/petr/base2new_train.sh", "eurosat", "1"])
+    assert done.stdout == f"Training PETR on eurosat (seed 1, α=1000.0) -> {train_dir}\n", done.stderr
+    assert commands == [[
+        "train.py", "--root", data, "--seed", "1", "--trainer", "PETR", "--dataset-config-file",
+        "configs/datasets/eurosat.yaml", "--config-file", "configs/trainers/PETR/vit_b16_ep40_batch8_4ctx.yaml",
+        "--output-dir", train_dir, "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "base", "TRAINER.MODAL",
+        "base2novel", "TRAINER.PETR.KD_WEIGHT", "1000.0", "TRAINER.PETR.TEACHER_CKPT", f"{teachers}/EuroSAT",
+        "MODEL.BACKBONE.NAME", "s.pt", "TRAINER.PETR.TEACHER_NAME", "t.pt", "OPTIM.MAX_EPOCH", "1", "INPUT.SIZE",
+        "(32,32)"]]
+    done, _ = runner.record(["bash", "scripts/petr/base2new_test.sh", "eurosat", "1"])
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (f"error: no finished training run in {train_dir}: run scripts/petr/base2new_train.sh "
+                           "eurosat 1\n")
+    finished(train_dir)
+    test_dir = train_dir.replace("train_base", "test_new")
+    done, commands = runner.record(["bash", "scripts/petr/base2new_test.sh", "eurosat", "1"], {"NPROC": "2"})
+    assert done.stdout == f"Evaluating PETR on the novel classes of eurosat (seed 1) -> {test_dir}\n"
+    assert commands == [[
+        "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "train.py", "--root", data,
+        "--seed", "1", "--trainer", "PETR", "--dataset-config-file", "configs/datasets/eurosat.yaml",
+        "--config-file", "configs/trainers/PETR/vit_b16_ep40_batch8_4ctx.yaml", "--output-dir", test_dir,
+        "--model-dir", train_dir, "--load-epoch", "last", "--eval-only", "DATASET.NUM_SHOTS", "0",
+        "DATASET.SUBSAMPLE_CLASSES", "new", "TRAINER.MODAL", "base2novel", "TRAINER.PETR.KD_WEIGHT", "1000.0",
+        "TRAINER.PETR.TEACHER_CKPT", f"{teachers}/EuroSAT", "MODEL.BACKBONE.NAME", "s.pt",
+        "TRAINER.PETR.TEACHER_NAME", "t.pt", "OPTIM.MAX_EPOCH", "1", "INPUT.SIZE", "(32,32)"]]
+
+
+def test_promptkd_xd_train(tmp_path):
+    runner, data, out, teachers = setup(tmp_path)
+    run = f"{out}/xd/train/dtd/shots_0/PromptKD/vit_b16_c2_ep20_batch8_4+4ctx_cross_datasets/seed2"
+    done, commands = runner.record(["bash", "scripts/promptkd/xd_train.sh", "dtd", "2"], {"MOVE_ASIDE": "1"})
+    assert done.stdout == (f"Training PromptKD (cross, ImageNet teacher) on dtd (seed 2, 0 shots, α=1000.0) -> "
+                           f"{run}\n")
+    assert commands == [[
+        "train.py", "--root", data, "--seed", "2", "--trainer", "PromptKD", "--dataset-config-file",
+        "configs/datasets/dtd.yaml", "--config-file",
+        "configs/trainers/PromptKD/vit_b16_c2_ep20_batch8_4+4ctx_cross_datasets.yaml", "--output-dir", run,
+        "--move-aside", "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "all", "TRAINER.MODAL", "cross",
+        "TRAINER.PROMPTKD.KD_WEIGHT", "1000.0", "TRAINER.PROMPTKD.TEMPERATURE", "1.0",
+        "TRAINER.PROMPTKD.TEACHER_CKPT", f"{teachers}/ImageNet-xd", "MODEL.BACKBONE.NAME", "s.pt",
+        "TRAINER.PROMPTKD.TEACHER_NAME", "t.pt", "OPTIM.MAX_EPOCH", "1", "INPUT.SIZE", "(32,32)"]]
+
+
+def test_coop_main_runs_each_seed(tmp_path):
+    runner, data, out, _ = setup(tmp_path)
+    done, commands = runner.record(["bash", "scripts/coop/main.sh", "caltech101", "vit_b16", "end", "16", "4",
+                                    "False"], {"SEEDS": "1 3"})
+    runs = [f"{out}/caltech101/CoOp/vit_b16_4shots/nctx16_cscFalse_ctpend/seed{seed}" for seed in (1, 3)]
+    assert done.stdout == "".join(f"Training CoOp on 4 shots of caltech101 (seed {seed}) -> {run}\n"
+                                  for seed, run in zip((1, 3), runs))
+    assert commands == [[
+        "train.py", "--root", data, "--seed", str(seed), "--trainer", "CoOp", "--dataset-config-file",
+        "configs/datasets/caltech101.yaml", "--config-file", "configs/trainers/CoOp/vit_b16.yaml", "--output-dir",
+        run, "TRAINER.COOP.N_CTX", "16", "TRAINER.COOP.CSC", "False", "TRAINER.COOP.CLASS_TOKEN_POSITION", "end",
+        "DATASET.NUM_SHOTS", "4", "MODEL.BACKBONE.NAME", "s.pt", "OPTIM.MAX_EPOCH", "1", "INPUT.SIZE", "(32,32)"]
+        for seed, run in zip((1, 3), runs)]
+
+
+def test_petr_x_base2new_routes_on_the_coop_run(tmp_path):
+    runner, data, out, _ = setup(tmp_path)
+    coop = f"{out}/base2new/train_base/imagenet/shots_16/CoOp/vit_b16_ep50_ctxv1/seed1"
+    done, _ = runner.record(["bash", "scripts/petr_x/base2new.sh", "coop", "imagenet", "1"])
+    assert (done.returncode, done.stderr) == (1, f"error: no CoOp run at {coop}: train one with its base-to-novel "
+                                                 "script (same dataset, seed and SHOTS) or pass its folder as the "
+                                                 "fourth argument\n")
+    finished(coop)
+    done, commands = runner.record(["bash", "scripts/petr_x/base2new.sh", "coop", "imagenet", "1"],
+                                   {"TUNED_LOAD_EPOCH": "3"})
+    base, new = (f"{out}/base2new/{role}/imagenet/shots_16/PETRX/vit_b16_coop/seed1" for role in ("train_base",
+                                                                                                  "test_new"))
+    assert done.stdout.splitlines() == [
+        f"PETR+X on CoOp run {coop}: router fit and base-class evaluation of imagenet (seed 1) -> {base}",
+        f"PETR+X on CoOp run {coop}: novel-class evaluation of imagenet (seed 1) with the router of {base} -> {new}"]
+    head = ["train.py", "--root", data, "--seed", "1", "--trainer", "PETRX", "--dataset-config-file",
+            "configs/datasets/imagenet.yaml", "--config-file", "configs/trainers/PETRX/vit_b16_coop.yaml"]
+    x = ["TRAINER.PETRX.TUNED_MODEL_DIR", coop, "TRAINER.PETRX.TUNED_LOAD_EPOCH", "3"]
+    tail = ["MODEL.BACKBONE.NAME", "s.pt", "OPTIM.MAX_EPOCH", "1", "INPUT.SIZE", "(32,32)"]
+    assert commands == [
+        [*head, "--output-dir", base, "DATASET.NUM_SHOTS", "16", "DATASET.SUBSAMPLE_CLASSES", "base",
+         "TRAINER.MODAL", "base2novel", *x, *tail],
+        [*head, "--output-dir", new, "--model-dir", base, "--eval-only", "DATASET.NUM_SHOTS", "16",
+         "DATASET.SUBSAMPLE_CLASSES", "new", "TRAINER.MODAL", "base2novel", *x, *tail]]
+
+
+def test_zsclip_zeroshot_has_no_seed_and_relative_paths_are_the_callers(tmp_path):
+    runner, _, _, _ = setup(tmp_path)
+    script = os.path.join(REPO, "scripts", "zsclip", "zeroshot.sh")
+    done, commands = runner.record(["bash", "-c", f'cd "{tmp_path}" && bash "{script}" dtd vit_b16_ensemble'],
+                                   {"DATA": "data", "OUTPUT_ROOT": "zs"})
+    run = f"{tmp_path}/zs/ZeroshotCLIP/vit_b16_ensemble/dtd"
+    assert done.stdout == f"Zero-shot CLIP (vit_b16_ensemble) on dtd -> {run}\n", done.stderr
+    assert commands == [[
+        "train.py", "--root", f"{tmp_path}/data", "--trainer", "ZeroshotCLIP", "--dataset-config-file",
+        "configs/datasets/dtd.yaml", "--config-file", "configs/trainers/ZeroshotCLIP/vit_b16_ensemble.yaml",
+        "--output-dir", run, "--eval-only", "MODEL.BACKBONE.NAME", "s.pt", "OPTIM.MAX_EPOCH", "1", "INPUT.SIZE",
+        "(32,32)"]]
+
+
+def test_mistakes_are_one_error_line(tmp_path):
+    runner, _, _, _ = setup(tmp_path)
+    done, commands = runner.record(["bash", "scripts/petr/base2new_train.sh", "eurosatt", "1"])
+    assert (done.returncode, done.stdout, commands) == (1, "", [])
+    assert done.stderr.startswith("error: unknown dataset 'eurosatt'; use one of: caltech101 ") and \
+        done.stderr.count("\n") == 1
+    done, _ = runner.record(["bash", "scripts/zsclip/zeroshot.sh"])
+    assert (done.returncode, done.stderr) == (1, "error: usage: bash scripts/zsclip/zeroshot.sh <dataset> [cfg]\n")
+    done, _ = runner.record(["bash", "scripts/petr/dg_train.sh", "eurosat", "1"], {"SOURCE": "demonet"})
+    assert done.stderr == ("error: usage: SOURCE=demonet bash scripts/petr/dg_train.sh <demonetv2|demonet_sketch|"
+                           "demonet_a|demonet_r> <seed> ('eurosat' is not a DG target of it)\n")

@@ -1,0 +1,7 @@
+"""The unit commands: one place that turns (method, command, arguments, environment knobs) into train.py runs.
+
+``python -m units METHOD COMMAND ARGS`` is what ``scripts/<method>/<command>.sh`` runs; ``--print-argv`` prints each
+run's folder and train.py argument list instead of running it. :mod:`units.facts` holds the dataset lists, names,
+distillation weights and teacher folders, :mod:`units.methods` the methods' defaults, :mod:`units.commands` the
+commands. Importing it does not import torch (train.py is imported when a run starts).
+"""

@@ -1,0 +1,532 @@
+"""The unit commands of every method: ``python -m units METHOD COMMAND ARGS`` (``scripts/<method>/<command>.sh``).
+
+Each command checks its arguments and prerequisites (one ``error:`` line, exit status 1, as the scripts always did),
+then makes its train.py runs through :class:`units.unit.Unit`. The run folders follow docs/ARCHITECTURE.md:
+``base2new/{train_base,test_new}/<dataset>/shots_<K>/<TRAINER>/<CFG>/seed<S>``; ``xd/train/<source>/...``,
+``xd/test/<target>/...`` and ``dg/{train,test}/<target>/...`` for the transfer runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from functools import partial
+
+from engine.runs import pointed_checkpoint
+from units.facts import (
+    BASE2NEW_DATASETS,
+    DG_TARGETS,
+    EXIT_PREEMPTED,
+    REPO,
+    UnitError,
+    dataset_name,
+    dg_targets,
+    kd_weight,
+    teacher_folder,
+)
+from units.methods import PETR_X_LEARNERS, PLUGIN_SUFFIX
+from units.unit import Unit
+
+Command = Callable[[Unit, list[str]], None]
+
+
+def usage(u: Unit, args: list[str], counts: tuple[int, ...], text: str) -> None:
+    """End with ``usage: TEXT`` unless there are ``counts`` arguments."""
+    if len(args) not in counts:
+        raise UnitError(f"usage: {text}")
+
+
+def b2n_config(u: Unit, dataset: str) -> str:
+    """CFG, else the method's base-to-novel config on ``dataset``."""
+    return u.knob("CFG", u.method.b2n_config(dataset))
+
+
+def shots(u: Unit) -> str:
+    """SHOTS, else the method's base-to-novel shots."""
+    return u.knob("SHOTS", str(u.method.shots))
+
+
+def require_dg_target(u: Unit, script: str, target: str) -> None:
+    """End with a usage line naming SOURCE's DG targets unless ``target`` is one of them."""
+    targets = dg_targets(u.source)
+    if target not in targets:
+        raise UnitError(f"usage: SOURCE={u.source} bash {script} <{'|'.join(targets)}> <seed> ('{target}' is not a "
+                        "DG target of it)")
+
+
+# ----- the prompt learners (CoCoOp, MaPLe, IVLP) -------------------------------------------------------------------
+def b2n_train(u: Unit, args: list[str], script: str, opts: tuple[str, ...] = ()) -> None:
+    """Train on the base classes of DATASET, then test them (``opts``: the method's overrides after the classes)."""
+    usage(u, args, (2,), f"bash {script} <dataset> <seed>")
+    u.require_data()
+    dataset, seed = args
+    dataset_name(dataset)
+    config = b2n_config(u, dataset)
+    out = u.run_dir("base2new/train_base", dataset, shots(u), config, seed)
+    u.train(f"Training {u.trainer} on the base classes of {dataset} (seed {seed})", dataset, out,
+            ["DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "base", *opts], config, seed)
+
+
+def b2n_test(u: Unit, args: list[str], script: str, missing: str, opts: tuple[str, ...] = (), config: str = "") -> None:
+    """Evaluate the model of base2new_train (``config``: another run folder's config) on the novel classes; without
+    it, ``missing`` (formatted with the model folder, dataset and seed) says what to run."""
+    usage(u, args, (2,), f"bash {script} <dataset> <seed>")
+    u.require_data()
+    dataset, seed = args
+    dataset_name(dataset)
+    config = config or b2n_config(u, dataset)
+    model = u.run_dir("base2new/train_base", dataset, shots(u), config, seed)
+    if not u.finished(model):
+        raise UnitError(missing.format(model=model, dataset=dataset, seed=seed))
+    out = u.run_dir("base2new/test_new", dataset, shots(u), config, seed)
+    u.train(f"Evaluating {u.trainer} on the novel classes of {dataset} (seed {seed})", dataset, out,
+            [*u.eval_args(model), "DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "new", *opts],
+            config.removesuffix(PLUGIN_SUFFIX), seed)
+
+
+def learner_b2n_train(u: Unit, args: list[str]) -> None:
+    """A prompt learner on the base classes of DATASET."""
+    b2n_train(u, args, u.script)
+
+
+def learner_b2n_test(u: Unit, args: list[str]) -> None:
+    """A prompt learner's base-class model on the novel classes."""
+    b2n_test(u, args, u.script, "no finished training run in {model}: run bash "
+             f"{u.script.removesuffix('test.sh')}train.sh {{dataset}} {{seed}}")
+
+
+def learner_xd_train(u: Unit, args: list[str]) -> None:
+    """Train on SOURCE, all classes, and test it."""
+    usage(u, args, (1,), f"[SOURCE=imagenet] bash {u.script} <seed>")
+    u.require_data()
+    (seed,) = args
+    config = u.knob("CFG", u.method.learner_xd_config)
+    out = u.run_dir("xd/train", u.source, shots(u), config, seed)
+    u.train(f"Training {u.trainer} on {shots(u)} shots of {dataset_name(u.source)}, all classes (seed {seed})",
+            u.source, out, ["DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "all"], config, seed)
+
+
+def learner_xd_test(u: Unit, args: list[str], tree: str = "xd") -> None:
+    """Evaluate the SOURCE model of xd_train on every class of DATASET (under ``tree``/test)."""
+    usage(u, args, (2,), f"[SOURCE=imagenet] bash {u.script} <dataset> <seed>")
+    u.require_data()
+    dataset, seed = args
+    dataset_name(dataset)
+    source_name = dataset_name(u.source)
+    config = u.knob("CFG", u.method.learner_xd_config)
+    model = u.run_dir("xd/train", u.source, shots(u), config, seed)
+    if not u.finished(model):
+        raise UnitError(f"no finished {source_name} run in {model}: run SOURCE={u.source} bash "
+                        f"{os.path.dirname(u.script)}/xd_train.sh {seed}")
+    out = u.run_dir(f"{tree}/test", dataset, shots(u), config, seed)
+    u.train(f"Evaluating the {source_name}-trained {u.trainer} on {dataset} (seed {seed})", dataset, out,
+            [*u.eval_args(model), "DATASET.SUBSAMPLE_CLASSES", "all"], config, seed)
+
+
+def learner_dg_test(u: Unit, args: list[str]) -> None:
+    """xd_test on a domain-generalisation target of SOURCE, written under dg/test."""
+    require_dg_target(u, u.script, args[0] if args else "")
+    learner_xd_test(u, args, tree="dg")
+
+
+LEARNER = {"base2new_train": learner_b2n_train, "base2new_test": learner_b2n_test, "xd_train": learner_xd_train,
+           "xd_test": learner_xd_test, "dg_test": learner_dg_test}
+
+
+# ----- CoOp --------------------------------------------------------------------------------------------------------
+def coop_b2n_train(u: Unit, args: list[str]) -> None:
+    """Learn the context on the base classes of DATASET, then evaluate them."""
+    b2n_train(u, args, "scripts/coop/base2new_train.sh")
+
+
+def coop_b2n_test(u: Unit, args: list[str]) -> None:
+    """Evaluate the context of base2new_train on the novel classes."""
+    b2n_test(u, args, "scripts/coop/base2new_test.sh", "no finished training run in {model}: run "
+             "scripts/coop/base2new_train.sh {dataset} {seed}")
+
+
+def coop_opts(nctx: str, csc: str, ctp: str) -> list[str]:
+    return ["TRAINER.COOP.N_CTX", nctx, "TRAINER.COOP.CSC", csc, "TRAINER.COOP.CLASS_TOKEN_POSITION", ctp]
+
+
+def coop_main(u: Unit, args: list[str]) -> None:
+    """CoOp's main.sh: train on SHOTS images per class of every class, for each seed of SEEDS."""
+    usage(u, args, (6,), "bash scripts/coop/main.sh <dataset> <cfg> <ctp: end|middle|front> <nctx> <shots> "
+          "<csc: True|False>")
+    dataset, config, ctp, nctx, k, csc = args
+    u.require_data()
+    dataset_name(dataset)
+    u.require_config(config)
+    for seed in u.knob("SEEDS", "1 2 3").split():
+        out = f"{u.output}/{dataset}/{u.trainer}/{config}_{k}shots/nctx{nctx}_csc{csc}_ctp{ctp}/seed{seed}"
+        u.train(f"Training {u.trainer} on {k} shots of {dataset} (seed {seed})", dataset, out,
+                [*coop_opts(nctx, csc, ctp), "DATASET.NUM_SHOTS", k], config, seed)
+
+
+def coop_eval(u: Unit, args: list[str]) -> None:
+    """Evaluate the 16-shot ImageNet contexts of main.sh (each seed of SEEDS) on DATASET."""
+    usage(u, args, (2,), "bash scripts/coop/eval.sh <dataset> <cfg>")
+    dataset, config = args
+    nctx, csc, ctp = u.knob("NCTX", "16"), u.knob("CSC", "False"), u.knob("CTP", "end")
+    tail = f"{config}_16shots/nctx{nctx}_csc{csc}_ctp{ctp}"
+    u.require_data()
+    dataset_name(dataset)
+    for seed in u.knob("SEEDS", "1 2 3").split():
+        model = f"{u.output}/imagenet/{u.trainer}/{tail}/seed{seed}"
+        out = f"{u.output}/evaluation/{u.trainer}/{tail}/{dataset}/seed{seed}"
+        if not u.finished(model):
+            raise UnitError(f"no finished ImageNet run in {model}: run scripts/coop/main.sh imagenet {config} {ctp} "
+                            f"{nctx} 16 {csc}")
+        u.train(f"Evaluating the ImageNet context of {model} on {dataset}", dataset, out,
+                [*u.eval_args(model), *coop_opts(nctx, csc, ctp)], config, seed)
+
+
+COOP = {"base2new_train": coop_b2n_train, "base2new_test": coop_b2n_test, "main": coop_main, "eval": coop_eval}
+
+
+# ----- the distilled students (PromptKD, PETR) ---------------------------------------------------------------------
+def distilled_b2n(u: Unit, args: list[str], test: bool) -> None:
+    """PromptKD / PETR base-to-novel: distil on every train image of DATASET and evaluate the base classes, or
+    (``test``) evaluate that run on the novel classes."""
+    script = f"scripts/{u.method.scripts}/base2new_{'test' if test else 'train'}.sh"
+    usage(u, args, (2,), f"bash {script} <dataset> <seed>")
+    dataset, seed = args
+    config, k = u.knob("CFG", u.method.config), "0"
+    u.require_data()
+    folder = teacher_folder(dataset, "base2new")
+    alpha = kd_weight(dataset, u.env)
+    petr = u.trainer == "PETR"
+    kd = [f"TRAINER.{u.method.ns}.KD_WEIGHT", alpha] if petr or not test else []
+    temperature = [] if petr or test else ["TRAINER.PROMPTKD.TEMPERATURE", "1.0"]
+    model = u.run_dir("base2new/train_base", dataset, k, config, seed)
+    if not test:
+        ckpt = u.teacher_ckpt(folder)
+        u.train(f"Training {u.trainer} on {dataset} (seed {seed}, α={alpha})", dataset, model,
+                ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "base", "TRAINER.MODAL", "base2novel", *kd,
+                 *temperature, f"TRAINER.{u.method.ns}.TEACHER_CKPT", ckpt], config, seed)
+        return
+    out = u.run_dir("base2new/test_new", dataset, k, config, seed)
+    if not u.finished(model):
+        raise UnitError(f"no finished training run in {model}: run scripts/{u.method.scripts}/base2new_train.sh "
+                        f"{dataset} {seed}")
+    ckpt = u.teacher_ckpt(folder)
+    u.train(f"Evaluating {u.trainer} on the novel classes of {dataset} (seed {seed})", dataset, out,
+            [*u.eval_args(model), "DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "new", "TRAINER.MODAL",
+             "base2novel", *kd, f"TRAINER.{u.method.ns}.TEACHER_CKPT", ckpt], config, seed)
+
+
+def student_transfer(u: Unit, args: list[str], script: str) -> tuple[str, str, str, str, str]:
+    """The checked arguments of a cross-dataset / DG student command: dataset, seed, CFG (the method's xd config),
+    SHOTS (default 0) and the source's DATASET.NAME."""
+    usage(u, args, (2,), f"[SOURCE=imagenet] bash {script}")
+    dataset, seed = args
+    config, k = u.knob("CFG", u.method.xd_config), u.knob("SHOTS", "0")
+    u.require_data()
+    dataset_name(dataset)
+    return dataset, seed, config, k, dataset_name(u.source)
+
+
+def promptkd_xd_train(u: Unit, args: list[str]) -> None:
+    """PromptKD cross-dataset: distil on DATASET's train split from the SOURCE teacher, evaluate on its test set."""
+    dataset, seed, config, k, source_name = student_transfer(u, args, "scripts/promptkd/xd_train.sh <dataset> <seed>")
+    alpha = u.knob("KD_WEIGHT", "1000.0")
+    out = u.run_dir("xd/train", dataset, k, config, seed)
+    ckpt = u.teacher_ckpt(f"{source_name}-xd")
+    u.train(f"Training {u.trainer} (cross, {source_name} teacher) on {dataset} (seed {seed}, {k} shots, α={alpha})",
+            dataset, out, ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "all", "TRAINER.MODAL", "cross",
+                           "TRAINER.PROMPTKD.KD_WEIGHT", alpha, "TRAINER.PROMPTKD.TEMPERATURE", "1.0",
+                           "TRAINER.PROMPTKD.TEACHER_CKPT", ckpt], config, seed)
+
+
+def promptkd_xd_test(u: Unit, args: list[str]) -> None:
+    """Evaluate the SOURCE-distilled student on DATASET (TRAINER.MODAL dg on a DG target of SOURCE)."""
+    dataset, seed, config, k, source_name = student_transfer(u, args, "scripts/promptkd/xd_test.sh <dataset> <seed>")
+    modal = "dg" if dataset in DG_TARGETS.get(u.source, ()) else "cross"
+    model = u.run_dir("xd/train", u.source, k, config, seed)
+    out = u.run_dir("xd/test", dataset, k, config, seed)
+    if not u.finished(model):
+        raise UnitError(f"no {source_name}-distilled student in {model}: run SOURCE={u.source} "
+                        f"scripts/promptkd/xd_train.sh {u.source} {seed}")
+    ckpt = u.teacher_ckpt(f"{source_name}-xd")
+    u.train(f"Evaluating the {source_name}-distilled {u.trainer} on {dataset} ({modal}, seed {seed})", dataset, out,
+            [*u.eval_args(model), "DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "all", "TRAINER.MODAL", modal,
+             "TRAINER.PROMPTKD.TEACHER_CKPT", ckpt], config, seed)
+
+
+def petr_transfer(u: Unit, args: list[str], tree: str, test: bool) -> None:
+    """PETR cross-dataset (``tree`` xd) or DG (dg): θ_s on SOURCE, θ_u on TARGET's images, router fitted on SOURCE
+    scored over TARGET's classes; or (``test``) re-evaluate that run with its saved router."""
+    modal = "cross" if tree == "xd" else "dg"
+    script = f"scripts/petr/{'xd' if tree == 'xd' else 'dg'}_{'test' if test else 'train'}.sh"
+    if tree == "dg":
+        require_dg_target(u, script, args[0] if args else "")
+    dataset, seed, config, k, source_name = student_transfer(
+        u, args, f"scripts/petr/xd_{'test' if test else 'train'}.sh <target dataset> <seed>")
+    alpha = u.knob("KD_WEIGHT", "1000.0")
+    model = u.run_dir(f"{tree}/train", dataset, k, config, seed)
+    opts = ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "all", "DATASET.SOURCE_DATASET", source_name,
+            "TRAINER.MODAL", modal, "TRAINER.PETR.KD_WEIGHT", alpha]
+    if not test:
+        ckpt = u.teacher_ckpt(f"{source_name}-xd")
+        u.train(f"Training {u.trainer} ({modal}: {source_name} -> {dataset}, seed {seed}, {k} shots, α={alpha})",
+                dataset, model, [*opts, "TRAINER.PETR.TEACHER_CKPT", ckpt], config, seed)
+        return
+    out = u.run_dir(f"{tree}/test", dataset, k, config, seed)
+    if not u.finished(model):
+        raise UnitError(f"no finished training run in {model}: run scripts/petr/{tree}_train.sh {dataset} {seed}")
+    ckpt = u.teacher_ckpt(f"{source_name}-xd")
+    u.train(f"Evaluating {u.trainer} ({modal}: {source_name} -> {dataset}) on {dataset} (seed {seed})", dataset, out,
+            [*u.eval_args(model), *opts, "TRAINER.PETR.TEACHER_CKPT", ckpt], config, seed)
+
+
+def petr_reproduce(u: Unit, args: list[str]) -> None:
+    """PETR's base-to-novel table: train and test every dataset of DATASETS x SEEDS (each unit a child process,
+    failures reported at the end, a preemption ends the loop with 75), then the Base / Novel / HM table."""
+    config = u.knob("CFG", u.method.config)
+    datasets = u.knob("DATASETS", " ".join(BASE2NEW_DATASETS)).split()
+    u.require_data()
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):  # sent to the child too: wait for
+        signal.signal(signum, lambda *_: None)  # its status (75: preempted, its state saved; SIGINT: interrupted)
+    env = {**os.environ, "CFG": config, "UNITS_CALLER_DIR": REPO,
+           **{k: u.path(k) for k in ("DATA", "OUTPUT_ROOT", "TEACHER_DIR") if u.path(k)}}
+    if u.env.get("TEACHER_CKPT", "") not in ("", "none"):
+        env["TEACHER_CKPT"] = u.path("TEACHER_CKPT")
+    failed = []
+    for dataset in datasets:
+        dataset_name(dataset)
+        for seed in u.knob("SEEDS", "1 2 3").split():
+            for command in ("base2new_train", "base2new_test"):
+                argv = [sys.executable, "-m", "units", *(["--print-argv"] if u.dry else []), "petr", command,
+                        dataset, seed]
+                env["UNITS_SCRIPT"] = f"scripts/petr/{command}.sh"
+                status = subprocess.run(argv, cwd=REPO, env=env).returncode
+                if status in (-signal.SIGINT, 128 + signal.SIGINT):  # Ctrl-C: the loop ends as the child did
+                    signal.signal(signal.SIGINT, signal.SIG_DFL)
+                    os.kill(os.getpid(), signal.SIGINT)
+                if status == EXIT_PREEMPTED:
+                    print(f"preempted during {command}.sh {dataset} seed {seed}: rerun this script to continue",
+                          file=sys.stderr)
+                    raise SystemExit(EXIT_PREEMPTED)
+                if status:
+                    failed.append(f"{command.removeprefix('base2new_')} {dataset} seed {seed}")
+                    break
+    table = ["parse_test_res.py", "b2n", f"{u.output}/base2new", "--methods", f"PETR/{config}", "--paper"]
+    if u.dry:
+        print(json.dumps({"dir": "", "argv": table}))
+    else:
+        subprocess.run([sys.executable, *table], cwd=REPO)
+    if failed:
+        raise UnitError(f"{len(failed)} run(s) failed (see their log.txt): {','.join(failed)}")
+
+
+PROMPTKD = {"base2new_train": partial(distilled_b2n, test=False), "base2new_test": partial(distilled_b2n, test=True),
+            "xd_train": promptkd_xd_train, "xd_test": promptkd_xd_test}
+PETR = {"base2new_train": PROMPTKD["base2new_train"], "base2new_test": PROMPTKD["base2new_test"],
+        "xd_train": partial(petr_transfer, tree="xd", test=False),
+        "xd_test": partial(petr_transfer, tree="xd", test=True),
+        "dg_train": partial(petr_transfer, tree="dg", test=False),
+        "dg_test": partial(petr_transfer, tree="dg", test=True),
+        "reproduce_base2new": petr_reproduce}
+
+
+# ----- the PromptSRC teacher ---------------------------------------------------------------------------------------
+def publish_teacher(u: Unit, run: str, folder: str) -> None:
+    """Copy ``run``'s last checkpoint (VLPromptLearner/checkpoint + the file it names) and teacher_text_features.pt
+    to ``<TEACHER_DIR>/<folder>``, where the students look for teachers; an existing folder is kept."""
+    if u.dry:
+        return
+    teachers = u.path("TEACHER_DIR") or "teachers"
+    dest = f"{teachers}/{folder}"
+    pointer = os.path.join(run, "VLPromptLearner", "checkpoint")
+    if not os.path.isfile(pointer):
+        raise UnitError(f"no checkpoint in {run}/VLPromptLearner: the teacher run did not finish")
+    if os.path.exists(dest):
+        print(f"note: {dest} exists and is kept; to use this run instead, set TEACHER_CKPT={run}")
+        return
+    file = pointed_checkpoint(os.path.join(run, "VLPromptLearner"))
+    os.makedirs(os.path.join(dest, "VLPromptLearner"))
+    for path in (pointer, file):
+        shutil.copy(path, os.path.join(dest, "VLPromptLearner"))
+    if os.path.isfile(os.path.join(run, "teacher_text_features.pt")):
+        shutil.copy(os.path.join(run, "teacher_text_features.pt"), dest)
+    print(f"Teacher published to {dest} (students read it with TEACHER_DIR={teachers})")
+
+
+def teacher_b2n_train(u: Unit, args: list[str]) -> None:
+    """Train the teacher on the base classes of DATASET, evaluate them and publish it to TEACHER_DIR."""
+    usage(u, args, (2,), "bash scripts/teacher/base2new_train.sh <dataset> <seed>")
+    dataset, seed = args
+    config, k = u.knob("CFG", u.method.config), shots(u)
+    u.require_data()
+    name = dataset_name(dataset)
+    out = u.run_dir("base2new/train_base", dataset, k, config, seed)
+    u.train(f"Training the {u.trainer} teacher on the base classes of {dataset} (seed {seed})", dataset, out,
+            ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "base", "TRAINER.MODAL", "base2novel"], config,
+            seed)
+    publish_teacher(u, out, name)
+
+
+def teacher_b2n_test(u: Unit, args: list[str]) -> None:
+    """Evaluate the base-trained teacher on the novel classes of DATASET."""
+    usage(u, args, (2,), "bash scripts/teacher/base2new_test.sh <dataset> <seed>")
+    dataset, seed = args
+    config, k = u.knob("CFG", u.method.config), shots(u)
+    u.require_data()
+    dataset_name(dataset)
+    model = u.run_dir("base2new/train_base", dataset, k, config, seed)
+    out = u.run_dir("base2new/test_new", dataset, k, config, seed)
+    if not os.path.isfile(os.path.join(model, "VLPromptLearner", "checkpoint")):
+        raise UnitError(f"no teacher run at {model}: run scripts/teacher/base2new_train.sh {dataset} {seed} first")
+    u.train(f"Evaluating the {u.trainer} teacher of {model} on the novel classes of {dataset}", dataset, out,
+            [*u.eval_args(model), "DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "new", "TRAINER.MODAL",
+             "base2novel"], config, seed)
+
+
+def teacher_xd_train(u: Unit, args: list[str]) -> None:
+    """Train the cross-dataset teacher on SOURCE, all classes, and publish it as ``<source DATASET.NAME>-xd``."""
+    usage(u, args, (1,), "[SOURCE=imagenet] bash scripts/teacher/xd_train.sh <seed>")
+    (seed,) = args
+    config, k = u.knob("CFG", u.method.xd_config), shots(u)
+    u.require_data()
+    folder = teacher_folder(u.source, "xd", u.source)
+    out = u.run_dir("xd/train", u.source, k, config, seed)
+    u.train(f"Training the {u.trainer} cross-dataset teacher on {u.source} (all classes, seed {seed})", u.source, out,
+            ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "all", "TRAINER.MODAL", "cross"], config, seed)
+    publish_teacher(u, out, folder)
+
+
+TEACHER = {"base2new_train": teacher_b2n_train, "base2new_test": teacher_b2n_test, "xd_train": teacher_xd_train}
+
+
+# ----- PETR+CoOp ---------------------------------------------------------------------------------------------------
+MODAL_B2N = ("TRAINER.MODAL", "base2novel")
+
+
+def petr_coop_b2n_train(u: Unit, args: list[str]) -> None:
+    """Learn the CoOp context on the base classes, fit the router and evaluate the base classes."""
+    b2n_train(u, args, "scripts/petr_coop/base2new_train.sh", MODAL_B2N)
+
+
+def petr_coop_b2n_test(u: Unit, args: list[str], config: str = "") -> None:
+    """Evaluate the run of base2new_train (or, ``config`` ``<cfg>_plugin``, of plugin) on the novel classes."""
+    b2n_test(u, args, "scripts/petr_coop/base2new_test.sh", "no finished run in {model}: run "
+             "scripts/petr_coop/base2new_train.sh {dataset} {seed} (or plugin.sh for a CoOp run)", MODAL_B2N, config)
+
+
+def petr_coop_plugin(u: Unit, args: list[str]) -> None:
+    """PETR+CoOp as a training-free plug-in on an existing CoOp run: router fit and base classes, then the novel
+    classes."""
+    usage(u, args, (2, 3), "bash scripts/petr_coop/plugin.sh <dataset> <seed> [coop_run_dir]")
+    dataset, seed = args[:2]
+    config = b2n_config(u, dataset)
+    coop = args[2] if len(args) == 3 and args[2] else u.run_dir("base2new/train_base", dataset, shots(u), config,
+                                                                   seed, trainer="CoOp")
+    u.require_data()
+    dataset_name(dataset)
+    if not os.path.isdir(os.path.join(coop, "prompt_learner")):
+        raise UnitError(f"no CoOp run at {coop} (no prompt_learner/ folder): train one with "
+                        f"scripts/coop/base2new_train.sh {dataset} {seed} or pass its folder as the third argument")
+    out = u.run_dir("base2new/train_base", dataset, shots(u), config + PLUGIN_SUFFIX, seed)
+    u.train(f"PETR+CoOp plug-in on {coop}: routing and base-class evaluation of {dataset} (seed {seed})", dataset,
+            out, ["DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "base", "TRAINER.MODAL", "base2novel",
+                  "TRAINER.PETRCOOP.COOP_MODEL_DIR", coop, "TRAINER.PETRCOOP.COOP_LOAD_EPOCH",
+                  u.knob("COOP_LOAD_EPOCH", "0")], config, seed)
+    petr_coop_b2n_test(u, [dataset, seed], config + PLUGIN_SUFFIX)
+
+
+PETR_COOP = {"base2new_train": petr_coop_b2n_train, "base2new_test": petr_coop_b2n_test, "plugin": petr_coop_plugin}
+
+
+# ----- PETR+X ------------------------------------------------------------------------------------------------------
+def petr_x_b2n(u: Unit, args: list[str]) -> None:
+    """PETR's training-free routing on a finished base-to-novel run of prompt learner X: router fit and base
+    classes, then the novel classes with that router."""
+    usage(u, args, (3, 4), "bash scripts/petr_x/base2new.sh <coop|cocoop|maple|ivlp|promptsrc> <dataset> <seed> "
+          "[x_run_dir]")
+    tuned, dataset, seed = args[:3]
+    if tuned not in PETR_X_LEARNERS:
+        raise UnitError(f"unknown prompt learner '{tuned}'; use coop, cocoop, maple, ivlp or promptsrc "
+                        "(configs/trainers/PETRX/vit_b16_<x>.yaml)")
+    learner = PETR_X_LEARNERS[tuned]
+    x_config = u.knob("X_CFG", learner.b2n_config(dataset))
+    config, k = u.knob("CFG", f"vit_b16_{tuned}"), shots(u)
+    u.require_data()
+    dataset_name(dataset)
+    x_dir = args[3] if len(args) == 4 and args[3] else u.run_dir("base2new/train_base", dataset, k, x_config, seed,
+                                                                  trainer=learner.trainer)
+    if not os.path.isdir(x_dir):
+        raise UnitError(f"no {learner.trainer} run at {x_dir}: train one with its base-to-novel script (same "
+                        "dataset, seed and SHOTS) or pass its folder as the fourth argument")
+    base = u.run_dir("base2new/train_base", dataset, k, config, seed)
+    new = u.run_dir("base2new/test_new", dataset, k, config, seed)
+    x_opts = ["TRAINER.PETRX.TUNED_MODEL_DIR", x_dir, "TRAINER.PETRX.TUNED_LOAD_EPOCH", u.knob("TUNED_LOAD_EPOCH", "0")]
+    classes = ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES"]
+    u.train(f"PETR+X on {learner.trainer} run {x_dir}: router fit and base-class evaluation of {dataset} (seed "
+            f"{seed})", dataset, base, [*classes, "base", "TRAINER.MODAL", "base2novel", *x_opts], config, seed)
+    u.train(f"PETR+X on {learner.trainer} run {x_dir}: novel-class evaluation of {dataset} (seed {seed}) with the "
+            f"router of {base}", dataset, new,
+            ["--model-dir", base, "--eval-only", *classes, "new", "TRAINER.MODAL", "base2novel", *x_opts], config,
+            seed)
+
+
+def petr_x_transfer(u: Unit, args: list[str], tree: str) -> None:
+    """PETR's training-free routing on X's source run, evaluated on a cross-dataset (``tree`` xd) or DG target."""
+    if tree == "dg":
+        require_dg_target(u, "scripts/petr_x/dg.sh", args[1] if len(args) > 1 else "")
+    usage(u, args, (4,), "[SOURCE=imagenet] bash scripts/petr_x/xd.sh <coop|cocoop|maple|ivlp|promptsrc> <target "
+          "dataset> <seed> <x_run_dir>")
+    tuned, dataset, seed, x_dir = args
+    modal = "cross" if tree == "xd" else "dg"
+    config, k = u.knob("CFG", f"vit_b16_{tuned}"), shots(u)
+    u.require_data()
+    dataset_name(dataset)
+    u.require_config(config, f" ('{tuned}' is not a prompt learner PETR+X has a config for)")
+    if not os.path.isdir(x_dir):
+        raise UnitError(f"no run at {x_dir}: give the folder of X's run on the source dataset")
+    source_name = dataset_name(u.source)
+    out = u.run_dir(f"{tree}/train", dataset, k, config, seed)
+    u.train(f"PETR+X on {x_dir} ({modal}: {source_name} -> {dataset}): router fit and evaluation (seed {seed})",
+            dataset, out, ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "all", "DATASET.SOURCE_DATASET",
+                           source_name, "TRAINER.MODAL", modal, "TRAINER.PETRX.TUNED_MODEL_DIR", x_dir,
+                           "TRAINER.PETRX.TUNED_LOAD_EPOCH", u.knob("TUNED_LOAD_EPOCH", "0")], config, seed)
+
+
+PETR_X = {"base2new": petr_x_b2n, "xd": partial(petr_x_transfer, tree="xd"), "dg": partial(petr_x_transfer, tree="dg")}
+
+
+# ----- zero-shot CLIP ----------------------------------------------------------------------------------------------
+def zsclip_b2n(u: Unit, args: list[str]) -> None:
+    """Zero-shot CLIP on the base and the novel classes of DATASET (the base-to-novel trees, shots_0)."""
+    usage(u, args, (1, 2), "bash scripts/zsclip/base2new_test.sh <dataset> [seed]")
+    dataset, seed = args[0], (args[1:] or ["1"])[0] or "1"
+    config = u.knob("CFG", u.method.config)
+    u.require_data()
+    dataset_name(dataset)
+    u.require_config(config)
+    for part, role in (("base", "train_base"), ("new", "test_new")):
+        out = u.run_dir(f"base2new/{role}", dataset, "0", config, seed)
+        u.train(f"Zero-shot CLIP ({config}) on the {part} classes of {dataset}", dataset, out,
+                ["--eval-only", "DATASET.SUBSAMPLE_CLASSES", part], config, seed)
+
+
+def zsclip_zeroshot(u: Unit, args: list[str]) -> None:
+    """Zero-shot CLIP on every class of DATASET (CoOp's zeroshot.sh), with train.py's default seed."""
+    usage(u, args, (1, 2), "bash scripts/zsclip/zeroshot.sh <dataset> [cfg]")
+    dataset, config = args[0], (args[1:] or [""])[0] or u.method.config
+    u.require_data()
+    dataset_name(dataset)
+    u.require_config(config)
+    out = f"{u.output}/{u.trainer}/{config}/{dataset}"
+    u.train(f"Zero-shot CLIP ({config}) on {dataset}", dataset, out, ["--eval-only"], config, "")
+
+
+ZSCLIP = {"base2new_test": zsclip_b2n, "zeroshot": zsclip_zeroshot}
+
+COMMANDS: dict[str, dict[str, Command]] = {
+    "cocoop": LEARNER, "maple": LEARNER, "ivlp": LEARNER, "coop": COOP, "promptkd": PROMPTKD, "petr": PETR,
+    "teacher": TEACHER, "petr_coop": PETR_COOP, "petr_x": PETR_X, "zsclip": ZSCLIP}
+"""``scripts/<method>/<command>.sh`` → its command."""

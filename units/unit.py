@@ -1,0 +1,174 @@
+"""One unit command's surroundings: its knobs (the environment), its run folders and the train.py runs it makes.
+
+A command calls :meth:`Unit.train` once per run: the line it prints, the run folder and the ``train.py`` arguments,
+in the scripts' order (``--root``, ``--seed``, ``--trainer``, the two configs, ``--output-dir``, flags, the
+command's ``KEY VALUE`` overrides, then BACKBONE / TEACHER_NAME / EXTRA_OPTS). With ``dry`` it prints each run's
+folder and argument list instead of running it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from engine.runs import POINTER_FILE, run_dir, run_state, saved_model
+from units.facts import REPO, UnitError, dataset_yaml
+from units.methods import Method
+
+FINISHED_STATES = ("finished", "finished-upstream")
+"""Run states of a completed run (ours, or an upstream run whose log holds the final accuracy)."""
+
+
+class StepFailed(Exception):
+    """A train.py run of a unit command ended with a non-zero status (``status``)."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
+@dataclass
+class Unit:
+    """A unit command of ``method`` called as ``script``, with the knobs of ``env`` (relative paths taken from
+    ``caller``, the directory it was called from)."""
+
+    method: Method
+    script: str
+    env: Mapping[str, str]
+    caller: str
+    dry: bool = False
+    trainer: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.trainer = self.method.trainer
+
+    # ----- knobs -------------------------------------------------------------------------------------------------
+    def knob(self, name: str, default: str = "") -> str:
+        """The environment knob ``name``; ``default`` when unset or empty."""
+        return self.env.get(name) or default
+
+    def path(self, name: str) -> str:
+        """The path knob ``name``, taken from the caller's directory when relative ("" and absolute unchanged)."""
+        value = self.env.get(name, "")
+        return value if not value or value.startswith("/") else f"{self.caller}/{value}"
+
+    @property
+    def data(self) -> str:
+        return self.path("DATA")
+
+    @property
+    def output(self) -> str:
+        return self.path("OUTPUT_ROOT") or "output"
+
+    @property
+    def source(self) -> str:
+        return self.knob("SOURCE", "imagenet")
+
+    def require_data(self) -> None:
+        """DATA must name an existing folder."""
+        if not self.data:
+            raise UnitError("DATA is not set: set DATA=/path/to/datasets (see DATASETS.md)")
+        if not os.path.isdir(self.data):
+            raise UnitError(f"DATA={self.data} is not a folder (see DATASETS.md for the dataset layout)")
+
+    def require_config(self, config: str, why: str = "") -> None:
+        """``configs/trainers/<trainer>/<config>.yaml`` must exist."""
+        if not os.path.isfile(os.path.join(REPO, "configs", "trainers", self.trainer, f"{config}.yaml")):
+            raise UnitError(f"no config configs/trainers/{self.trainer}/{config}.yaml{why}")
+
+    # ----- run folders ---------------------------------------------------------------------------------------
+    def run_dir(self, tree: str, dataset: str, shots: str, config: str, seed: str, trainer: str = "") -> str:
+        """The folder of one run; ``tree`` is ``PROTOCOL/ROLE`` (engine.runs.run_dir)."""
+        protocol, role = tree.split("/")
+        return run_dir(self.output, protocol, role, dataset, shots, trainer or self.trainer, config, seed)
+
+    @staticmethod
+    def finished(path: str) -> bool:
+        """Whether the run in ``path`` completed (ours, or an upstream run's log)."""
+        return run_state(path) in FINISHED_STATES
+
+    def eval_args(self, model_dir: str) -> list[str]:
+        """The flags that evaluate the model of ``model_dir``: the loaded epoch is LOAD_EPOCH, else the run's
+        model-best.pth.tar when it kept one, else its last saved checkpoint."""
+        if self.knob("LOAD_EPOCH"):
+            load = ["--load-epoch", *self.knob("LOAD_EPOCH").split()]
+        else:
+            which = saved_model(model_dir)
+            if which is None:
+                raise UnitError(f"no checkpoint in {model_dir} (no <model>/{POINTER_FILE} file): train the model "
+                                "first")
+            load = ["--load-epoch", "last"] if which == "last" else []
+        return ["--model-dir", model_dir, *load, "--eval-only"]
+
+    def teacher_ckpt(self, folder: str) -> str:
+        """The TEACHER_CKPT override: TEACHER_CKPT (a file or PromptSRC run), else ``<TEACHER_DIR>/<folder>``; ""
+        for TEACHER_CKPT=none (a plain CLIP teacher, with a note)."""
+        ckpt = self.env.get("TEACHER_CKPT", "")
+        if ckpt == "none":
+            print("note: TEACHER_CKPT=none: distilling from a plain CLIP teacher (not the paper's setting)",
+                  file=sys.stderr)
+            return ""
+        if not ckpt:
+            path = f"{self.path('TEACHER_DIR') or 'teachers'}/{folder}"
+            if not os.path.exists(path):
+                raise UnitError(f"no teacher at {path}: set TEACHER_DIR (folder of per-dataset teachers), "
+                                "TEACHER_CKPT=/path/to/checkpoint-or-PromptSRC-run, or TEACHER_CKPT=none; train one "
+                                "with scripts/teacher/base2new_train.sh or import PromptKD's with "
+                                "tools/import_promptkd_teacher.py")
+            return path
+        path = self.path("TEACHER_CKPT")
+        if not os.path.exists(path):
+            raise UnitError(f"TEACHER_CKPT={path} does not exist")
+        return path
+
+    def common_opts(self) -> list[str]:
+        """BACKBONE (a teacher's: TEACHER_NAME), TEACHER_NAME (a distilled student's) and EXTRA_OPTS overrides."""
+        opts: list[str] = []
+        if self.trainer == "PromptSRC":
+            backbone, teacher = self.knob("TEACHER_NAME"), ""
+        else:
+            backbone, teacher = self.knob("BACKBONE"), self.knob("TEACHER_NAME") if self.method.distilled else ""
+        if backbone:
+            opts += ["MODEL.BACKBONE.NAME", backbone]
+        if teacher:
+            opts += [f"TRAINER.{self.method.ns}.TEACHER_NAME", teacher]
+        return opts + self.knob("EXTRA_OPTS").split()
+
+    # ----- runs ----------------------------------------------------------------------------------------------
+    def argv(self, dataset: str, out: str, args: list[str], config: str, seed: str) -> list[str]:
+        """The train.py command (from ``train.py`` on, behind torchrun's arguments when NPROC > 1)."""
+        nproc = self.knob("NPROC", "1")
+        if not re.fullmatch(r"[1-9][0-9]*", nproc):
+            raise UnitError(f"NPROC={nproc}: give the number of processes (GPUs), e.g. NPROC=4")
+        launch = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", nproc] if int(nproc) > 1 else []
+        return [*launch, "train.py", "--root", self.data, *(["--seed", seed] if seed else []),
+                "--trainer", self.trainer, "--dataset-config-file", dataset_yaml(dataset),
+                "--config-file", f"configs/trainers/{self.trainer}/{config}.yaml", "--output-dir", out,
+                *(["--move-aside"] if self.env.get("MOVE_ASIDE") == "1" else []), *args, *self.common_opts()]
+
+    def train(self, line: str, dataset: str, out: str, args: list[str], config: str, seed: str) -> None:
+        """Print ``line`` (with `` -> out``), then run train.py on ``dataset`` into ``out`` (or, dry, print the
+        folder and the command); StepFailed on a non-zero status."""
+        print(f"{line} -> {out}", flush=True)
+        argv = self.argv(dataset, out, args, config, seed)
+        if self.dry:
+            print(json.dumps({"dir": out, "argv": argv}), flush=True)
+            return
+        status = run_train(argv)
+        if status:
+            raise StepFailed(status)
+
+
+def run_train(argv: list[str]) -> int:
+    """Run ``argv`` (:meth:`Unit.argv`) from the repository root: train.py in this process, or torchrun as a child
+    process for several processes; returns the exit status (75 after a preemption)."""
+    if argv[0] != "train.py":
+        return subprocess.run([sys.executable, *argv], cwd=REPO).returncode
+    import train  # torch is imported only here: planning a unit stays quick and torch-free
+
+    return train.cli(argv[1:])
+
