@@ -325,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = {} if args.other_splits else PUBLISHED_SIZES
     checks = [check_dataset(args.root, short, sizes, args.sample, args.full) for short in dict.fromkeys(names)]
     print(f"Data root {os.path.abspath(args.root)} (counts: found / published where they differ)")
-    print(check_table(checks))
+    print(check_table(checks, sizes))
     problems = [f"{check.layout.name}: {line}" for check in checks for line in check.problems]
     print("\n".join(["", *problems]) if problems else f"\nAll {len(checks)} dataset(s) match.")
     return 1 if problems else 0
