@@ -148,10 +148,16 @@ def teacher_of(job: Job, jobs: dict[str, Job]) -> tuple[str, str] | None:
     return None
 
 
-def check_teacher(item: Input, source: str, jobs: dict[str, Job]) -> None:
+def check_teacher(item: Input, source: str, jobs: dict[str, Job], inputs: dict[tuple[str, str], Input]) -> None:
     if source == "teacher job":
-        published = jobs[f"teacher {item.name}"].files[0]
-        item.status = "found" if os.path.exists(published) else "trained by this sweep"
+        job = jobs[f"teacher {item.name}"]
+        data = inputs.get(("dataset", job.dataset))
+        if os.path.exists(job.files[0]):
+            item.status = "found"
+        elif data is not None and data.problems:
+            item.status = f"not trainable here (dataset {job.dataset}: {data.status})"
+        else:
+            item.status = "trained by this sweep"
     elif item.name == "none":
         item.status = "none: plain CLIP teacher (TEACHER_CKPT=none)"
     elif os.path.exists(item.name):
@@ -186,7 +192,7 @@ def run_preflight(sweep: Sweep, jobs: Sequence[Job], full: bool = False, other_s
                 elif key[0] == "weights":
                     check_weights(item)
                 else:
-                    check_teacher(item, teacher[0], by_name)
+                    check_teacher(item, teacher[0], by_name, report.inputs)
             item.jobs.append(job.name)
         report.needs[job.name] = keys
     return report

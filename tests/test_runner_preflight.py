@@ -69,6 +69,7 @@ def test_ten_of_eleven_datasets_stop_the_sweep(root):
     assert rows[("weights", "ViT-B/16")][0] == "cached" and rows[("weights", "ViT-L/14")][0] == "cached"
     assert rows[("weights", "ViT-L/14")][-1] == str(11 * (1 + 6))  # the teachers and the distilled students' training
     assert rows[("teacher", "eurosat")] == ["trained", "by", "this", "sweep", str(2 * 3)]  # PETR's, PromptKD's train
+    assert rows[("teacher", "ucf101")] == ["not", "trainable", "here", "(dataset", "ucf101:", "missing)", str(2 * 3)]
     assert done.stderr.splitlines() == [
         f"error: UCF101: {root}/data/ucf101: dataset folder missing; put UCF101 there (see DATASETS.md#ucf101)",
         "error: 1 problem(s) with the sweep's inputs; fix them, or pass --skip-missing to run only the jobs whose "
