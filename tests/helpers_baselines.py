@@ -23,7 +23,7 @@ from tools.bench_models import VIT_B16
 
 BASE, NEW = [0, 1, 2], [3, 4]  # the tiny EuroSAT tree: 5 classes, base = the first ceil(5/2)
 SMALL_RUN = ["DATALOADER.TRAIN_X.BATCH_SIZE", "4", "DATALOADER.TEST.BATCH_SIZE", "8", "OPTIM.MAX_EPOCH", "1",
-         "DATASET.NUM_SHOTS", "0"]  # beside TINY_RUN: small batches, one epoch, every train image
+             "DATASET.NUM_SHOTS", "0"]  # beside TINY_RUN: small batches, one epoch, every train image
 
 
 def argv(root, out, trainer: str, config: str, backbone: str, subsample: str, *opts: str,
