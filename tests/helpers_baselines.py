@@ -17,21 +17,20 @@ import train
 from clip.model import CLIP
 from tests.helpers_clip import reference_encode_image, reference_encode_text, rel_err
 from tests.helpers_datasets import Tree, load_images, write_tree
+from tests.helpers_run import train_argv
 from tests.helpers_upstream import write_dassl_checkpoint
 from tools.bench_models import VIT_B16
 
 BASE, NEW = [0, 1, 2], [3, 4]  # the tiny EuroSAT tree: 5 classes, base = the first ceil(5/2)
-TINY = ["INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0", "DATALOADER.TRAIN_X.BATCH_SIZE", "4",
-        "DATALOADER.TEST.BATCH_SIZE", "8", "USE_CUDA", "False", "OPTIM.MAX_EPOCH", "1", "DATASET.NUM_SHOTS", "0"]
+SMALL_RUN = ["DATALOADER.TRAIN_X.BATCH_SIZE", "4", "DATALOADER.TEST.BATCH_SIZE", "8", "OPTIM.MAX_EPOCH", "1",
+             "DATASET.NUM_SHOTS", "0"]  # beside TINY_RUN: small batches, one epoch, every train image
 
 
 def argv(root, out, trainer: str, config: str, backbone: str, subsample: str, *opts: str,
          flags: tuple = ()) -> list[str]:
     """train.py arguments of a tiny EuroSAT run of ``trainer`` with its shipped ``config`` (tiny sizes)."""
-    return ["--root", str(root), "--seed", "1", "--trainer", trainer, *flags,
-            "--dataset-config-file", "configs/datasets/eurosat.yaml",
-            "--config-file", f"configs/trainers/{trainer}/{config}.yaml", "--output-dir", str(out),
-            *TINY, "MODEL.BACKBONE.NAME", backbone, "DATASET.SUBSAMPLE_CLASSES", subsample, *opts]
+    return train_argv(trainer, config, root, out, *SMALL_RUN, "DATASET.SUBSAMPLE_CLASSES", subsample, *opts,
+                      flags=flags, backbone=backbone)
 
 
 def shipped_options(trainer: str, config: str):

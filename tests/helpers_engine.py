@@ -19,6 +19,7 @@ from engine import (
     build_optimizer,
     compute_accuracy,
 )
+from tests.helpers_run import train_argv
 
 TINY_DIR = "engine_tiny"
 TINY_CLASSES = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (40, 50, 210)}
@@ -113,7 +114,8 @@ def tiny_opts(epochs: int = 3, extra: list[str] | None = None) -> list[str]:
 
 
 def tiny_argv(root: str, output_dir: str, epochs: int = 3, seed: int = 1, extra_args: list[str] | None = None,
-              opts: list[str] | None = None) -> list[str]:
-    """train.py argv for the tiny run (``extra_args`` before the opts, ``opts`` appended to tiny_opts)."""
-    argv = ["--root", root, "--seed", str(seed), "--trainer", "EngineLinearProbe", "--output-dir", output_dir]
-    return argv + (extra_args or []) + tiny_opts(epochs, opts)
+              opts: list[str] | None = None, trainer: str = "EngineLinearProbe") -> list[str]:
+    """train.py argv for the tiny run of ``trainer`` (no config files; ``extra_args`` before the opts, ``opts``
+    appended to tiny_opts)."""
+    return train_argv(trainer, None, root, output_dir, *tiny_opts(epochs, opts), dataset=None, seed=seed,
+                      flags=extra_args or (), tiny=False)

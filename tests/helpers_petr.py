@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from tests.helpers_datasets import write_image, write_tree
+from tests.helpers_run import train_argv
 
 TRAIN_PER_CLASS = 6
 
@@ -36,13 +37,10 @@ def write_eurosat(root, train_per_class: int = TRAIN_PER_CLASS):
 def petr_argv(root, out, student_file: str, teacher_file: str, *opts: str, flags: tuple = (),
               dataset: str = "eurosat") -> list[str]:
     """train.py arguments of a tiny PETR run (``flags`` such as --eval-only go before the KEY VALUE opts)."""
-    return ["--root", str(root), "--seed", "1", "--trainer", "PETR", *flags,
-            "--dataset-config-file", f"configs/datasets/{dataset}.yaml",
-            "--config-file", "configs/trainers/PETR/vit_b16_ep40_batch8_4ctx.yaml", "--output-dir", str(out),
-            "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0", "DATALOADER.TRAIN_X.BATCH_SIZE", "8",
-            "DATALOADER.TEST.BATCH_SIZE", "8", "USE_CUDA", "False", "OPTIM.MAX_EPOCH", "2", "DATASET.NUM_SHOTS", "0",
-            "MODEL.BACKBONE.NAME", student_file, "TRAINER.PETR.TEACHER_NAME", teacher_file,
-            "TRAINER.PETR.KD_WEIGHT", "1000.0", *opts]
+    return train_argv("PETR", "vit_b16_ep40_batch8_4ctx", root, out, "DATALOADER.TRAIN_X.BATCH_SIZE", "8",
+                      "DATALOADER.TEST.BATCH_SIZE", "8", "OPTIM.MAX_EPOCH", "2", "DATASET.NUM_SHOTS", "0",
+                      "TRAINER.PETR.TEACHER_NAME", teacher_file, "TRAINER.PETR.KD_WEIGHT", "1000.0", *opts,
+                      dataset=dataset, flags=flags, backbone=student_file)
 
 
 def numpy_mahalanobis_route(fit: np.ndarray, x: np.ndarray, lam: float, percentile: float):

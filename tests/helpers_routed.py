@@ -18,7 +18,7 @@ import clip
 import parse_test_res
 from tests.helpers_clip import reference_encode_text
 from tests.helpers_datasets import load_images
-from tests.helpers_run import ScriptRunner
+from tests.helpers_run import TINY_RUN, ScriptRunner, train_argv
 from tools import lambda_sweep, plot_routing_scores, router_ablation
 from trainers.routing import MahalanobisRouter
 from trainers.templates import ENSEMBLE_TEMPLATES
@@ -26,18 +26,15 @@ from trainers.templates import ENSEMBLE_TEMPLATES
 B2N = "output/base2new/{role}/eurosat/shots_0/PETRX/vit_b16_{x}/seed1"
 """PETR+X's base-to-novel run folders of scripts/petr_x/base2new.sh under a test's root (SHOTS 0)."""
 BASE, NEW = [0, 1, 2], [3, 4]  # EuroSAT tiny tree: 5 classes, base = first ceil(5/2)
-TINY = ["INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0", "DATALOADER.TRAIN_X.BATCH_SIZE", "4",
-        "DATALOADER.TEST.BATCH_SIZE", "8", "USE_CUDA", "False", "OPTIM.MAX_EPOCH", "2", "DATASET.NUM_SHOTS", "0",
-        "OPTIM.LR", "0.5", "TRAIN.PRINT_FREQ", "1"]
+TINY = [*TINY_RUN, "DATALOADER.TRAIN_X.BATCH_SIZE", "4", "DATALOADER.TEST.BATCH_SIZE", "8", "OPTIM.MAX_EPOCH", "2",
+        "DATASET.NUM_SHOTS", "0", "OPTIM.LR", "0.5", "TRAIN.PRINT_FREQ", "1"]
 
 
 def run_argv(root, out, trainer: str, backbone: str, subsample: str, *opts: str, flags: tuple = (),
              config: str = "vit_b16_ctxv1") -> list[str]:
     """train.py arguments of a tiny EuroSAT run of ``trainer`` (CoOp or PETRCoOp, ctxv1 settings)."""
-    return ["--root", str(root), "--seed", "1", "--trainer", trainer, *flags,
-            "--dataset-config-file", "configs/datasets/eurosat.yaml",
-            "--config-file", f"configs/trainers/{trainer}/{config}.yaml", "--output-dir", str(out),
-            *TINY, "MODEL.BACKBONE.NAME", backbone, "DATASET.SUBSAMPLE_CLASSES", subsample, *opts]
+    return train_argv(trainer, config, root, out, *TINY, "DATASET.SUBSAMPLE_CLASSES", subsample, *opts, flags=flags,
+                      backbone=backbone, tiny=False)
 
 
 @torch.no_grad()

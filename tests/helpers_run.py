@@ -9,11 +9,31 @@ import signal
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 # Subprocess timeouts only guard against hangs: far above any expected run, even on a slow, busy 2-core machine.
 HANG_GUARD_S = 1800
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY_RUN = ("INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False")
+"""KEY VALUE pairs every tiny test run of a CLIP trainer shares: 32-pixel images, no loader workers, the CPU."""
+
+
+def train_argv(trainer: str, config: str | None, root, out, *opts: str, dataset: str | None = "eurosat",
+               seed: int | str = 1, flags: Sequence[str] = (), backbone: str | None = None,
+               tiny: bool = True) -> list[str]:
+    """train.py arguments of a test run: ``trainer`` with configs/trainers/<trainer>/<config>.yaml on
+    configs/datasets/<dataset>.yaml (None: no such file), ``flags`` (--eval-only, ...) and then the KEY VALUE pairs:
+    the ``backbone``, TINY_RUN (when ``tiny``) and ``opts`` (a key set twice: the later value wins)."""
+    argv = ["--root", str(root), "--seed", str(seed), "--trainer", trainer, *flags]
+    if dataset is not None:
+        argv += ["--dataset-config-file", f"configs/datasets/{dataset}.yaml"]
+    if config is not None:
+        argv += ["--config-file", f"configs/trainers/{trainer}/{config}.yaml"]
+    argv += ["--output-dir", str(out)]
+    if backbone is not None:
+        argv += ["MODEL.BACKBONE.NAME", backbone]
+    return [*argv, *(TINY_RUN if tiny else ()), *opts]
+
 
 def default_sigint() -> None:
     """In a child before it starts: SIGINT back to its default action. A suite started as a background job inherits

@@ -29,7 +29,7 @@ from engine.checkpoint import get_rng_state, save_checkpoint
 from tests.helpers_baselines import argv as baseline_argv
 from tests.helpers_datasets import write_image
 from tests.helpers_petr import petr_argv, write_eurosat
-from tests.helpers_run import HANG_GUARD_S, full_disk, read_only
+from tests.helpers_run import HANG_GUARD_S, full_disk, read_only, train_argv
 from tests.helpers_upstream import write_dassl_checkpoint
 from tests.test_engine_checkpoint import nested_pickle, write_zip_bomb
 
@@ -39,12 +39,9 @@ MATRIX: list[list[str]] = []
 
 def coop_argv(data, out, clip_file: str, *opts: str, flags: tuple = ()) -> list[str]:
     """A tiny CoOp run on the EuroSAT tree (2 shots, so a run that gets to sampling writes a few-shot file)."""
-    return ["--root", str(data), "--seed", "1", "--trainer", "CoOp", *flags,
-            "--dataset-config-file", "configs/datasets/eurosat.yaml",
-            "--config-file", "configs/trainers/CoOp/vit_b16_ctxv1.yaml", "--output-dir", str(out),
-            "MODEL.BACKBONE.NAME", clip_file, "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0",
-            "DATALOADER.TRAIN_X.BATCH_SIZE", "4", "DATALOADER.TEST.BATCH_SIZE", "8", "USE_CUDA", "False",
-            "OPTIM.MAX_EPOCH", "1", "DATASET.NUM_SHOTS", "2", "DATASET.SUBSAMPLE_CLASSES", "base", *opts]
+    return train_argv("CoOp", "vit_b16_ctxv1", data, out, "DATALOADER.TRAIN_X.BATCH_SIZE", "4",
+                      "DATALOADER.TEST.BATCH_SIZE", "8", "OPTIM.MAX_EPOCH", "1", "DATASET.NUM_SHOTS", "2",
+                      "DATASET.SUBSAMPLE_CLASSES", "base", *opts, flags=flags, backbone=clip_file)
 
 
 def train_images(tree) -> list[str]:
@@ -178,11 +175,8 @@ def _changed_split(tmp, data, tree, clip_file, mp):
 
 def zeroshot_argv(data, out, clip_file: str) -> list[str]:
     """A tiny zero-shot CLIP evaluation on the EuroSAT tree."""
-    return ["--root", str(data), "--seed", "1", "--trainer", "ZeroshotCLIP", "--eval-only",
-            "--dataset-config-file", "configs/datasets/eurosat.yaml",
-            "--config-file", "configs/trainers/ZeroshotCLIP/vit_b16.yaml", "--output-dir", str(out),
-            "MODEL.BACKBONE.NAME", clip_file, "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0",
-            "DATALOADER.TEST.BATCH_SIZE", "8", "USE_CUDA", "False"]
+    return train_argv("ZeroshotCLIP", "vit_b16", data, out, "DATALOADER.TEST.BATCH_SIZE", "8", flags=("--eval-only",),
+                      backbone=clip_file)
 
 
 def sha256(path) -> str:
@@ -295,12 +289,8 @@ def _output_under_a_file(tmp, data, tree, clip_file, mp):
 
 def promptkd_argv(data, out, clip_file: str, *opts: str) -> list[str]:
     """A tiny PromptKD run (2 shots, the tiny CLIP as student and teacher)."""
-    return ["--root", str(data), "--seed", "1", "--trainer", "PromptKD",
-            "--dataset-config-file", "configs/datasets/eurosat.yaml",
-            "--config-file", "configs/trainers/PromptKD/vit_b16_c2_ep20_batch8_4+4ctx.yaml", "--output-dir", str(out),
-            "MODEL.BACKBONE.NAME", clip_file, "TRAINER.PROMPTKD.TEACHER_NAME", clip_file, "INPUT.SIZE", "(32, 32)",
-            "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False", "OPTIM.MAX_EPOCH", "1", "DATASET.NUM_SHOTS", "2",
-            *opts]
+    return train_argv("PromptKD", "vit_b16_c2_ep20_batch8_4+4ctx", data, out, "TRAINER.PROMPTKD.TEACHER_NAME",
+                      clip_file, "OPTIM.MAX_EPOCH", "1", "DATASET.NUM_SHOTS", "2", *opts, backbone=clip_file)
 
 
 NO_PROMPTS = ("holds no PromptSRC prompts (keys text_prompts.prompts.N and vision_prompts.prompts.N); give a "
@@ -404,11 +394,8 @@ def _raw_pickle(tmp, data, tree, clip_file, mp):
 
 def _petr_x_argv(data, tmp, clip_file: str, tuned: str, x: str = "coop") -> list[str]:
     """A tiny PETR+X run on the tuned run folder ``tuned`` (prompt learner ``x``)."""
-    return ["--root", str(data), "--seed", "1", "--trainer", "PETRX", "--dataset-config-file",
-            "configs/datasets/eurosat.yaml", "--config-file", f"configs/trainers/PETRX/vit_b16_{x}.yaml",
-            "--output-dir", str(tmp / "run"), "MODEL.BACKBONE.NAME", clip_file, "INPUT.SIZE", "(32, 32)",
-            "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False", "DATASET.NUM_SHOTS", "2",
-            "DATASET.SUBSAMPLE_CLASSES", "base", "TRAINER.PETRX.TUNED_MODEL_DIR", tuned]
+    return train_argv("PETRX", f"vit_b16_{x}", data, tmp / "run", "DATASET.NUM_SHOTS", "2",
+                      "DATASET.SUBSAMPLE_CLASSES", "base", "TRAINER.PETRX.TUNED_MODEL_DIR", tuned, backbone=clip_file)
 
 
 def _coop_tuned_run(tmp, **results) -> str:

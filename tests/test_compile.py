@@ -14,6 +14,7 @@ import train
 from engine.compile import compile_clip
 from tests.helpers_clip import make_tiny_openclip
 from tests.helpers_datasets import write_tree
+from tests.helpers_run import train_argv
 from tests.test_trainer_promptkd import promptkd_argv, write_colour_eurosat
 from trainers.losses import kd_loss
 from trainers.student import VisualPromptStudent, batched_features
@@ -73,10 +74,8 @@ def test_train_compile_key_compiles_the_frozen_clips(tmp_path, tiny_clip_file, t
     for model in (trainer.clip_model, trainer.teacher.clip_model):
         assert "_eager_encode_image" in model.__dict__ and "encode_image" in model.__dict__
     tree = write_tree("EuroSAT", str(tmp_path / "src_data"))
-    teacher = train.main(["--root", tree.root, "--trainer", "PromptSRC", "--output-dir", str(tmp_path / "src"),
-                          "--dataset-config-file", "configs/datasets/eurosat.yaml", "--no-train",
-                          "MODEL.BACKBONE.NAME", tiny_teacher_clip_file, "INPUT.SIZE", "(32, 32)", "USE_CUDA",
-                          "False", "DATALOADER.NUM_WORKERS", "0", "TRAIN.COMPILE", "compile"])
+    teacher = train.main(train_argv("PromptSRC", None, tree.root, tmp_path / "src", "TRAIN.COMPILE", "compile",
+                                    seed=-1, flags=("--no-train",), backbone=tiny_teacher_clip_file))
     assert "encode_text" in teacher.clip_model.__dict__  # the PromptSRC teacher trainer compiles its CLIP too
     eager = train.main(promptkd_argv(tmp_path / "data", tmp_path / "eager", tiny_clip_file, tiny_teacher_clip_file,
                                      flags=("--no-train",)))

@@ -23,7 +23,7 @@ from tabulate import tabulate
 
 from tests.helpers_datasets import write_image
 from tests.helpers_petr import write_eurosat
-from tests.helpers_run import HANG_GUARD_S, run_until
+from tests.helpers_run import HANG_GUARD_S, run_until, train_argv
 from tests.test_petr_scripts import CFG
 from tests.test_petr_scripts import EXTRA as SCRIPT_OPTS
 
@@ -57,13 +57,10 @@ def data(tmp_path_factory):
 
 def command(data: str, out: str, clip_file: str, epochs: int = EPOCHS, seed: str = "1") -> list[str]:
     """A tiny CoOp run through the real train.py (shipped config: TRAIN.CHECKPOINT_FREQ 0)."""
-    return [sys.executable, "train.py", "--root", data, "--seed", seed, "--trainer", "CoOp",
-            "--dataset-config-file", "configs/datasets/eurosat.yaml",
-            "--config-file", "configs/trainers/CoOp/vit_b16_ctxv1.yaml", "--output-dir", out,
-            "MODEL.BACKBONE.NAME", clip_file, "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0",
-            "DATALOADER.TRAIN_X.BATCH_SIZE", "4", "DATALOADER.TEST.BATCH_SIZE", "1", "USE_CUDA", "False",
-            "OPTIM.MAX_EPOCH", str(epochs), "TRAIN.PRINT_FREQ", "1", "DATASET.NUM_SHOTS", "0",
-            "DATASET.SUBSAMPLE_CLASSES", "base"]
+    return [sys.executable, "train.py",
+            *train_argv("CoOp", "vit_b16_ctxv1", data, out, "DATALOADER.TRAIN_X.BATCH_SIZE", "4",
+                        "DATALOADER.TEST.BATCH_SIZE", "1", "OPTIM.MAX_EPOCH", str(epochs), "TRAIN.PRINT_FREQ", "1",
+                        "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "base", seed=seed, backbone=clip_file)]
 
 
 def final_state(out: str) -> tuple[dict, dict]:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import train
 from engine import PRECISIONS, autocast, make_grad_scaler, resolve_precision, weight_dtype
 from tests.helpers_datasets import write_tree
-from tests.test_trainer_coop import coop_argv, tiny_run_opts
+from tests.test_trainer_coop import coop_argv
 
 LOSS_ATOL = 0.02  # |bf16 loss - fp32 loss| of one CoOp step on the tiny CLIP (measured: 6.3e-3 on 1.51)
 GRAD_COSINE = 0.99  # cosine similarity of the bf16 and fp32 context gradients (measured: 0.9992)
@@ -36,8 +36,8 @@ def coop_steps(tmp_path_factory, tiny_clip_file):
     write_tree("EuroSAT", tmp / "data", "json")
     runs, steps = {}, {}
     for prec in ("fp32", "bf16"):
-        runs[prec] = train.main(coop_argv(tmp / "data", tmp / prec, tiny_clip_file, "--no-train",
-                                          *tiny_run_opts(tiny_clip_file), "TRAINER.COOP.PREC", prec))
+        runs[prec] = train.main(coop_argv(tmp / "data", tmp / prec, tiny_clip_file, "TRAINER.COOP.PREC", prec,
+                                          flags=("--no-train",)))
     batch = next(iter(runs["fp32"].train_loader_x))
     for prec, trainer in runs.items():
         trainer.set_model_mode("train")

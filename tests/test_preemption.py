@@ -28,7 +28,7 @@ from engine import TRAINER_REGISTRY, DataManager, get_cfg_default
 from engine.data_stream import LoaderStream, draw_seed
 from tests.helpers_engine import EngineLinearProbe, tiny_argv, write_image_tree
 from tests.helpers_petr import petr_argv, write_eurosat
-from tests.helpers_run import HANG_GUARD_S, default_sigint, run_until
+from tests.helpers_run import HANG_GUARD_S, default_sigint, run_until, train_argv
 from trainers.config import extend_cfg
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -102,8 +102,7 @@ TRAINER_REGISTRY.register(SignalledProbe, force=True)
 
 
 def probe_argv(root: str, out: str, workers: int) -> list[str]:
-    argv = tiny_argv(root, out, epochs=3, opts=["DATALOADER.NUM_WORKERS", str(workers)])
-    return [a if a != "EngineLinearProbe" else "SignalledProbe" for a in argv]
+    return tiny_argv(root, out, epochs=3, opts=["DATALOADER.NUM_WORKERS", str(workers)], trainer="SignalledProbe")
 
 
 def probe_weights(out: str) -> dict:
@@ -163,12 +162,10 @@ def data(tmp_path_factory) -> str:
 
 def coop_command(data: str, out: str, clip_file: str, teacher_file: str, *opts: str) -> list[str]:
     """Tiny CoOp through train.py: 4 steps per epoch (18 images, batch 4), shipped config otherwise."""
-    return [sys.executable, "train.py", "--root", data, "--seed", "1", "--trainer", "CoOp",
-            "--dataset-config-file", "configs/datasets/eurosat.yaml",
-            "--config-file", "configs/trainers/CoOp/vit_b16_ctxv1.yaml", "--output-dir", out,
-            "MODEL.BACKBONE.NAME", clip_file, "INPUT.SIZE", "(32, 32)", "DATALOADER.TRAIN_X.BATCH_SIZE", "4",
-            "DATALOADER.TEST.BATCH_SIZE", "2", "USE_CUDA", "False", "OPTIM.MAX_EPOCH", str(EPOCHS),
-            "TRAIN.PRINT_FREQ", "1", "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "base", *opts]
+    return [sys.executable, "train.py",
+            *train_argv("CoOp", "vit_b16_ctxv1", data, out, "DATALOADER.TRAIN_X.BATCH_SIZE", "4",
+                        "DATALOADER.TEST.BATCH_SIZE", "2", "OPTIM.MAX_EPOCH", str(EPOCHS), "TRAIN.PRINT_FREQ", "1",
+                        "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "base", *opts, backbone=clip_file)]
 
 
 def petr_command(data: str, out: str, clip_file: str, teacher_file: str, *opts: str) -> list[str]:

@@ -18,7 +18,7 @@ from runner.local import LocalExecutor, is_train_py
 from runner.schedule import run_plan
 from tests.helpers_datasets import write_tree
 from tests.helpers_petr import write_eurosat
-from tests.helpers_run import HANG_GUARD_S, alive, default_sigint
+from tests.helpers_run import HANG_GUARD_S, alive, default_sigint, train_argv
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ("INPUT.SIZE (32,32) OPTIM.MAX_EPOCH 1 DATALOADER.NUM_WORKERS 0 DATALOADER.TRAIN_X.BATCH_SIZE 8 "
@@ -34,11 +34,8 @@ def test_train_py_in_a_warm_worker_equals_a_child_process(tmp_path, tiny_clip_fi
 
     def job(name: str, env: dict[str, str]) -> Job:
         out = tmp_path / name
-        argv = (sys.executable, "train.py", "--root", str(tmp_path / "data"), "--seed", "1", "--trainer",
-                "ZeroshotCLIP", "--dataset-config-file", "configs/datasets/eurosat.yaml", "--config-file",
-                "configs/trainers/ZeroshotCLIP/vit_b16.yaml", "--output-dir", str(out), "--eval-only",
-                "MODEL.BACKBONE.NAME", tiny_clip_file, "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0",
-                "USE_CUDA", "False")
+        argv = (sys.executable, "train.py", *train_argv("ZeroshotCLIP", "vit_b16", tmp_path / "data", out,
+                                                        flags=("--eval-only",), backbone=tiny_clip_file))
         return Job(name=name, kind="zero-shot", method="ZeroshotCLIP", dataset="eurosat", argv=argv, env=env,
                    runs=(str(out),))
 
@@ -88,11 +85,8 @@ def test_a_rerun_with_another_config_is_not_skipped(tmp_path, tiny_clip_file):
     out = tmp_path / "zs"
 
     def job(*opts: str) -> Job:
-        argv = (sys.executable, "train.py", "--root", str(tmp_path / "data"), "--seed", "1", "--trainer",
-                "ZeroshotCLIP", "--dataset-config-file", "configs/datasets/eurosat.yaml", "--config-file",
-                "configs/trainers/ZeroshotCLIP/vit_b16.yaml", "--output-dir", str(out), "--eval-only",
-                "MODEL.BACKBONE.NAME", tiny_clip_file, "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0",
-                "USE_CUDA", "False", *opts)
+        argv = (sys.executable, "train.py", *train_argv("ZeroshotCLIP", "vit_b16", tmp_path / "data", out, *opts,
+                                                        flags=("--eval-only",), backbone=tiny_clip_file))
         return Job(name="zs", kind="zero-shot", method="ZeroshotCLIP", dataset="eurosat", argv=argv, runs=(str(out),))
 
     executor = LocalExecutor([], cpu_jobs=1, threads=1)
@@ -177,10 +171,8 @@ def test_sigterm_stops_train_py_in_a_warm_worker(tmp_path, tiny_clip_file):
     the runner exits 143 and leaves no worker behind."""
     write_tree("EuroSAT", tmp_path / "data", mode="json")
     out = tmp_path / "coop"
-    args = ["--root", str(tmp_path / "data"), "--seed", "1", "--trainer", "CoOp", "--dataset-config-file",
-            "configs/datasets/eurosat.yaml", "--config-file", "configs/trainers/CoOp/vit_b16_ctxv1.yaml",
-            "--output-dir", str(out), "MODEL.BACKBONE.NAME", tiny_clip_file, *SMALL.split(), "OPTIM.MAX_EPOCH",
-            "100000", "DATASET.NUM_SHOTS", "2"]
+    args = train_argv("CoOp", "vit_b16_ctxv1", tmp_path / "data", out, *SMALL.split(), "OPTIM.MAX_EPOCH", "100000",
+                      "DATASET.NUM_SHOTS", "2", backbone=tiny_clip_file, tiny=False)
     runner = subprocess.Popen([sys.executable, "-c", WARM_RUNNER, str(tmp_path / "logs"), str(out), *args], cwd=REPO,
                               preexec_fn=default_sigint, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

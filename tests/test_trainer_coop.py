@@ -14,21 +14,21 @@ from engine import load_checkpoint
 from tests.helpers_clip import reference_encode_text
 from tests.helpers_datasets import write_tree
 from tests.helpers_engine import write_image_tree
+from tests.helpers_run import train_argv
 from trainers.coop import CoOpPromptLearner, coop_text_features
 
 CLASSNAMES = ["cat", "sea_lake", "herbaceous vegetation land"]  # 1, 2 and 4 BPE tokens
 
 
-def tiny_run_opts(clip_file: str, epochs: int = 2) -> list[str]:
-    return ["MODEL.BACKBONE.NAME", clip_file, "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0",
-            "DATALOADER.TRAIN_X.BATCH_SIZE", "4", "DATALOADER.TEST.BATCH_SIZE", "8", "USE_CUDA", "False",
-            "OPTIM.MAX_EPOCH", str(epochs), "TRAIN.PRINT_FREQ", "2"]
+def tiny_run_opts(epochs: int = 2) -> list[str]:
+    """KEY VALUE pairs of a tiny CoOp run beside TINY_RUN: small batches, ``epochs`` epochs, a log line per 2 steps."""
+    return ["DATALOADER.TRAIN_X.BATCH_SIZE", "4", "DATALOADER.TEST.BATCH_SIZE", "8", "OPTIM.MAX_EPOCH", str(epochs),
+            "TRAIN.PRINT_FREQ", "2"]
 
 
-def coop_argv(root, out, clip_file: str, *extra: str, config: str = "vit_b16_ctxv1") -> list[str]:
-    return ["--root", str(root), "--seed", "1", "--trainer", "CoOp",
-            "--dataset-config-file", "configs/datasets/eurosat.yaml",
-            "--config-file", f"configs/trainers/CoOp/{config}.yaml", "--output-dir", str(out), *extra]
+def coop_argv(root, out, clip_file: str, *opts: str, flags: tuple = (), config: str = "vit_b16_ctxv1") -> list[str]:
+    """train.py arguments of a tiny two-epoch CoOp run on the EuroSAT tree with the CLIP ``clip_file``."""
+    return train_argv("CoOp", config, root, out, *tiny_run_opts(), *opts, flags=flags, backbone=clip_file)
 
 
 def hand_built(tiny_clip, ctx: torch.Tensor, position: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,8 +108,7 @@ def test_checkpoint_shape_mismatch_is_one_clear_error(tiny_clip):
 def test_coop_trains_reloads_and_evaluates_new_classes(tmp_path, tiny_clip_file):
     write_tree("EuroSAT", tmp_path / "data", mode="json")
     out = tmp_path / "train_base"
-    trained = train.main(coop_argv(tmp_path / "data", out, tiny_clip_file, *tiny_run_opts(tiny_clip_file),
-                                   "DATASET.SUBSAMPLE_CLASSES", "base"))
+    trained = train.main(coop_argv(tmp_path / "data", out, tiny_clip_file, "DATASET.SUBSAMPLE_CLASSES", "base"))
     ctx = trained.prompt_learner.ctx.detach().clone()
     result = json.loads((out / "results.json").read_text())
     assert result["subsample_classes"] == "base" and result["n_ctx"] == 4 and result["config"] == "vit_b16_ctxv1"
@@ -117,33 +116,31 @@ def test_coop_trains_reloads_and_evaluates_new_classes(tmp_path, tiny_clip_file)
     assert list(checkpoint["state_dict"]) == ["ctx"] and torch.equal(checkpoint["state_dict"]["ctx"], ctx)
 
     reload_dir = tmp_path / "reload"
-    reloaded = train.main(coop_argv(tmp_path / "data", reload_dir, tiny_clip_file, "--eval-only", "--model-dir",
-                                    str(out), "--load-epoch", "2", *tiny_run_opts(tiny_clip_file),
-                                    "DATASET.SUBSAMPLE_CLASSES", "base"))
+    reloaded = train.main(coop_argv(tmp_path / "data", reload_dir, tiny_clip_file, "DATASET.SUBSAMPLE_CLASSES", "base",
+                                    flags=("--eval-only", "--model-dir", str(out), "--load-epoch", "2")))
     assert torch.equal(reloaded.prompt_learner.ctx.detach(), ctx)
     assert json.loads((reload_dir / "results.json").read_text())["accuracy"] == result["accuracy"]
 
     new_dir = tmp_path / "test_new"
-    novel = train.main(coop_argv(tmp_path / "data", new_dir, tiny_clip_file, "--eval-only", "--model-dir",
-                                 str(out), "--load-epoch", "2", *tiny_run_opts(tiny_clip_file),
-                                 "DATASET.SUBSAMPLE_CLASSES", "new"))
+    novel = train.main(coop_argv(tmp_path / "data", new_dir, tiny_clip_file, "DATASET.SUBSAMPLE_CLASSES", "new",
+                                 flags=("--eval-only", "--model-dir", str(out), "--load-epoch", "2")))
     assert novel.prompt_learner.classnames == ["Highway or Road", "Industrial Buildings"]
     assert torch.equal(novel.prompt_learner.ctx.detach(), ctx)
     assert json.loads((new_dir / "results.json").read_text())["subsample_classes"] == "new"
 
-    init = train.main(coop_argv(tmp_path / "data", tmp_path / "init", tiny_clip_file, "--no-train",
-                                *tiny_run_opts(tiny_clip_file), "MODEL.INIT_WEIGHTS",
-                                str(out / "prompt_learner" / "model.pth.tar-2"), "DATASET.SUBSAMPLE_CLASSES", "new"))
+    init = train.main(coop_argv(tmp_path / "data", tmp_path / "init", tiny_clip_file, "MODEL.INIT_WEIGHTS",
+                                str(out / "prompt_learner" / "model.pth.tar-2"), "DATASET.SUBSAMPLE_CLASSES", "new",
+                                flags=("--no-train",)))
     assert torch.equal(init.prompt_learner.ctx.detach(), ctx)
 
 
 def test_coop_loss_decreases_on_colour_classes(tmp_path, tiny_clip_file):
     write_image_tree(str(tmp_path), size=8)
     out = tmp_path / "colours"
-    train.main(["--root", str(tmp_path), "--seed", "1", "--trainer", "CoOp", "--output-dir", str(out),
-                *tiny_run_opts(tiny_clip_file, epochs=3), "DATASET.NAME", "EngineTinyDataset",
-                "INPUT.TRANSFORMS", "['normalize']", "TRAIN.PRINT_FREQ", "3", "TRAINER.COOP.N_CTX", "4",
-                "OPTIM.NAME", "sgd", "OPTIM.LR", "0.05", "OPTIM.LR_SCHEDULER", "cosine", "OPTIM.WARMUP_EPOCH", "0"])
+    train.main(train_argv("CoOp", None, tmp_path, out, *tiny_run_opts(epochs=3), "DATASET.NAME", "EngineTinyDataset",
+                          "INPUT.TRANSFORMS", "['normalize']", "TRAIN.PRINT_FREQ", "3", "TRAINER.COOP.N_CTX", "4",
+                          "OPTIM.NAME", "sgd", "OPTIM.LR", "0.05", "OPTIM.LR_SCHEDULER", "cosine",
+                          "OPTIM.WARMUP_EPOCH", "0", dataset=None, backbone=tiny_clip_file))
     log = (out / "log.txt").read_text()
     # 12 train images, batch 4: the line at batch 3/3 shows the epoch's mean loss in parentheses.
     means = [float(m) for m in re.findall(r"batch \[3/3\] .*? loss [\d.]+ \(([\d.]+)\)", log)]

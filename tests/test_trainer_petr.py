@@ -13,6 +13,7 @@ import torch.nn.functional as F
 import train
 from tests.helpers_datasets import write_tree
 from tests.helpers_petr import TRAIN_PER_CLASS, numpy_mahalanobis_route, petr_argv, write_eurosat
+from tests.helpers_run import train_argv
 from trainers.routing import MahalanobisRouter
 
 
@@ -197,12 +198,10 @@ def test_cross_dataset_run(tmp_path, tiny_clip_file, tiny_teacher_clip_file):
 def test_petr_distils_from_a_promptsrc_teacher_run(tmp_path, tiny_clip_file, tiny_teacher_clip_file):
     write_eurosat(tmp_path / "data", train_per_class=4)
     teacher_run = tmp_path / "teacher"
-    train.main(["--root", str(tmp_path / "data"), "--seed", "1", "--trainer", "PromptSRC",
-                "--dataset-config-file", "configs/datasets/eurosat.yaml", "--output-dir", str(teacher_run),
-                "MODEL.BACKBONE.NAME", tiny_teacher_clip_file, "INPUT.SIZE", "(32, 32)", "USE_CUDA", "False",
-                "DATALOADER.NUM_WORKERS", "0", "DATALOADER.TRAIN_X.BATCH_SIZE", "4", "DATASET.NUM_SHOTS", "2",
-                "DATASET.SUBSAMPLE_CLASSES", "base", "OPTIM.MAX_EPOCH", "1", "TRAINER.PROMPTSRC.PROMPT_DEPTH_TEXT", "3",
-                "TRAINER.PROMPTSRC.PROMPT_DEPTH_VISION", "3", "TEST.NO_TEST", "True"])
+    train.main(train_argv("PromptSRC", None, tmp_path / "data", teacher_run, "DATALOADER.TRAIN_X.BATCH_SIZE", "4",
+                          "DATASET.NUM_SHOTS", "2", "DATASET.SUBSAMPLE_CLASSES", "base", "OPTIM.MAX_EPOCH", "1",
+                          "TRAINER.PROMPTSRC.PROMPT_DEPTH_TEXT", "3", "TRAINER.PROMPTSRC.PROMPT_DEPTH_VISION", "3",
+                          "TEST.NO_TEST", "True", backbone=tiny_teacher_clip_file))
     trainer = train.main(petr_argv(tmp_path / "data", tmp_path / "petr", tiny_clip_file, tiny_teacher_clip_file,
                                    "TRAINER.PETR.TEACHER_CKPT", str(teacher_run), "OPTIM.MAX_EPOCH", "1"))
     teacher = trainer.teacher

@@ -30,6 +30,7 @@ from tests.helpers_routed import (
     script_runner,
     upstream_promptsrc_state,
 )
+from tests.helpers_run import train_argv
 from tests.helpers_upstream import write_dassl_checkpoint
 from trainers.petr_coop import PETRCoOp
 from trainers.petr_x import PETRX
@@ -160,9 +161,8 @@ def test_tools_and_parse_test_res_read_petr_x_folders(runs, tmp_path, capsys):
 def test_petr_x_cross_dataset(runs, tmp_path, tiny_clip_file, tiny_openclip_model):
     imagenet = write_tree("ImageNet", runs.tree.root)
     source_run = tmp_path / "coop_imagenet"
-    train.main(["--root", runs.tree.root, "--seed", "1", "--trainer", "CoOp", "--dataset-config-file",
-                "configs/datasets/imagenet.yaml", "--config-file", "configs/trainers/CoOp/vit_b16_ep50_ctxv1.yaml",
-                "--output-dir", str(source_run), *TINY, "MODEL.BACKBONE.NAME", tiny_clip_file])
+    train.main(train_argv("CoOp", "vit_b16_ep50_ctxv1", runs.tree.root, source_run, *TINY, dataset="imagenet",
+                          backbone=tiny_clip_file, tiny=False))
     done, _ = script_runner(tmp_path, runs.tree, tiny_clip_file).run("petr_x/xd.sh", "coop", "eurosat", "1",
                                                                      str(source_run))
     assert done.returncode == 0, done.stderr

@@ -14,6 +14,7 @@ import train
 from clip.model import CLIP
 from engine import load_checkpoint
 from tests.helpers_datasets import write_tree
+from tests.helpers_run import train_argv
 from trainers.student import VisualPromptStudent
 
 COLOURS = [(220, 30, 30), (30, 200, 40), (40, 50, 210), (230, 220, 40), (200, 40, 220)]
@@ -31,14 +32,10 @@ def write_colour_eurosat(root) -> object:
 
 def promptkd_argv(root, out, student_file: str, teacher_file: str, *extra: str, flags: tuple = ()) -> list[str]:
     """train.py arguments of a tiny PromptKD run (``flags`` such as --eval-only go before the KEY VALUE opts)."""
-    return ["--root", str(root), "--seed", "1", "--trainer", "PromptKD", *flags,
-            "--dataset-config-file", "configs/datasets/eurosat.yaml",
-            "--config-file", "configs/trainers/PromptKD/vit_b16_c2_ep20_batch8_4+4ctx.yaml",
-            "--output-dir", str(out),
-            "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0", "DATALOADER.TRAIN_X.BATCH_SIZE", "4",
-            "DATALOADER.TEST.BATCH_SIZE", "8", "USE_CUDA", "False", "OPTIM.MAX_EPOCH", "2",
-            "MODEL.BACKBONE.NAME", student_file, "TRAINER.PROMPTKD.TEACHER_NAME", teacher_file,
-            "TRAINER.PROMPTKD.KD_WEIGHT", "1000.0", "DATASET.NUM_SHOTS", "0", *extra]
+    return train_argv("PromptKD", "vit_b16_c2_ep20_batch8_4+4ctx", root, out, "DATALOADER.TRAIN_X.BATCH_SIZE", "4",
+                      "DATALOADER.TEST.BATCH_SIZE", "8", "OPTIM.MAX_EPOCH", "2", "TRAINER.PROMPTKD.TEACHER_NAME",
+                      teacher_file, "TRAINER.PROMPTKD.KD_WEIGHT", "1000.0", "DATASET.NUM_SHOTS", "0", *extra,
+                      flags=flags, backbone=student_file)
 
 
 @pytest.mark.parametrize("depth,expected", [(9, 1_013_760), (3, 995_328)])

@@ -17,6 +17,7 @@ import train
 from engine import TRAINER_REGISTRY
 from tests.helpers_clip import reference_encode_image, reference_encode_text
 from tests.helpers_datasets import write_tree
+from tests.helpers_run import train_argv
 from trainers.promptsrc import PROMPTSRC_TEMPLATES, PromptSRC, VLPromptLearner, gpa_weights
 from trainers.teacher import build_teacher
 from trainers.templates import IMAGENET_TEMPLATES
@@ -40,16 +41,13 @@ class RecordingPromptSRC(PromptSRC):
 TRAINER_REGISTRY.register(RecordingPromptSRC, force=True)
 
 
-def _args(root: str, out: str, trainer: str, clip_file: str) -> list[str]:
-    return ["--root", root, "--seed", "1", "--trainer", trainer, "--output-dir", out,
-            "--dataset-config-file", "configs/datasets/eurosat.yaml",
-            "MODEL.BACKBONE.NAME", clip_file, "INPUT.SIZE", "(32, 32)", "USE_CUDA", "False",
-            "DATALOADER.NUM_WORKERS", "0", "DATALOADER.TRAIN_X.BATCH_SIZE", "4", "DATALOADER.TEST.BATCH_SIZE", "8",
-            "DATASET.NUM_SHOTS", "2", "DATASET.SUBSAMPLE_CLASSES", "base", "OPTIM.MAX_EPOCH", str(EPOCHS),
-            "OPTIM.LR", "0.05", "TRAINER.PROMPTSRC.PROMPT_DEPTH_TEXT", "3",
-            "TRAINER.PROMPTSRC.PROMPT_DEPTH_VISION", "3",
-            "TRAINER.PROMPTSRC.GPA_MEAN", str(GPA_MEAN), "TRAINER.PROMPTSRC.GPA_STD", str(GPA_STD),
-            "TRAINER.PROMPTSRC.TEXT_LOSS_WEIGHT", str(TEXT_W), "TRAINER.PROMPTSRC.IMAGE_LOSS_WEIGHT", str(IMAGE_W)]
+def _args(root: str, out: str, trainer: str, clip_file: str, flags: tuple = ()) -> list[str]:
+    return train_argv(trainer, None, root, out, "DATALOADER.TRAIN_X.BATCH_SIZE", "4", "DATALOADER.TEST.BATCH_SIZE", "8",
+                      "DATASET.NUM_SHOTS", "2", "DATASET.SUBSAMPLE_CLASSES", "base", "OPTIM.MAX_EPOCH", str(EPOCHS),
+                      "OPTIM.LR", "0.05", "TRAINER.PROMPTSRC.PROMPT_DEPTH_TEXT", "3",
+                      "TRAINER.PROMPTSRC.PROMPT_DEPTH_VISION", "3", "TRAINER.PROMPTSRC.GPA_MEAN", str(GPA_MEAN),
+                      "TRAINER.PROMPTSRC.GPA_STD", str(GPA_STD), "TRAINER.PROMPTSRC.TEXT_LOSS_WEIGHT", str(TEXT_W),
+                      "TRAINER.PROMPTSRC.IMAGE_LOSS_WEIGHT", str(IMAGE_W), flags=flags, backbone=clip_file)
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +57,8 @@ def run(tmp_path_factory, tiny_teacher_clip_file):
     tree = write_tree("EuroSAT", str(tmp / "data"))
     out, eval_out = str(tmp / "train"), str(tmp / "eval")
     trained = train.main(_args(tree.root, out, "RecordingPromptSRC", tiny_teacher_clip_file))
-    evaluated = train.main(["--eval-only", "--model-dir", out, "--load-epoch", str(EPOCHS),
-                            *_args(tree.root, eval_out, "PromptSRC", tiny_teacher_clip_file)])
+    evaluated = train.main(_args(tree.root, eval_out, "PromptSRC", tiny_teacher_clip_file,
+                                 flags=("--eval-only", "--model-dir", out, "--load-epoch", str(EPOCHS))))
     return SimpleNamespace(tree=tree, out=out, eval_out=eval_out, trained=trained, evaluated=evaluated,
                            clip_file=tiny_teacher_clip_file)
 

@@ -12,13 +12,12 @@ from PIL import Image
 
 import clip
 import train
+from tests.helpers_baselines import SMALL_RUN
 from tests.helpers_clip import make_resnet_openclip, reference_encode_text
 from tests.helpers_datasets import write_tree
 from tests.helpers_petr import petr_argv, write_eurosat
+from tests.helpers_run import train_argv
 from trainers.templates import single_template
-
-TINY = ["INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0", "DATALOADER.TRAIN_X.BATCH_SIZE", "4",
-        "DATALOADER.TEST.BATCH_SIZE", "8", "USE_CUDA", "False", "OPTIM.MAX_EPOCH", "1", "DATASET.NUM_SHOTS", "0"]
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +42,6 @@ def _accuracy(image_features: torch.Tensor, text_features: torch.Tensor, labels:
     return 100.0 * (logits.argmax(1) == labels).double().mean().item()
 
 
-def _argv(tree, out, trainer: str, cfg: str, rn_file: str, *flags: str) -> list[str]:
-    return ["--root", tree.root, "--seed", "1", "--trainer", trainer, *flags,
-            "--dataset-config-file", "configs/datasets/eurosat.yaml", "--config-file", cfg, "--output-dir", str(out),
-            *TINY, "MODEL.BACKBONE.NAME", rn_file]
-
-
 def test_zeroshot_and_coop_run_on_a_resnet_clip(tmp_path, resnet):
     rn_file, reference = resnet
     tree = write_tree("EuroSAT", tmp_path / "data", mode="json")
@@ -56,14 +49,14 @@ def test_zeroshot_and_coop_run_on_a_resnet_clip(tmp_path, resnet):
     names = tree.classnames
 
     out = tmp_path / "zs"
-    train.main(_argv(tree, out, "ZeroshotCLIP", "configs/trainers/ZeroshotCLIP/rn50.yaml", rn_file, "--eval-only"))
+    train.main(train_argv("ZeroshotCLIP", "rn50", tree.root, out, *SMALL_RUN, flags=("--eval-only",), backbone=rn_file))
     with torch.no_grad():
         text = reference.encode_text(clip.tokenize([single_template("EuroSAT").format(n) for n in names]))
         expected = _accuracy(reference.encode_image(images), text, labels)
     assert json.loads((out / "results.json").read_text())["accuracy"] == pytest.approx(expected, abs=1e-6)
 
     out = tmp_path / "coop"
-    train.main(_argv(tree, out, "CoOp", "configs/trainers/CoOp/rn50_ctxv1.yaml", rn_file))
+    train.main(train_argv("CoOp", "rn50_ctxv1", tree.root, out, *SMALL_RUN, backbone=rn_file))
     ctx = torch.load(out / "prompt_learner" / "model.pth.tar-1", weights_only=True)["state_dict"]["ctx"]
     with torch.no_grad():
         tokens = clip.tokenize([f"X X X X {n}." for n in names])

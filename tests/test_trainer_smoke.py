@@ -11,6 +11,7 @@ import torch
 import train
 from engine import TRAINER_REGISTRY, get_cfg_default
 from tests.helpers_petr import write_eurosat
+from tests.helpers_run import train_argv
 from trainers.catalog import register_trainers
 from trainers.config import extend_cfg
 
@@ -33,12 +34,10 @@ def smoke_argv(name: str, root, out, clip_file: str, teacher_file: str, *flags: 
     """A one-epoch run of ``name`` with its demo config (tiny batches; plain-CLIP teacher for the students)."""
     ns = TRAINER_REGISTRY.get(name).NS
     opts = ["DATALOADER.TRAIN_X.BATCH_SIZE", "4", "DATALOADER.TEST.BATCH_SIZE", "8", "OPTIM.MAX_EPOCH", "1",
-            "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "base", "MODEL.BACKBONE.NAME", clip_file]
+            "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "base"]
     if "TEACHER_NAME" in extend_cfg(get_cfg_default()).TRAINER[ns]:
         opts += [f"TRAINER.{ns}.TEACHER_NAME", teacher_file, f"TRAINER.{ns}.TEACHER_CKPT", ""]
-    return ["--root", str(root), "--seed", "1", "--trainer", name, "--dataset-config-file",
-            "configs/datasets/eurosat.yaml", "--config-file", f"configs/trainers/{name}/demo.yaml",
-            "--output-dir", str(out), *flags, *opts]
+    return train_argv(name, "demo", root, out, *opts, flags=flags, backbone=clip_file, tiny=False)
 
 
 @pytest.mark.parametrize("name", [name for name in PROJECT_TRAINERS if name not in TRAINS_NOTHING])

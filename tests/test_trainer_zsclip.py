@@ -14,6 +14,7 @@ import clip
 import train
 from clip.classifier import zeroshot_text_features
 from tests.helpers_datasets import write_tree
+from tests.helpers_run import train_argv
 from trainers.templates import (
     CUSTOM_TEMPLATES,
     ENSEMBLE_TEMPLATES,
@@ -83,14 +84,9 @@ def test_zeroshot_clip_eval_only_matches_direct_computation(tmp_path, tiny_clip_
                                                            mode):
     tree = write_tree("EuroSAT", tmp_path / "data", mode="json")
     out = tmp_path / "out"
-    cfg_file = "configs/trainers/ZeroshotCLIP/" + ("vit_b16.yaml" if mode == "single" else "vit_b16_ensemble.yaml")
-    trainer = train.main([
-        "--root", str(tmp_path / "data"), "--seed", "1", "--trainer", "ZeroshotCLIP",
-        "--dataset-config-file", "configs/datasets/eurosat.yaml", "--config-file", cfg_file,
-        "--output-dir", str(out), "--eval-only",
-        "MODEL.BACKBONE.NAME", tiny_clip_file, "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0",
-        "DATALOADER.TEST.BATCH_SIZE", "8", "USE_CUDA", "False",
-    ])
+    config = "vit_b16" if mode == "single" else "vit_b16_ensemble"
+    trainer = train.main(train_argv("ZeroshotCLIP", config, tmp_path / "data", out, "DATALOADER.TEST.BATCH_SIZE", "8",
+                                    flags=("--eval-only",), backbone=tiny_clip_file))
     assert trainer.get_model_names() == []
     result = json.loads((out / "results.json").read_text())
     assert result["templates"] == mode and result["subsample_classes"] == "all"
