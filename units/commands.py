@@ -291,7 +291,7 @@ def petr_reproduce(u: Unit, args: list[str]) -> None:
     u.require_data()
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):  # sent to the child too: wait for
         signal.signal(signum, lambda *_: None)  # its status (75: preempted, its state saved; SIGINT: interrupted)
-    env = {**os.environ, "CFG": config, "UNITS_CALLER_DIR": REPO,
+    env = {**os.environ, **u.env, "CFG": config, "UNITS_CALLER_DIR": REPO,
            **{k: u.path(k) for k in ("DATA", "OUTPUT_ROOT", "TEACHER_DIR") if u.path(k)}}
     if u.env.get("TEACHER_CKPT", "") not in ("", "none"):
         env["TEACHER_CKPT"] = u.path("TEACHER_CKPT")
