@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from engine.runs import POINTER_FILE, run_dir, run_state, saved_model
@@ -21,6 +24,10 @@ from units.methods import Method
 
 FINISHED_STATES = ("finished", "finished-upstream")
 """Run states of a completed run (ours, or an upstream run whose log holds the final accuracy)."""
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)
+"""The signals that stop a run (Ctrl-C, a scheduler's end or preemption, a closed terminal)."""
 
 
 class StepFailed(Exception):
@@ -163,11 +170,28 @@ class Unit:
             raise StepFailed(status)
 
 
+@contextmanager
+def signals_to_child() -> Iterator[None]:
+    """Inside: the stopping signals (SIGINT, SIGTERM, SIGUSR1, SIGHUP), which reach the child processes too, do
+    nothing in this process, so it waits for torchrun's status (75 once its processes saved their state) instead of
+    ending, or being requeued, first; the previous handlers come back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_train(argv: list[str]) -> int:
     """Run ``argv`` (:meth:`Unit.argv`) from the repository root: train.py in this process, or torchrun as a child
     process for several processes; returns the exit status (75 after a preemption)."""
     if argv[0] != "train.py":
-        return subprocess.run([sys.executable, *argv], cwd=REPO).returncode
+        with signals_to_child():
+            return subprocess.run([sys.executable, *argv], cwd=REPO).returncode
     import train  # torch is imported only here: planning a unit stays quick and torch-free
 
     return train.cli(argv[1:])
