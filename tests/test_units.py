@@ -168,3 +168,19 @@ def test_unit_call_takes_its_knobs_not_the_environment(tmp_path, monkeypatch, ca
         "DATASET.NUM_SHOTS", "4"]}
     assert UnitCall("coop", "no_such_command")() == 2
     assert capsys.readouterr().err.startswith("error: usage: python -m units")
+
+
+def test_unit_call_plans_its_run_folders_before_their_inputs_exist(tmp_path, capsys):
+    """``UnitCall.runs()``: the folders a command writes, in order, while the training run and the teacher it reads
+    do not exist yet (the runner plans its jobs with them), where ``--print-argv`` refuses; it prints nothing."""
+    from units.call import UnitCall
+
+    out = str(tmp_path / "out")
+    knobs = {"DATA": str(tmp_path / "no-data"), "OUTPUT_ROOT": out, "TEACHER_DIR": str(tmp_path / "no-teachers")}
+    test = UnitCall("petr", "base2new_test", ("eurosat", "1"), knobs)
+    assert test.runs() == (f"{out}/base2new/test_new/eurosat/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed1",)
+    assert UnitCall("zsclip", "base2new_test", ("dtd",), knobs).runs() == tuple(
+        f"{out}/base2new/{role}/dtd/shots_0/ZeroshotCLIP/vit_b16/seed1" for role in ("train_base", "test_new"))
+    assert capsys.readouterr() == ("", "")
+    assert test(dry=True) == 1
+    assert capsys.readouterr().err.startswith("error: DATA=")

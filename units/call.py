@@ -40,6 +40,15 @@ class UnitCall:
         """Whether ``method`` has the command ``command``."""
         return self.command in COMMANDS.get(self.method, {})
 
+    def runs(self) -> tuple[str, ...]:
+        """The run folders the command writes, in order, computed without running it and before the runs it reads
+        exist (the runner plans its jobs with them); UnitError for arguments or knobs it refuses."""
+        if not self.known():
+            raise UnitError(f"{self.script}: no such unit command")
+        unit = Unit(by_scripts(self.method), self.script, self.knobs, self.caller, planning=True)
+        COMMANDS[self.method][self.command](unit, list(self.args))
+        return tuple(step["dir"] for step in unit.steps)
+
     def __call__(self, dry: bool = False) -> int:
         """Run the command's train.py runs in this process (``dry``: print each run's folder and argument list);
         the exit status: 0, 1 after one ``error:`` line, 2 for an unknown command, or train.py's (75 preempted)."""

@@ -48,10 +48,16 @@ class Unit:
     env: Mapping[str, str]
     caller: str
     dry: bool = False
+    planning: bool = False
+    """Only the runs' folders are wanted, before the runs they read exist: prerequisites are not checked, nothing is
+    printed (implies ``dry``)."""
+    steps: list[dict] = field(default_factory=list)
+    """With ``dry``: each run's folder and train.py arguments, in order."""
     trainer: str = field(init=False)
 
     def __post_init__(self) -> None:
         self.trainer = self.method.trainer
+        self.dry = self.dry or self.planning
 
     # ----- knobs -------------------------------------------------------------------------------------------------
     def knob(self, name: str, default: str = "") -> str:
@@ -75,8 +81,15 @@ class Unit:
     def source(self) -> str:
         return self.knob("SOURCE", "imagenet")
 
+    def needs(self, present: bool, message: str) -> None:
+        """UnitError(``message``) unless a prerequisite is ``present`` (or the command is only planned)."""
+        if not present and not self.planning:
+            raise UnitError(message)
+
     def require_data(self) -> None:
-        """DATA must name an existing folder."""
+        """DATA must name an existing folder (not checked when planning: the runner's preflight checks it)."""
+        if self.planning:
+            return
         if not self.data:
             raise UnitError("DATA is not set: set DATA=/path/to/datasets (see DATASETS.md)")
         if not os.path.isdir(self.data):
@@ -105,6 +118,8 @@ class Unit:
             load = ["--load-epoch", *self.knob("LOAD_EPOCH").split()]
         else:
             which = saved_model(model_dir)
+            if which is None and self.planning:
+                return ["--model-dir", model_dir, "--eval-only"]
             if which is None:
                 raise UnitError(f"no checkpoint in {model_dir} (no <model>/{POINTER_FILE} file): train the model "
                                 "first")
@@ -116,20 +131,20 @@ class Unit:
         for TEACHER_CKPT=none (a plain CLIP teacher, with a note)."""
         ckpt = self.env.get("TEACHER_CKPT", "")
         if ckpt == "none":
-            print("note: TEACHER_CKPT=none: distilling from a plain CLIP teacher (not the paper's setting)",
-                  file=sys.stderr)
+            if not self.planning:
+                print("note: TEACHER_CKPT=none: distilling from a plain CLIP teacher (not the paper's setting)",
+                      file=sys.stderr)
             return ""
         if not ckpt:
             path = f"{self.path('TEACHER_DIR') or 'teachers'}/{folder}"
-            if not os.path.exists(path):
+            if not os.path.exists(path) and not self.planning:
                 raise UnitError(f"no teacher at {path}: set TEACHER_DIR (folder of per-dataset teachers), "
                                 "TEACHER_CKPT=/path/to/checkpoint-or-PromptSRC-run, or TEACHER_CKPT=none; train one "
                                 "with scripts/teacher/base2new_train.sh or import PromptKD's with "
                                 "tools/import_promptkd_teacher.py")
             return path
         path = self.path("TEACHER_CKPT")
-        if not os.path.exists(path):
-            raise UnitError(f"TEACHER_CKPT={path} does not exist")
+        self.needs(os.path.exists(path), f"TEACHER_CKPT={path} does not exist")
         return path
 
     def common_opts(self) -> list[str]:
@@ -160,10 +175,14 @@ class Unit:
     def train(self, line: str, dataset: str, out: str, args: list[str], config: str, seed: str) -> None:
         """Print ``line`` (with `` -> out``), then run train.py on ``dataset`` into ``out`` (or, dry, print the
         folder and the command); StepFailed on a non-zero status."""
-        print(f"{line} -> {out}", flush=True)
         argv = self.argv(dataset, out, args, config, seed)
+        if self.planning:
+            self.steps.append({"dir": out, "argv": argv})
+            return
+        print(f"{line} -> {out}", flush=True)
         if self.dry:
-            print(json.dumps({"dir": out, "argv": argv}), flush=True)
+            self.steps.append({"dir": out, "argv": argv})
+            print(json.dumps(self.steps[-1]), flush=True)
             return
         status = run_train(argv)
         if status:
