@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 from tests.helpers_run import ScriptRunner
 
@@ -184,3 +185,15 @@ def test_unit_call_plans_its_run_folders_before_their_inputs_exist(tmp_path, cap
     assert capsys.readouterr() == ("", "")
     assert test(dry=True) == 1
     assert capsys.readouterr().err.startswith("error: DATA=")
+
+
+def test_a_stopping_signal_waits_for_torchruns_status():
+    """A unit with NPROC > 1 runs torchrun as a child; a stopping signal (which the scheduler sends the child too)
+    must not end or requeue the caller first: it gets the child's status (75 here, as after a saved state), and its
+    own handlers are back afterwards."""
+    from units.unit import run_train
+
+    before = signal.getsignal(signal.SIGTERM)
+    child = "import os, signal, sys; os.kill(os.getppid(), signal.SIGTERM); sys.exit(75)"
+    assert run_train(["-c", child]) == 75
+    assert signal.getsignal(signal.SIGTERM) is before
