@@ -39,6 +39,7 @@ class _State:
     signal_name: str | None = None  # the signal received (None: no request)
     deferring = 0  # depth of deferred() blocks
     exits_after = False  # the process exits once the run ends (ignore_repeats_until_exit)
+    stopped_by: str | None = None  # the signal that stopped the last run handle_signals() served (None: none)
 
 
 def requested() -> str | None:
@@ -73,9 +74,16 @@ def handle_signals() -> Iterator[None]:
         yield
     finally:
         stopping = _State.exits_after and _State.signal_name is not None
+        _State.stopped_by = _State.signal_name
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_IGN if stopping and sig in SIGNALS else handler)
         _State.signal_name, _State.deferring = None, 0
+
+
+def stopped_by() -> str | None:
+    """The name of the signal that stopped the last run of this process (None when it was not stopped): a caller
+    that runs train.py in-process tells a preemption (SIGUSR1) from the end of its job (SIGTERM)."""
+    return _State.stopped_by
 
 
 def ignore_repeats_until_exit() -> None:

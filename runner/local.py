@@ -2,12 +2,12 @@
 slots without a GPU.
 
 A slot pins its jobs to its GPUs with ``CUDA_VISIBLE_DEVICES``; CPU slots set ``OMP_NUM_THREADS`` (torch threads per
-job). Scripts run as child processes. ``python train.py ...`` jobs without extra environment run as
-``train.cli(argv)`` in a warm worker process of their slot, which imported torch and the project once (a new
-Python pays about 2 s of imports, as long as a small run); the worker is started with the spawn method, so every
-run starts from the state a new process has (the engine reseeds per run). Each child process and warm worker is a
-process group of its own: the signal that stops the runner (Ctrl-C, SIGTERM, SIGHUP) reaches it once, passed on by
-:meth:`LocalExecutor.stop`.
+job). Unit commands (``units.call.UnitCall``) and ``python train.py ...`` jobs run in a warm worker process of their
+slot (:func:`runner.unit.run_job`), which imported torch and the project once (a new Python pays about 2 s of
+imports, as long as a small run); NPROC > 1 units start torchrun from there. The worker is started with the spawn
+method, so every run starts from the state a new process has (the engine reseeds per run). Other command lines run
+as child processes. Each child process and warm worker is a process group of its own: the signal that stops the
+runner (Ctrl-C, SIGTERM, SIGHUP) reaches it once, passed on by :meth:`LocalExecutor.stop`.
 """
 from __future__ import annotations
 
@@ -17,10 +17,9 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import IO
 
@@ -47,11 +46,6 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(count)]
 
 
-def is_train_py(job: Job) -> bool:
-    """Whether ``job`` is ``python train.py ...`` with no extra environment (it runs in a warm worker)."""
-    return job.argv[:2] in ((sys.executable, "train.py"), ("python", "train.py")) and not job.env
-
-
 def _warm_up(devices: str | None, threads: int | None) -> None:
     """Worker initializer: a process group of its own (the runner passes signals on), the repository root
     (train.py's relative paths start there, as for child processes), the slot's GPUs and torch threads, and
@@ -60,6 +54,8 @@ def _warm_up(devices: str | None, threads: int | None) -> None:
     os.chdir(REPO)
     if devices is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = devices
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # torchrun's processes (NPROC > 1)
     import torch
 
     if threads:
@@ -67,40 +63,6 @@ def _warm_up(devices: str | None, threads: int | None) -> None:
     import train
 
     train.register_project()
-
-
-@contextmanager
-def _output_to(log: IO[str]) -> Iterator[None]:
-    """Standard output and error of this process, file descriptors included (C code and child processes write
-    there too), sent to ``log``."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for fd, old in zip((1, 2), saved):
-            os.dup2(old, fd)
-            os.close(old)
-
-
-def _train_py(job: Job, log_path: str) -> int:
-    """Run ``job`` (``python train.py ARGS``) as ``train.cli(ARGS)`` in this worker; its exit status."""
-    import train
-
-    with unit.open_log(log_path, job, "warm train.py worker") as log, _output_to(log):
-        sys.argv = ["train.py", *job.argv[2:]]  # argparse's program name, as on the command line
-        try:
-            return train.cli(list(job.argv[2:]))
-        except SystemExit as e:  # argparse: --help or a bad flag
-            return e.code if isinstance(e.code, int) else 1
-        except Exception:  # a bug: its traceback goes to the log
-            traceback.print_exc()
-            return 1
 
 
 @dataclass
@@ -147,20 +109,21 @@ class LocalExecutor:
     def start(self, job: Job, log: str) -> Running:
         slot = next(s for s in self.pool if not s.busy)
         slot.busy = True
-        if is_train_py(job):
+        env = launch_env(job.env, job.bf16_ns, self.has_bf16)
+        if unit.in_process(job):
             if slot.warm is None:
                 slot.warm = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
                                                 initializer=_warm_up, initargs=(slot.devices, self.threads))
-            run = Running(slot, future=slot.warm.submit(_train_py, job, log))
+            attempt = f"local {slot.devices or 'CPU'} slot, warm worker"
+            run = Running(slot, future=slot.warm.submit(unit.run_job, job, log, attempt, env))
             self.running.add(run)
             return run
-        env = launch_env(job.env, job.bf16_ns, self.has_bf16)
         if slot.devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = slot.devices
         if self.threads:
             env["OMP_NUM_THREADS"] = str(self.threads)
         handle = unit.open_log(log, job, f"local {slot.devices or 'CPU'} slot")
-        run = Running(slot, proc=unit.start(job, env, handle, new_group=True), log=handle)
+        run = Running(slot, proc=unit.start(job, env, handle), log=handle)
         self.running.add(run)
         return run
 

@@ -3,7 +3,8 @@
 Dependencies: teacher → distilled students; CoOp → PETR+CoOp (a plug-in on CoOp's run); training → its novel-class
 test; the source-distilled PromptKD student → its DG evaluations. The tables come after every job (see
 :mod:`runner.tables`). Each job calls one script of ``scripts/<method>/`` with the knobs it reads
-(the unit commands' of :mod:`units`) set explicitly, so the plan knows every run folder before anything runs.
+(the unit commands' of :mod:`units`) set explicitly; its run folders are the ones the unit command writes
+(``units.call.UnitCall.runs``), so the plan knows every run folder before anything runs.
 """
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from engine.runs import run_dir
 from runner.jobs import Job, check_graph
 from runner.profiles import PAPER, Profile
-from units.facts import REPO, teacher_folder
-from units.methods import PLUGIN_SUFFIX, TEACHER, ZERO_SHOT, Method, find_method
+from units.call import UnitCall
+from units.facts import REPO, UnitError, teacher_folder
+from units.methods import TEACHER, ZERO_SHOT, Method, find_method
 
 PROTOCOLS = ("base2new", "xd", "dg")
 PASSED_KNOBS = ("BACKBONE", "TEACHER_NAME", "KD_WEIGHT", "TEACHER_CKPT", "LOAD_EPOCH")
@@ -87,20 +88,26 @@ class Planner:
         return env
 
     def add(self, method: Method, kind: str, dataset: str, script: str, args: list[str], *, seed: int | None,
-            config: str, shots: int, runs: tuple[str, ...] = (), files: tuple[str, ...] = (),
+            config: str, shots: int, runs: tuple[str, ...] | None = None, files: tuple[str, ...] = (),
             deps: tuple[str, ...] = (), name: str = "") -> str:
-        """Add one job (once: a job several methods need is shared); returns its name."""
+        """Add one job (once: a job several methods need is shared); returns its name. Its run folders are the
+        ones its unit command writes (``units.call.UnitCall.runs``) unless ``runs`` names them."""
         name = name or " ".join(filter(None, [method.name, kind, dataset, f"seed{seed}" if seed is not None else ""]))
         config_file = os.path.join(REPO, "configs", "trainers", method.trainer, f"{config}.yaml")
         if not os.path.isfile(config_file):
             raise ValueError(f"no config {os.path.relpath(config_file, REPO)} for {method.name}: check --config")
         if name not in self.jobs:
+            env = self.env(method, config, shots, source=self.sweep.protocol != "base2new")
+            if runs is None:
+                try:
+                    runs = UnitCall(method.scripts, script.removesuffix(".sh"), tuple(args), env).runs()
+                except UnitError as e:
+                    raise ValueError(f"{name}: {e}") from None
             self.jobs[name] = Job(
                 name=name, kind=kind, method=method.name, dataset=dataset,
-                argv=("bash", f"scripts/{method.scripts}/{script}", *args),
-                env=self.env(method, config, shots, source=self.sweep.protocol != "base2new"),
-                runs=runs, files=files, deps=tuple(d for d in deps if d), seed=seed, config=config,
-                trainer=method.trainer, bf16_ns=self.sweep.profile.bf16_ns(method.ns))
+                argv=("bash", f"scripts/{method.scripts}/{script}", *args), env=env, runs=runs, files=files,
+                deps=tuple(d for d in deps if d), seed=seed, config=config, trainer=method.trainer,
+                bf16_ns=self.sweep.profile.bf16_ns(method.ns))
         return name
 
     def teacher(self, dataset: str) -> str:
@@ -111,22 +118,12 @@ class Planner:
             return ""
         seed, config = sweep.seeds[0], self.cfg(TEACHER, dataset)
         folder = teacher_folder(dataset, sweep.protocol, sweep.source)
-        if sweep.protocol == "base2new":
-            run = run_dir(sweep.output, "base2new", "train_base", dataset, TEACHER.shots, TEACHER.trainer, config,
-                          seed)
-            script, args = "base2new_train.sh", [dataset, str(seed)]
-        else:
-            run = run_dir(sweep.output, "xd", "train", sweep.source, TEACHER.shots, TEACHER.trainer, config, seed)
-            script, args = "xd_train.sh", [str(seed)]
+        script, args = ("base2new_train.sh", [dataset, str(seed)]) if sweep.protocol == "base2new" else \
+            ("xd_train.sh", [str(seed)])
         published = os.path.join(sweep.teacher_dir, folder, "VLPromptLearner", "checkpoint")
-        runs = (run,) if TEACHER in sweep.methods else ()
+        runs = None if TEACHER in sweep.methods else ()  # a given teacher: only its published checkpoint counts
         return self.add(TEACHER, "teacher", dataset, script, args, seed=seed, config=config, shots=TEACHER.shots,
                         runs=runs, files=(published,), name=f"teacher {dataset}")
-
-    def b2n_runs(self, method: Method, dataset: str, seed: int, config: str) -> tuple[str, str]:
-        """The train_base and test_new folders of a base-to-novel run."""
-        return tuple(run_dir(self.sweep.output, "base2new", role, dataset, method.shots, method.trainer, config, seed)
-                     for role in ("train_base", "test_new"))
 
     # ----- base-to-novel ------------------------------------------------------------------------------------
     def base2new(self) -> None:
@@ -144,56 +141,45 @@ class Planner:
     def b2n_zero_shot(self, dataset: str) -> None:
         seed, config = self.sweep.seeds[0], self.cfg(ZERO_SHOT, dataset)
         self.add(ZERO_SHOT, "zero-shot", dataset, "base2new_test.sh", [dataset, str(seed)], seed=None, config=config,
-                 shots=0, runs=self.b2n_runs(ZERO_SHOT, dataset, seed, config))
+                 shots=0)
 
     def b2n_teacher_test(self, dataset: str) -> None:
         seed, config = self.sweep.seeds[0], self.cfg(TEACHER, dataset)
         teacher = self.teacher(dataset)
         self.add(TEACHER, "test", dataset, "base2new_test.sh", [dataset, str(seed)], seed=None, config=config,
-                 shots=TEACHER.shots, runs=self.b2n_runs(TEACHER, dataset, seed, config)[1:], deps=(teacher,))
+                 shots=TEACHER.shots, deps=(teacher,))
 
     def b2n_train(self, method: Method, dataset: str, seed: int) -> str:
         config = self.cfg(method, dataset)
         deps = (self.teacher(dataset),) if method.distilled else ()
         return self.add(method, "train", dataset, "base2new_train.sh", [dataset, str(seed)], seed=seed, config=config,
-                        shots=method.shots, runs=self.b2n_runs(method, dataset, seed, config)[:1], deps=deps)
+                        shots=method.shots, deps=deps)
 
     def b2n_method(self, method: Method, dataset: str, seed: int) -> None:
         config = self.cfg(method, dataset)
         if method.plugin_of:
             tuned = find_method(method.plugin_of)
             train = self.b2n_train(tuned, dataset, seed)
-            if method.trainer == "PETRX":  # base2new.sh X DATASET SEED X_RUN_DIR: PETR+X's own run folders
-                tuned_run = self.b2n_runs(tuned, dataset, seed, self.cfg(tuned, dataset))[0]
-                args = [tuned.scripts, dataset, str(seed), tuned_run]
-                runs = self.b2n_runs(method, dataset, seed, config)
-            else:
-                args, runs = [dataset, str(seed)], self.b2n_runs(method, dataset, seed, config + PLUGIN_SUFFIX)
+            args = [dataset, str(seed)]
+            if method.trainer == "PETRX":  # base2new.sh X DATASET SEED X_RUN_DIR: the tuned job's run
+                args = [tuned.scripts, *args, self.jobs[train].runs[0]]
             self.add(method, "plug-in", dataset, method.plugin_script, args, seed=seed, config=config,
-                     shots=method.shots, runs=runs, deps=(train,))
+                     shots=method.shots, deps=(train,))
             return
         train = self.b2n_train(method, dataset, seed)
         self.add(method, "test", dataset, "base2new_test.sh", [dataset, str(seed)], seed=seed, config=config,
-                 shots=method.shots, runs=self.b2n_runs(method, dataset, seed, config)[1:], deps=(train,))
+                 shots=method.shots, deps=(train,))
 
     # ----- cross-dataset and domain generalisation ----------------------------------------------------------
-    def transfer_run(self, method: Method, role: str, dataset: str, seed: int) -> tuple[str, ...]:
-        sweep = self.sweep
-        protocol, role = role.split("/")
-        return (run_dir(sweep.output, protocol, role, dataset, sweep.shots, method.trainer, self.cfg(method, dataset),
-                        seed),)
-
     def transfer_zero_shot(self, dataset: str) -> None:
         config = self.cfg(ZERO_SHOT, dataset)
-        self.add(ZERO_SHOT, "zero-shot", dataset, "zeroshot.sh", [dataset, config], seed=None, config=config, shots=0,
-                 runs=(os.path.join(self.sweep.output, ZERO_SHOT.trainer, config, dataset),))
+        self.add(ZERO_SHOT, "zero-shot", dataset, "zeroshot.sh", [dataset, config], seed=None, config=config, shots=0)
 
     def xd_train(self, method: Method, dataset: str, seed: int) -> str:
         """``<method>/xd_train.sh DATASET SEED``: the student trained for DATASET (its source column when DATASET
         is the source)."""
         return self.add(method, "train", dataset, "xd_train.sh", [dataset, str(seed)], seed=seed,
                         config=self.cfg(method, dataset), shots=self.sweep.shots,
-                        runs=self.transfer_run(method, "xd/train", dataset, seed),
                         deps=(self.teacher(self.sweep.source),))
 
     def transfer_methods(self) -> None:
@@ -229,8 +215,6 @@ class Planner:
                 source = self.xd_train(method, sweep.source, seed)
                 for dataset in sweep.datasets:
                     evaluates = method.dg_script.endswith("_test.sh")  # the source student on the target
-                    kind, role = ("test", "xd/test") if evaluates else ("train", "dg/train")
-                    self.add(method, kind, dataset, method.dg_script, [dataset, str(seed)], seed=seed,
-                             config=self.cfg(method, dataset), shots=sweep.shots,
-                             runs=self.transfer_run(method, role, dataset, seed),
+                    self.add(method, "test" if evaluates else "train", dataset, method.dg_script,
+                             [dataset, str(seed)], seed=seed, config=self.cfg(method, dataset), shots=sweep.shots,
                              deps=(source if evaluates else "", self.teacher(sweep.source)))

@@ -1,20 +1,19 @@
 """SLURM executor through submitit: one SLURM job per unit command, requeued on preemption.
 
-Each job runs :class:`UnitJob` on its node, a submitit ``Checkpointable``: the unit command in a process group of
-its own, output appended to the job's log (one header per attempt). Preemption:
+Each job runs :class:`SlurmUnit` on its node, a submitit ``Checkpointable``: the unit command in the job's own
+process (:func:`runner.unit.run_job`), output appended to the job's log (one header per attempt). Preemption:
 
-* the preemption signal (``--signal=USR1@<delay>``, or ``scancel --signal=USR1``) reaches every process of the job:
-  train.py saves its resume state and exits with ``EXIT_PREEMPTED``; submitit calls :meth:`UnitJob.checkpoint`,
-  which waits for the command's processes to end and hands submitit the same command, and submitit requeues the
-  job (``scontrol requeue``);
-* SIGTERM (``scontrol requeue``, preemption in REQUEUE mode, ``scancel``): SLURM itself ends the job and, unless it
-  was cancelled, requeues it; the job waits for its processes and leaves without a result;
-* the unit command exits with ``EXIT_PREEMPTED`` on its own: the job raises the preemption signal in itself, so
-  submitit checkpoints and requeues it as above.
+* the preemption signal (``--signal=USR1@<delay>``, or ``scancel --signal=USR1``) reaches train.py, which saves its
+  resume state and returns ``EXIT_PREEMPTED``; its signal handlers are then restored to submitit's, and the job
+  raises the signal in itself: submitit calls :meth:`SlurmUnit.checkpoint`, which hands it the same command, and
+  requeues the job (``scontrol requeue``); a unit command that returns ``EXIT_PREEMPTED`` on its own is requeued
+  the same way;
+* SIGTERM (``scontrol requeue``, preemption in REQUEUE mode, ``scancel``): train.py saves its state, and the job
+  leaves without a result; SLURM itself requeues it unless it was cancelled.
 
-The rerun of a requeued job runs the same command, whose script resumes the interrupted run. The runner waits for
-the jobs (a job is submitted once its dependencies finished), reads their results from submitit's files and their
-state from ``squeue``, and records their ids so that a rerun of the runner reattaches to jobs still queued.
+The rerun of a requeued job runs the same command, which resumes the interrupted run. The runner waits for the jobs
+(a job is submitted once its dependencies finished), reads their results from submitit's files and their state from
+``squeue``, and records their ids so that a rerun of the runner reattaches to jobs still queued.
 """
 from __future__ import annotations
 
@@ -33,6 +32,7 @@ from typing import Any
 import submitit
 from tqdm import tqdm
 
+from engine.preemption import stopped_by
 from runner import unit
 from runner.jobs import Job
 from runner.layout import FINISHED_STATES, REPO, run_states, write_text
@@ -44,10 +44,6 @@ PREEMPT_SIGNAL = "USR1"
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
                  "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}
 """squeue states of a job that is not over."""
-SIGNAL_WAIT_S = 10.0
-"""When the unit command was stopped by a signal, how long the job waits for the signal SLURM sends the job's own
-process at the same moment (its handler, not the command's exit status, says whether SLURM ends or requeues the
-job)."""
 LOST_AFTER_S = 60.0
 """A job that SLURM has not run for this long and that left no result is lost (a requeue passes through
 inactive states for a moment only)."""
@@ -61,56 +57,35 @@ class UnitFailed(RuntimeError):
     """The unit command of a SLURM job exited with a non-zero status (the job fails, as sacct then shows)."""
 
 
-class UnitJob(submitit.helpers.Checkpointable):
-    """What a SLURM job runs: one unit command, requeued through submitit when it is preempted."""
+class SlurmUnit(submitit.helpers.Checkpointable):
+    """What a SLURM job runs: one unit command in the job's process, requeued through submitit when it is
+    preempted."""
 
-    def __init__(self, job: Job, log: str, threads: int | None = None, grace_s: float = 60.0):
-        self.job, self.log, self.threads, self.grace_s = job, log, threads, grace_s
-        self.proc: subprocess.Popen | None = None
-        self.ending = False
+    def __init__(self, job: Job, log: str, threads: int | None = None):
+        self.job, self.log, self.threads = job, log, threads
 
     def __call__(self) -> int:
         restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
         attempt = f"SLURM job {os.environ.get('SLURM_JOB_ID', '?')}, attempt {restart + 1}"
-        env = launch_env(self.job.env, self.job.bf16_ns)
         if self.threads:
-            env["OMP_NUM_THREADS"] = str(self.threads)
-        signal.signal(signal.SIGTERM, self._slurm_ends_job)
-        with unit.open_log(self.log, self.job, attempt) as log:
-            self.proc = unit.start(self.job, env, log, new_group=True)
-            code = self.proc.wait()
-            if code < 0 or code == EXIT_PREEMPTED:  # a signal stopped it: the job's own may still be on its way
-                deadline = time.monotonic() + SIGNAL_WAIT_S
-                while not self.ending and time.monotonic() < deadline:
-                    time.sleep(0.1)
-            if self.ending:
-                unit.wait_group(self.proc, self.grace_s)
-                log.write(f"=== SLURM ended the job (SIGTERM) after exit {unit.exit_status(code)}: leaving without "
-                          "a result (SLURM requeues it unless it was cancelled)\n")
-                sys.exit(EXIT_PREEMPTED)
-            code = unit.exit_status(code)
-            if code == EXIT_PREEMPTED:
-                log.write(f"=== exit {EXIT_PREEMPTED} (preempted): requeueing through submitit\n")
+            os.environ["OMP_NUM_THREADS"] = str(self.threads)
+        code = unit.run_job(self.job, self.log, attempt, launch_env(self.job.env, self.job.bf16_ns))
+        if code == EXIT_PREEMPTED and stopped_by() == "SIGTERM":
+            with open(self.log, "a") as log:
+                log.write("=== SLURM ended the job (SIGTERM): leaving without a result (SLURM requeues it unless it "
+                          "was cancelled)\n")
+            sys.exit(EXIT_PREEMPTED)
         if code == EXIT_PREEMPTED:
+            with open(self.log, "a") as log:
+                log.write(f"=== exit {EXIT_PREEMPTED} (preempted): requeueing through submitit\n")
             signal.raise_signal(preempt_signal())  # submitit's handler calls checkpoint() and requeues the job
         if code != 0:
             raise UnitFailed(f"{self.job.name}: exit status {code}; log {self.log}")
         return code
 
-    def _slurm_ends_job(self, signum: int, frame: Any) -> None:
-        """SIGTERM: SLURM is ending the job (its processes got the signal too); note it, the job leaves when they
-        have ended."""
-        self.ending = True
-
     def checkpoint(self) -> submitit.helpers.DelayedSubmission:
-        """Called by submitit on the preemption signal: wait for the command's processes (train.py writes its
-        resume state), then resubmit the same command."""
-        if self.proc is not None:
-            unit.wait_group(self.proc, self.grace_s)
-        return submitit.helpers.DelayedSubmission(UnitJob(self.job, self.log, self.threads, self.grace_s))
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "proc": None, "ending": False}  # a process handle does not travel
+        """Called by submitit on the preemption signal, once train.py saved its state: the same command again."""
+        return submitit.helpers.DelayedSubmission(SlurmUnit(self.job, self.log, self.threads))
 
 
 def preempt_signal() -> signal.Signals:
@@ -166,7 +141,6 @@ class SlurmExecutor:
         self.poll_s = poll_s
         self.threads = threads
         self.slots = max_jobs
-        self.grace_s = max(10.0, signal_delay_s - 15.0)
         self.executor = submitit.SlurmExecutor(folder=os.path.join(self.folder, "%j"))
         params: dict[str, Any] = dict(
             time=time_min, signal_delay_s=signal_delay_s, stderr_to_stdout=True,
@@ -200,7 +174,7 @@ class SlurmExecutor:
             self.jobs[previous] = job
             return submitit.SlurmJob(folder=os.path.join(self.folder, "%j"), job_id=previous)
         self.executor.update_parameters(job_name=re.sub(r"[^\w.+-]+", "_", job.name))
-        submitted = self.executor.submit(UnitJob(job, log, self.threads, self.grace_s))
+        submitted = self.executor.submit(SlurmUnit(job, log, self.threads))
         self.jobs[submitted.job_id] = job
         self.record[job.name] = submitted.job_id
         write_text(json.dumps(self.record, indent=1), self.record_path)

@@ -30,8 +30,8 @@ from demo.pipeline import (
 )
 from engine.utils import read_json
 from runner.jobs import record_job
-from runner.local import is_train_py
 from runner.schedule import Report
+from runner.unit import in_process, is_train_py
 from tests.helpers_run import HANG_GUARD_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -139,9 +139,12 @@ def test_quick_plan_passes_its_epochs_to_the_scripts(tmp_path):
     assert "EXTRA_OPTS" not in jobs["zero-shot democool"].env
 
 
-def test_train_py_runs_go_to_warm_workers_and_scripts_to_child_processes(tmp_path):
+def test_every_demo_job_runs_in_a_warm_worker(tmp_path):
+    """The base-to-novel jobs are ``python train.py``, the others unit commands: all run in the slots' warm
+    workers, none as a child process."""
     _, jobs = planned(tmp_path, replace(FULL, transfer_seeds=(1,)))
     assert all(is_train_py(job) == name.startswith("b2n ") for name, job in jobs.items())
+    assert all(in_process(job) for job in jobs.values())
     assert jobs["b2n PETR seed1 base"].kind == "train" and jobs["b2n PETR seed1 novel"].kind == "test"
     assert jobs["xd teacher"].kind == "teacher" and jobs["PETR xd test democool seed1"].kind == "test"
 

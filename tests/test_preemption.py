@@ -24,7 +24,7 @@ import torch
 from tabulate import tabulate
 
 import train
-from engine import TRAINER_REGISTRY, DataManager, get_cfg_default
+from engine import TRAINER_REGISTRY, DataManager, get_cfg_default, preemption
 from engine.data_stream import LoaderStream, draw_seed
 from tests.helpers_engine import EngineLinearProbe, tiny_argv, write_image_tree
 from tests.helpers_petr import petr_argv, write_eurosat
@@ -121,6 +121,7 @@ def test_in_process_preemption_resumes_to_the_same_weights(tiny_root, tmp_path, 
     assert train.cli(probe_argv(tiny_root, out, workers)) == train.EXIT_PREEMPTED
     err = capsys.readouterr().err.strip().splitlines()
     name = signal.Signals(sig).name
+    assert preemption.stopped_by() == name  # what a SLURM job running train.cli in-process reads
     assert err == [f"preempted ({name}): the state at epoch 2/3, batch 2/3 is saved; rerun the same command to "
                    "continue"]
     state = torch.load(os.path.join(out, "resume.pth.tar"), weights_only=True)
@@ -128,6 +129,7 @@ def test_in_process_preemption_resumes_to_the_same_weights(tiny_root, tmp_path, 
     assert err[0] in open(os.path.join(out, "log.txt")).read()
     monkeypatch.setattr(SignalledProbe, "signal_at", None)
     assert train.cli(probe_argv(tiny_root, out, workers)) == 0
+    assert preemption.stopped_by() is None
     assert "Resuming inside epoch 2 after batch 2" in open(os.path.join(out, "log.txt")).read()
     resumed, expected = probe_weights(out), probe_weights(reference)
     assert all(torch.equal(resumed[k], expected[k]) for k in expected)

@@ -1,5 +1,5 @@
-"""The local executor's two ways to run a job (``python train.py ...`` in a warm worker process of its slot, any
-other command as a child process) give the same results and logs; the fast profile end to end."""
+"""The local executor's two ways to run a job (``python train.py ...`` or a unit command in a warm worker process of
+its slot, any other command as a child process) give the same results and logs; the fast profile end to end."""
 from __future__ import annotations
 
 import json
@@ -14,8 +14,9 @@ import pytest
 
 from engine.runs import run_state
 from runner.jobs import Job
-from runner.local import LocalExecutor, is_train_py
+from runner.local import LocalExecutor
 from runner.schedule import run_plan
+from runner.unit import in_process, is_train_py
 from tests.helpers_datasets import write_tree
 from tests.helpers_petr import write_eurosat
 from tests.helpers_run import HANG_GUARD_S, alive, default_sigint, train_argv
@@ -26,11 +27,14 @@ SMALL = ("INPUT.SIZE (32,32) OPTIM.MAX_EPOCH 1 DATALOADER.NUM_WORKERS 0 DATALOAD
 """Tiny runs of the shipped configs (as tests/test_petr_scripts.py)."""
 
 
-def test_train_py_in_a_warm_worker_equals_a_child_process(tmp_path, tiny_clip_file, monkeypatch):
-    """Both start in the repository root whatever the runner's working folder (the configs' paths are relative);
-    a user error in the warm worker comes back as train.py's exit status 2 with its ``error:`` line in the tail."""
+def test_train_py_and_a_unit_in_a_warm_worker_equal_a_child_process(tmp_path, tiny_clip_file, monkeypatch):
+    """All start in the repository root whatever the runner's working folder (the configs' paths are relative); a
+    unit command (``scripts/zsclip/zeroshot.sh``) runs in the warm worker too, with its knobs; a user error in the
+    warm worker comes back as train.py's exit status 2 with its ``error:`` line in the tail."""
     monkeypatch.chdir(tmp_path)
     write_tree("EuroSAT", tmp_path / "data", mode="json")
+    opts = ("MODEL.BACKBONE.NAME", tiny_clip_file, "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0",
+            "USE_CUDA", "False")
 
     def job(name: str, env: dict[str, str]) -> Job:
         out = tmp_path / name
@@ -40,21 +44,30 @@ def test_train_py_in_a_warm_worker_equals_a_child_process(tmp_path, tiny_clip_fi
                    runs=(str(out),))
 
     warm, child = job("warm", {}), job("child", {"PETR_DEBUG": "0"})
+    unit_run = tmp_path / "unit" / "ZeroshotCLIP" / "vit_b16" / "eurosat"
+    unit = Job(name="unit", kind="zero-shot", method="ZeroshotCLIP", dataset="eurosat", runs=(str(unit_run),),
+               argv=("bash", "scripts/zsclip/zeroshot.sh", "eurosat", "vit_b16"),
+               env={"DATA": str(tmp_path / "data"), "OUTPUT_ROOT": str(tmp_path / "unit"), "EXTRA_OPTS": " ".join(
+                   ("INPUT.SIZE", "(32,32)", *opts[4:])), "BACKBONE": tiny_clip_file})
     bad = Job(name="bad", kind="train", method="M", dataset="eurosat", runs=(str(tmp_path / "bad"),),
               argv=(sys.executable, "train.py", "--trainer", "NoSuchTrainer", "--output-dir", str(tmp_path / "bad")))
     assert is_train_py(warm) and not is_train_py(child) and is_train_py(bad)
+    assert in_process(unit) and not in_process(child)
     executor = LocalExecutor([], cpu_jobs=2, threads=1)
-    report = run_plan([warm, child, bad], executor, str(tmp_path / "logs"))
+    report = run_plan([warm, child, unit, bad], executor, str(tmp_path / "logs"))
     executor.close()
-    assert sorted(report.done) == ["child", "warm"] and list(report.failed) == ["bad"]
+    assert sorted(report.done) == ["child", "unit", "warm"] and list(report.failed) == ["bad"]
     assert report.failed["bad"].startswith("exit status 2; ") and "error: Unknown trainer" in report.failed["bad"]
-    results = {name: json.loads((tmp_path / name / "results.json").read_text()) for name in ("warm", "child")}
-    assert results["warm"]["accuracy"] == results["child"]["accuracy"]
-    assert results["warm"]["macro_f1"] == results["child"]["macro_f1"]
-    for name, header in (("warm", "warm train.py worker"), ("child", "local CPU slot")):
+    outs = {"warm": tmp_path / "warm", "child": tmp_path / "child", "unit": unit_run}
+    results = {name: json.loads((out / "results.json").read_text()) for name, out in outs.items()}
+    assert results["warm"]["accuracy"] == results["child"]["accuracy"] == results["unit"]["accuracy"]
+    assert results["warm"]["macro_f1"] == results["child"]["macro_f1"] == results["unit"]["macro_f1"]
+    for name, header in (("warm", "local CPU slot, warm worker"), ("child", "local CPU slot"),
+                         ("unit", "local CPU slot, warm worker")):
         log = (tmp_path / "logs" / f"{name}.log").read_text()
         assert log.splitlines()[0].endswith(header)
         assert f"* accuracy: {results[name]['accuracy']:.2f}%" in log  # train.py's own output, fds included
+    assert f"-> {unit_run}" in (tmp_path / "logs" / "unit.log").read_text()  # the unit's own line
 
 
 def test_fast_profile_runs_end_to_end(tmp_path, tiny_clip_file, tiny_teacher_clip_file):

@@ -3,7 +3,9 @@ folders and ``train.py`` argument lists (``python -m units --print-argv``) equal
 element for element, and a mistake is one ``error:`` line with exit status 1."""
 from __future__ import annotations
 
+import json
 import os
+import signal
 
 from tests.helpers_run import ScriptRunner
 
@@ -144,3 +146,54 @@ def test_mistakes_are_one_error_line(tmp_path):
     done, _ = runner.record(["bash", "scripts/petr/dg_train.sh", "eurosat", "1"], {"SOURCE": "demonet"})
     assert done.stderr == ("error: usage: SOURCE=demonet bash scripts/petr/dg_train.sh <demonetv2|demonet_sketch|"
                            "demonet_a|demonet_r> <seed> ('eurosat' is not a DG target of it)\n")
+
+
+def test_unit_call_takes_its_knobs_not_the_environment(tmp_path, monkeypatch, capsys):
+    """``units.call.UnitCall`` runs with the knobs it is given: the process's own DATA / OUTPUT_ROOT / EXTRA_OPTS
+    (set to other values here) change nothing, and relative paths are taken from its caller folder."""
+    from units.call import UnitCall
+
+    os.makedirs(tmp_path / "data")
+    for knob, value in {"DATA": "/elsewhere", "OUTPUT_ROOT": "/elsewhere/out", "EXTRA_OPTS": "OPTIM.LR 9"}.items():
+        monkeypatch.setenv(knob, value)
+    call = UnitCall("coop", "main", ("caltech101", "vit_b16", "end", "16", "4", "False"),
+                    {"DATA": "data", "OUTPUT_ROOT": "out", "SEEDS": "2"}, caller=str(tmp_path))
+    assert call(dry=True) == 0
+    run = f"{tmp_path}/out/caltech101/CoOp/vit_b16_4shots/nctx16_cscFalse_ctpend/seed2"
+    line, argv = capsys.readouterr().out.splitlines()
+    assert line == f"Training CoOp on 4 shots of caltech101 (seed 2) -> {run}"
+    assert json.loads(argv) == {"dir": run, "argv": [
+        "train.py", "--root", f"{tmp_path}/data", "--seed", "2", "--trainer", "CoOp", "--dataset-config-file",
+        "configs/datasets/caltech101.yaml", "--config-file", "configs/trainers/CoOp/vit_b16.yaml", "--output-dir",
+        run, "TRAINER.COOP.N_CTX", "16", "TRAINER.COOP.CSC", "False", "TRAINER.COOP.CLASS_TOKEN_POSITION", "end",
+        "DATASET.NUM_SHOTS", "4"]}
+    assert UnitCall("coop", "no_such_command")() == 2
+    assert capsys.readouterr().err.startswith("error: usage: python -m units")
+
+
+def test_unit_call_plans_its_run_folders_before_their_inputs_exist(tmp_path, capsys):
+    """``UnitCall.runs()``: the folders a command writes, in order, while the training run and the teacher it reads
+    do not exist yet (the runner plans its jobs with them), where ``--print-argv`` refuses; it prints nothing."""
+    from units.call import UnitCall
+
+    out = str(tmp_path / "out")
+    knobs = {"DATA": str(tmp_path / "no-data"), "OUTPUT_ROOT": out, "TEACHER_DIR": str(tmp_path / "no-teachers")}
+    test = UnitCall("petr", "base2new_test", ("eurosat", "1"), knobs)
+    assert test.runs() == (f"{out}/base2new/test_new/eurosat/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed1",)
+    assert UnitCall("zsclip", "base2new_test", ("dtd",), knobs).runs() == tuple(
+        f"{out}/base2new/{role}/dtd/shots_0/ZeroshotCLIP/vit_b16/seed1" for role in ("train_base", "test_new"))
+    assert capsys.readouterr() == ("", "")
+    assert test(dry=True) == 1
+    assert capsys.readouterr().err.startswith("error: DATA=")
+
+
+def test_a_stopping_signal_waits_for_torchruns_status():
+    """A unit with NPROC > 1 runs torchrun as a child; a stopping signal (which the scheduler sends the child too)
+    must not end or requeue the caller first: it gets the child's status (75 here, as after a saved state), and its
+    own handlers are back afterwards."""
+    from units.unit import run_train
+
+    before = signal.getsignal(signal.SIGTERM)
+    child = "import os, signal, sys; os.kill(os.getppid(), signal.SIGTERM); sys.exit(75)"
+    assert run_train(["-c", child]) == 75
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -10,10 +10,7 @@ import os
 import signal
 import sys
 
-from units.commands import COMMANDS
-from units.facts import UnitError
-from units.methods import by_scripts
-from units.unit import StepFailed, Unit
+from units.call import UnitCall
 
 EXIT_INTERRUPTED = 130
 
@@ -23,21 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     dry = bool(argv) and argv[0] == "--print-argv"
     argv = argv[dry:]
-    if len(argv) < 2 or argv[1] not in COMMANDS.get(argv[0], {}):
-        commands = "; ".join(f"{m}: {' '.join(c)}" for m, c in COMMANDS.items())
-        print(f"error: usage: python -m units [--print-argv] METHOD COMMAND ARGS ({commands})", file=sys.stderr)
-        return 2
-    folder, command, args = argv[0], argv[1], argv[2:]
-    unit = Unit(by_scripts(folder), os.environ.get("UNITS_SCRIPT") or f"scripts/{folder}/{command}.sh",
-                os.environ, os.environ.get("UNITS_CALLER_DIR") or os.getcwd(), dry=dry)
-    try:
-        COMMANDS[folder][command](unit, args)
-    except UnitError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except StepFailed as e:
-        return e.status
-    return 0
+    if len(argv) < 2:
+        argv = [*argv, "", ""][:2]
+    call = UnitCall(argv[0], argv[1], tuple(argv[2:]), os.environ, os.environ.get("UNITS_CALLER_DIR") or os.getcwd())
+    return call(dry=dry)
 
 
 if __name__ == "__main__":

@@ -80,8 +80,7 @@ def b2n_test(u: Unit, args: list[str], script: str, missing: str, opts: tuple[st
     dataset_name(dataset)
     config = config or b2n_config(u, dataset)
     model = u.run_dir("base2new/train_base", dataset, shots(u), config, seed)
-    if not u.finished(model):
-        raise UnitError(missing.format(model=model, dataset=dataset, seed=seed))
+    u.needs(u.finished(model), missing.format(model=model, dataset=dataset, seed=seed))
     out = u.run_dir("base2new/test_new", dataset, shots(u), config, seed)
     u.train(f"Evaluating {u.trainer} on the novel classes of {dataset} (seed {seed})", dataset, out,
             [*u.eval_args(model), "DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "new", *opts],
@@ -119,9 +118,8 @@ def learner_xd_test(u: Unit, args: list[str], tree: str = "xd") -> None:
     source_name = dataset_name(u.source)
     config = u.knob("CFG", u.method.learner_xd_config)
     model = u.run_dir("xd/train", u.source, shots(u), config, seed)
-    if not u.finished(model):
-        raise UnitError(f"no finished {source_name} run in {model}: run SOURCE={u.source} bash "
-                        f"{os.path.dirname(u.script)}/xd_train.sh {seed}")
+    u.needs(u.finished(model), f"no finished {source_name} run in {model}: run SOURCE={u.source} bash "
+            f"{os.path.dirname(u.script)}/xd_train.sh {seed}")
     out = u.run_dir(f"{tree}/test", dataset, shots(u), config, seed)
     u.train(f"Evaluating the {source_name}-trained {u.trainer} on {dataset} (seed {seed})", dataset, out,
             [*u.eval_args(model), "DATASET.SUBSAMPLE_CLASSES", "all"], config, seed)
@@ -178,9 +176,8 @@ def coop_eval(u: Unit, args: list[str]) -> None:
     for seed in u.knob("SEEDS", "1 2 3").split():
         model = f"{u.output}/imagenet/{u.trainer}/{tail}/seed{seed}"
         out = f"{u.output}/evaluation/{u.trainer}/{tail}/{dataset}/seed{seed}"
-        if not u.finished(model):
-            raise UnitError(f"no finished ImageNet run in {model}: run scripts/coop/main.sh imagenet {config} {ctp} "
-                            f"{nctx} 16 {csc}")
+        u.needs(u.finished(model), f"no finished ImageNet run in {model}: run scripts/coop/main.sh imagenet {config} "
+                f"{ctp} {nctx} 16 {csc}")
         u.train(f"Evaluating the ImageNet context of {model} on {dataset}", dataset, out,
                 [*u.eval_args(model), *coop_opts(nctx, csc, ctp)], config, seed)
 
@@ -210,9 +207,8 @@ def distilled_b2n(u: Unit, args: list[str], test: bool) -> None:
                  *temperature, f"TRAINER.{u.method.ns}.TEACHER_CKPT", ckpt], config, seed)
         return
     out = u.run_dir("base2new/test_new", dataset, k, config, seed)
-    if not u.finished(model):
-        raise UnitError(f"no finished training run in {model}: run scripts/{u.method.scripts}/base2new_train.sh "
-                        f"{dataset} {seed}")
+    u.needs(u.finished(model), f"no finished training run in {model}: run scripts/{u.method.scripts}/base2new_train.sh "
+            f"{dataset} {seed}")
     ckpt = u.teacher_ckpt(folder)
     u.train(f"Evaluating {u.trainer} on the novel classes of {dataset} (seed {seed})", dataset, out,
             [*u.eval_args(model), "DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "new", "TRAINER.MODAL",
@@ -248,9 +244,8 @@ def promptkd_xd_test(u: Unit, args: list[str]) -> None:
     modal = "dg" if dataset in DG_TARGETS.get(u.source, ()) else "cross"
     model = u.run_dir("xd/train", u.source, k, config, seed)
     out = u.run_dir("xd/test", dataset, k, config, seed)
-    if not u.finished(model):
-        raise UnitError(f"no {source_name}-distilled student in {model}: run SOURCE={u.source} "
-                        f"scripts/promptkd/xd_train.sh {u.source} {seed}")
+    u.needs(u.finished(model), f"no {source_name}-distilled student in {model}: run SOURCE={u.source} "
+            f"scripts/promptkd/xd_train.sh {u.source} {seed}")
     ckpt = u.teacher_ckpt(f"{source_name}-xd")
     u.train(f"Evaluating the {source_name}-distilled {u.trainer} on {dataset} ({modal}, seed {seed})", dataset, out,
             [*u.eval_args(model), "DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "all", "TRAINER.MODAL", modal,
@@ -276,8 +271,8 @@ def petr_transfer(u: Unit, args: list[str], tree: str, test: bool) -> None:
                 dataset, model, [*opts, "TRAINER.PETR.TEACHER_CKPT", ckpt], config, seed)
         return
     out = u.run_dir(f"{tree}/test", dataset, k, config, seed)
-    if not u.finished(model):
-        raise UnitError(f"no finished training run in {model}: run scripts/petr/{tree}_train.sh {dataset} {seed}")
+    u.needs(u.finished(model), f"no finished training run in {model}: run scripts/petr/{tree}_train.sh {dataset} "
+            f"{seed}")
     ckpt = u.teacher_ckpt(f"{source_name}-xd")
     u.train(f"Evaluating {u.trainer} ({modal}: {source_name} -> {dataset}) on {dataset} (seed {seed})", dataset, out,
             [*u.eval_args(model), *opts, "TRAINER.PETR.TEACHER_CKPT", ckpt], config, seed)
@@ -291,7 +286,7 @@ def petr_reproduce(u: Unit, args: list[str]) -> None:
     u.require_data()
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):  # sent to the child too: wait for
         signal.signal(signum, lambda *_: None)  # its status (75: preempted, its state saved; SIGINT: interrupted)
-    env = {**os.environ, "CFG": config, "UNITS_CALLER_DIR": REPO,
+    env = {**os.environ, **u.env, "CFG": config, "UNITS_CALLER_DIR": REPO,
            **{k: u.path(k) for k in ("DATA", "OUTPUT_ROOT", "TEACHER_DIR") if u.path(k)}}
     if u.env.get("TEACHER_CKPT", "") not in ("", "none"):
         env["TEACHER_CKPT"] = u.path("TEACHER_CKPT")
@@ -379,8 +374,8 @@ def teacher_b2n_test(u: Unit, args: list[str]) -> None:
     dataset_name(dataset)
     model = u.run_dir("base2new/train_base", dataset, k, config, seed)
     out = u.run_dir("base2new/test_new", dataset, k, config, seed)
-    if not os.path.isfile(os.path.join(model, "VLPromptLearner", "checkpoint")):
-        raise UnitError(f"no teacher run at {model}: run scripts/teacher/base2new_train.sh {dataset} {seed} first")
+    u.needs(os.path.isfile(os.path.join(model, "VLPromptLearner", "checkpoint")),
+            f"no teacher run at {model}: run scripts/teacher/base2new_train.sh {dataset} {seed} first")
     u.train(f"Evaluating the {u.trainer} teacher of {model} on the novel classes of {dataset}", dataset, out,
             [*u.eval_args(model), "DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "new", "TRAINER.MODAL",
              "base2novel"], config, seed)
@@ -427,9 +422,9 @@ def petr_coop_plugin(u: Unit, args: list[str]) -> None:
                                                                    seed, trainer="CoOp")
     u.require_data()
     dataset_name(dataset)
-    if not os.path.isdir(os.path.join(coop, "prompt_learner")):
-        raise UnitError(f"no CoOp run at {coop} (no prompt_learner/ folder): train one with "
-                        f"scripts/coop/base2new_train.sh {dataset} {seed} or pass its folder as the third argument")
+    u.needs(os.path.isdir(os.path.join(coop, "prompt_learner")),
+            f"no CoOp run at {coop} (no prompt_learner/ folder): train one with scripts/coop/base2new_train.sh "
+            f"{dataset} {seed} or pass its folder as the third argument")
     out = u.run_dir("base2new/train_base", dataset, shots(u), config + PLUGIN_SUFFIX, seed)
     u.train(f"PETR+CoOp plug-in on {coop}: routing and base-class evaluation of {dataset} (seed {seed})", dataset,
             out, ["DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "base", "TRAINER.MODAL", "base2novel",
@@ -458,9 +453,8 @@ def petr_x_b2n(u: Unit, args: list[str]) -> None:
     dataset_name(dataset)
     x_dir = args[3] if len(args) == 4 and args[3] else u.run_dir("base2new/train_base", dataset, k, x_config, seed,
                                                                   trainer=learner.trainer)
-    if not os.path.isdir(x_dir):
-        raise UnitError(f"no {learner.trainer} run at {x_dir}: train one with its base-to-novel script (same "
-                        "dataset, seed and SHOTS) or pass its folder as the fourth argument")
+    u.needs(os.path.isdir(x_dir), f"no {learner.trainer} run at {x_dir}: train one with its base-to-novel script (same "
+            "dataset, seed and SHOTS) or pass its folder as the fourth argument")
     base = u.run_dir("base2new/train_base", dataset, k, config, seed)
     new = u.run_dir("base2new/test_new", dataset, k, config, seed)
     x_opts = ["TRAINER.PETRX.TUNED_MODEL_DIR", x_dir, "TRAINER.PETRX.TUNED_LOAD_EPOCH", u.knob("TUNED_LOAD_EPOCH", "0")]
@@ -485,8 +479,7 @@ def petr_x_transfer(u: Unit, args: list[str], tree: str) -> None:
     u.require_data()
     dataset_name(dataset)
     u.require_config(config, f" ('{tuned}' is not a prompt learner PETR+X has a config for)")
-    if not os.path.isdir(x_dir):
-        raise UnitError(f"no run at {x_dir}: give the folder of X's run on the source dataset")
+    u.needs(os.path.isdir(x_dir), f"no run at {x_dir}: give the folder of X's run on the source dataset")
     source_name = dataset_name(u.source)
     out = u.run_dir(f"{tree}/train", dataset, k, config, seed)
     u.train(f"PETR+X on {x_dir} ({modal}: {source_name} -> {dataset}): router fit and evaluation (seed {seed})",

@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from engine.runs import POINTER_FILE, run_dir, run_state, saved_model
@@ -21,6 +24,10 @@ from units.methods import Method
 
 FINISHED_STATES = ("finished", "finished-upstream")
 """Run states of a completed run (ours, or an upstream run whose log holds the final accuracy)."""
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)
+"""The signals that stop a run (Ctrl-C, a scheduler's end or preemption, a closed terminal)."""
 
 
 class StepFailed(Exception):
@@ -41,10 +48,16 @@ class Unit:
     env: Mapping[str, str]
     caller: str
     dry: bool = False
+    planning: bool = False
+    """Only the runs' folders are wanted, before the runs they read exist: prerequisites are not checked, nothing is
+    printed (implies ``dry``)."""
+    steps: list[dict] = field(default_factory=list)
+    """With ``dry``: each run's folder and train.py arguments, in order."""
     trainer: str = field(init=False)
 
     def __post_init__(self) -> None:
         self.trainer = self.method.trainer
+        self.dry = self.dry or self.planning
 
     # ----- knobs -------------------------------------------------------------------------------------------------
     def knob(self, name: str, default: str = "") -> str:
@@ -68,8 +81,15 @@ class Unit:
     def source(self) -> str:
         return self.knob("SOURCE", "imagenet")
 
+    def needs(self, present: bool, message: str) -> None:
+        """UnitError(``message``) unless a prerequisite is ``present`` (or the command is only planned)."""
+        if not present and not self.planning:
+            raise UnitError(message)
+
     def require_data(self) -> None:
-        """DATA must name an existing folder."""
+        """DATA must name an existing folder (not checked when planning: the runner's preflight checks it)."""
+        if self.planning:
+            return
         if not self.data:
             raise UnitError("DATA is not set: set DATA=/path/to/datasets (see DATASETS.md)")
         if not os.path.isdir(self.data):
@@ -98,6 +118,8 @@ class Unit:
             load = ["--load-epoch", *self.knob("LOAD_EPOCH").split()]
         else:
             which = saved_model(model_dir)
+            if which is None and self.planning:
+                return ["--model-dir", model_dir, "--eval-only"]
             if which is None:
                 raise UnitError(f"no checkpoint in {model_dir} (no <model>/{POINTER_FILE} file): train the model "
                                 "first")
@@ -109,20 +131,20 @@ class Unit:
         for TEACHER_CKPT=none (a plain CLIP teacher, with a note)."""
         ckpt = self.env.get("TEACHER_CKPT", "")
         if ckpt == "none":
-            print("note: TEACHER_CKPT=none: distilling from a plain CLIP teacher (not the paper's setting)",
-                  file=sys.stderr)
+            if not self.planning:
+                print("note: TEACHER_CKPT=none: distilling from a plain CLIP teacher (not the paper's setting)",
+                      file=sys.stderr)
             return ""
         if not ckpt:
             path = f"{self.path('TEACHER_DIR') or 'teachers'}/{folder}"
-            if not os.path.exists(path):
+            if not os.path.exists(path) and not self.planning:
                 raise UnitError(f"no teacher at {path}: set TEACHER_DIR (folder of per-dataset teachers), "
                                 "TEACHER_CKPT=/path/to/checkpoint-or-PromptSRC-run, or TEACHER_CKPT=none; train one "
                                 "with scripts/teacher/base2new_train.sh or import PromptKD's with "
                                 "tools/import_promptkd_teacher.py")
             return path
         path = self.path("TEACHER_CKPT")
-        if not os.path.exists(path):
-            raise UnitError(f"TEACHER_CKPT={path} does not exist")
+        self.needs(os.path.exists(path), f"TEACHER_CKPT={path} does not exist")
         return path
 
     def common_opts(self) -> list[str]:
@@ -153,21 +175,42 @@ class Unit:
     def train(self, line: str, dataset: str, out: str, args: list[str], config: str, seed: str) -> None:
         """Print ``line`` (with `` -> out``), then run train.py on ``dataset`` into ``out`` (or, dry, print the
         folder and the command); StepFailed on a non-zero status."""
-        print(f"{line} -> {out}", flush=True)
         argv = self.argv(dataset, out, args, config, seed)
+        if self.planning:
+            self.steps.append({"dir": out, "argv": argv})
+            return
+        print(f"{line} -> {out}", flush=True)
         if self.dry:
-            print(json.dumps({"dir": out, "argv": argv}), flush=True)
+            self.steps.append({"dir": out, "argv": argv})
+            print(json.dumps(self.steps[-1]), flush=True)
             return
         status = run_train(argv)
         if status:
             raise StepFailed(status)
 
 
+@contextmanager
+def signals_to_child() -> Iterator[None]:
+    """Inside: the stopping signals (SIGINT, SIGTERM, SIGUSR1, SIGHUP), which reach the child processes too, do
+    nothing in this process, so it waits for torchrun's status (75 once its processes saved their state) instead of
+    ending, or being requeued, first; the previous handlers come back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_train(argv: list[str]) -> int:
     """Run ``argv`` (:meth:`Unit.argv`) from the repository root: train.py in this process, or torchrun as a child
     process for several processes; returns the exit status (75 after a preemption)."""
     if argv[0] != "train.py":
-        return subprocess.run([sys.executable, *argv], cwd=REPO).returncode
+        with signals_to_child():
+            return subprocess.run([sys.executable, *argv], cwd=REPO).returncode
     import train  # torch is imported only here: planning a unit stays quick and torch-free
 
     return train.cli(argv[1:])

@@ -1,0 +1,67 @@
+"""A unit command as a Python callable: what the runner's executors (a warm worker, a SLURM job) run in their own
+process, and what ``python -m units`` runs with the environment's knobs.
+
+The knobs are passed as a mapping, never read from ``os.environ``, so the same call runs the same runs whatever the
+calling process's environment holds.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from units.commands import COMMANDS
+from units.facts import REPO, UnitError
+from units.methods import by_scripts
+from units.unit import StepFailed, Unit
+
+EXIT_USAGE = 2
+"""Exit status of an unknown method or command."""
+
+
+@dataclass(frozen=True)
+class UnitCall:
+    """``scripts/<method>/<command>.sh ARGS`` with ``knobs`` (DATA, OUTPUT_ROOT, CFG, ...); relative paths are taken
+    from ``caller`` (the repository root unless given)."""
+
+    method: str
+    """The scripts folder (``petr``, ``coop``, ...)."""
+    command: str
+    args: tuple[str, ...] = ()
+    knobs: Mapping[str, str] = field(default_factory=dict)
+    caller: str = REPO
+
+    @property
+    def script(self) -> str:
+        """The wrapper script a user runs for the same command."""
+        return self.knobs.get("UNITS_SCRIPT") or f"scripts/{self.method}/{self.command}.sh"
+
+    def known(self) -> bool:
+        """Whether ``method`` has the command ``command``."""
+        return self.command in COMMANDS.get(self.method, {})
+
+    def runs(self) -> tuple[str, ...]:
+        """The run folders the command writes, in order, computed without running it and before the runs it reads
+        exist (the runner plans its jobs with them); UnitError for arguments or knobs it refuses."""
+        if not self.known():
+            raise UnitError(f"{self.script}: no such unit command")
+        unit = Unit(by_scripts(self.method), self.script, self.knobs, self.caller, planning=True)
+        COMMANDS[self.method][self.command](unit, list(self.args))
+        return tuple(step["dir"] for step in unit.steps)
+
+    def __call__(self, dry: bool = False) -> int:
+        """Run the command's train.py runs in this process (``dry``: print each run's folder and argument list);
+        the exit status: 0, 1 after one ``error:`` line, 2 for an unknown command, or train.py's (75 preempted)."""
+        if not self.known():
+            commands = "; ".join(f"{m}: {' '.join(c)}" for m, c in COMMANDS.items())
+            print(f"error: usage: python -m units [--print-argv] METHOD COMMAND ARGS ({commands})", file=sys.stderr)
+            return EXIT_USAGE
+        unit = Unit(by_scripts(self.method), self.script, self.knobs, self.caller, dry=dry)
+        try:
+            COMMANDS[self.method][self.command](unit, list(self.args))
+        except UnitError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        except StepFailed as e:
+            return e.status
+        return 0
