@@ -367,7 +367,7 @@ def _train_or_evaluate(args: argparse.Namespace, cfg, claim):
         sys.stdout.flush()
         if logger is not None:
             logger.close()
-        shutdown_distributed()
+        shutdown_distributed(synchronise=sys.exc_info()[0] is None)  # a failed process may have left the others
 
 
 def cli(argv: list[str] | None = None) -> int:

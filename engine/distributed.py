@@ -92,10 +92,14 @@ def init_distributed(use_cuda: bool) -> bool:
     return True
 
 
-def shutdown_distributed() -> None:
-    """Leave the process group that :func:`init_distributed` joined and restore stdout (no-op otherwise)."""
+def shutdown_distributed(synchronise: bool = True) -> None:
+    """Leave the process group that :func:`init_distributed` joined and restore stdout (no-op otherwise). With
+    ``synchronise`` (every process got here: the run ended normally) a barrier comes first, so no process tears its
+    connections down while another still uses them (gloo aborts a process whose peer left mid-teardown)."""
     if not _Session.active:
         return
+    if synchronise:
+        dist.barrier()
     if _Session.devnull is not None:
         sys.stdout = _Session.stdout
         _Session.devnull.close()
