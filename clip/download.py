@@ -11,7 +11,7 @@ import os
 import sys
 import urllib.error
 
-from engine.archives import file_sha256
+from engine.digests import sha256_of
 from engine.errors import CorruptFileError
 
 from .clip import download
@@ -35,7 +35,7 @@ def fetch_weights(name: str, url: str, root: str) -> str:
     """The verified weight file of ``url`` in ``root``: checked if present, else downloaded (SHA-256 checked)."""
     target = os.path.join(root, os.path.basename(url))
     if os.path.isfile(target):
-        actual = file_sha256(target)
+        actual = sha256_of(target)
         if actual != url_sha256(url):
             raise CorruptFileError(f"{target} is there but its SHA-256 is {actual}, not {url_sha256(url)} as "
                                    f"{url} says: delete it and run this command again")

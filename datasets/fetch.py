@@ -19,7 +19,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from engine.archives import archive_stem, file_sha256, name_key, unpack
+from engine.archives import archive_stem, name_key, unpack
+from engine.digests import sha256_of
 from engine.errors import CorruptFileError, UserError
 
 from . import check
@@ -90,7 +91,7 @@ def git_blob_sha1(path: str) -> str:
 def verify(path: str, entry) -> str:
     """Check a downloaded file against the hub's listing (``RepoFile``): the LFS SHA-256, else the git blob id."""
     if entry.lfs is not None:
-        algorithm, expected, actual = "SHA-256", entry.lfs["sha256"], file_sha256(path)
+        algorithm, expected, actual = "SHA-256", entry.lfs["sha256"], sha256_of(path)
     else:
         algorithm, expected, actual = "git blob id", entry.blob_id, git_blob_sha1(path)
     if actual != expected:

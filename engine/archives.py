@@ -6,7 +6,6 @@ an archive that is refused or cut off leaves nothing where the data is read from
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -27,15 +26,6 @@ def archive_stem(name: str) -> str | None:
     if lower.endswith(".pth.tar"):
         return None
     return next((name[: -len(s)] for s in ARCHIVE_SUFFIXES if lower.endswith(s)), None)
-
-
-def file_sha256(path: str) -> str:
-    """Hex SHA-256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def name_key(text: str) -> str:
