@@ -19,11 +19,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from .atomic import atomic_write, atomic_write_text
 from .errors import CorruptFileError, InputNotFoundError, InvalidInputError, first_line
 from .restricted_pickle import dropped_entries, load_upstream_checkpoint, plain_entries
 from .run_files import file_kind, not_regular_error
 from .runs import POINTER_FILE, pointed_checkpoint
-from .utils import atomic_write, atomic_write_text, mkdir_if_missing
+from .utils import mkdir_if_missing
 
 _PLAIN = (bool, int, float, str, bytes, type(None), torch.Tensor, torch.Size, torch.dtype, torch.device)
 

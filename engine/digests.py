@@ -12,7 +12,8 @@ import hashlib
 import json
 import os
 import re
-import tempfile
+
+from .atomic import atomic_write_text
 
 DISK_CACHE_MIN_BYTES = 1 << 20
 """Files smaller than this are hashed each time (faster than reading and rewriting the cache file)."""
@@ -45,20 +46,11 @@ def _read_cache(cache: str) -> dict:
 
 
 def _write_cache(cache: str, real: str, entry: list) -> None:
-    """Add ``real: entry`` to the cache file (atomically: temporary file and rename); an OSError skips it."""
+    """Add ``real: entry`` to the cache file (atomically); an OSError skips it."""
     with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
         entries = _read_cache(cache)
         entries[real] = entry
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(cache), prefix=".file_digests.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(entries, f)
-            os.replace(tmp, cache)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-            raise
+        atomic_write_text(json.dumps(entries), cache)
 
 
 def file_digest(path: str) -> str:

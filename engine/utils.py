@@ -4,15 +4,14 @@ from __future__ import annotations
 import json
 import os
 import random
-import uuid
 import warnings
-from collections.abc import Callable
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from .atomic import atomic_write_text
 from .errors import CorruptFileError, InputNotFoundError
 
 
@@ -39,31 +38,6 @@ def read_json(fpath: str) -> Any:
         raise FileNotFoundError(f"JSON file not found: {fpath}") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"Malformed JSON in {fpath}: {e}") from None
-
-
-def atomic_write(fpath: str, write: Callable[[IO], None], binary: bool = False) -> None:
-    """Call ``write(file)`` on a temporary file in ``fpath``'s folder, then rename it over ``fpath``.
-
-    Readers never see half a file, and a failed write leaves the previous file (if any) untouched. The file gets the
-    permissions ``open()`` gives a new file (0666 minus the umask), so results can be shared in a group.
-    """
-    dirname = os.path.dirname(os.path.abspath(fpath))
-    mkdir_if_missing(dirname)
-    tmp = os.path.join(dirname, f".tmp-{uuid.uuid4().hex[:12]}{os.path.basename(fpath)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb" if binary else "w") as f:
-            write(f)
-        os.replace(tmp, fpath)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def atomic_write_text(text: str, fpath: str) -> None:
-    """Write ``text`` to ``fpath`` atomically (see :func:`atomic_write`)."""
-    atomic_write(fpath, lambda f: f.write(text))
 
 
 def write_json(obj: Any, fpath: str) -> None:

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field, replace
 
 from datasets.files import split_files
 from datasets.layouts import LAYOUTS
+from engine.atomic import atomic_write_text
 from engine.run_identity import evaluated_files, file_digest
 from engine.runs import IDENTITY_FILE, POINTER_FILE, RUNNER_KEY, pointed_checkpoint, read_run_json
-from runner.layout import FINISHED_STATES, REPO, run_states, write_text
+from runner.layout import FINISHED_STATES, REPO, run_states
 
 KINDS = ("teacher", "zero-shot", "train", "test", "plug-in")
 """Job kinds, in the order the plan counts them."""
@@ -160,7 +161,7 @@ def record_job(job: Job, needs: Sequence[Job] = ()) -> None:
     for run in job.runs:
         recorded = _run_json(run)
         recorded[RUNNER_KEY] = {**_records(run), job.name: record}
-        write_text(json.dumps(recorded, indent=1), os.path.join(run, IDENTITY_FILE))
+        atomic_write_text(json.dumps(recorded, indent=1), os.path.join(run, IDENTITY_FILE))
 
 
 def job_states(jobs: Iterable[Job]) -> dict[str, str]:

@@ -5,21 +5,11 @@ the unit commands' own (:mod:`units.facts`, :mod:`units.methods`).
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from engine.runs import run_state
 from units.facts import REPO as REPO
 from units.unit import FINISHED_STATES as FINISHED_STATES
-
-
-def write_text(text: str, path: str) -> None:
-    """Write ``text`` to ``path`` atomically (temporary file, then rename), so a reader never sees half a file; the
-    runner's own files (tables, records), written without the engine's torch-importing helpers."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def run_states(paths: Sequence[str]) -> dict[str, str]:

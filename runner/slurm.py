@@ -32,10 +32,11 @@ from typing import Any
 import submitit
 from tqdm import tqdm
 
+from engine.atomic import atomic_write_text
 from engine.preemption import stopped_by
 from runner import unit
 from runner.jobs import Job
-from runner.layout import FINISHED_STATES, REPO, run_states, write_text
+from runner.layout import FINISHED_STATES, REPO, run_states
 from runner.profiles import launch_env
 from runner.schedule import EXIT_PREEMPTED, Outcome
 
@@ -177,7 +178,7 @@ class SlurmExecutor:
         submitted = self.executor.submit(SlurmUnit(job, log, self.threads))
         self.jobs[submitted.job_id] = job
         self.record[job.name] = submitted.job_id
-        write_text(json.dumps(self.record, indent=1), self.record_path)
+        atomic_write_text(json.dumps(self.record, indent=1), self.record_path)
         return submitted
 
     def poll(self, handles: Sequence[submitit.SlurmJob]) -> dict[submitit.SlurmJob, Outcome]:

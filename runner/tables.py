@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterable
 
 import parse_test_res
-from runner.layout import write_text
+from engine.atomic import atomic_write_text
 from runner.protocols import Sweep
 
 MODES = {"base2new": "b2n", "xd": "xd", "dg": "dg"}
@@ -75,7 +75,7 @@ def write_tables(sweep: Sweep, verified: Iterable[str]) -> tuple[int, str]:
             content = text if fmt == "plain" else _csv_rows(table_argv(sweep, view, fmt))
             path = table_path(sweep, ext)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_text(content, path)
+            atomic_write_text(content, path)
     return status, text
 
 
