@@ -26,7 +26,7 @@ import contextlib
 import multiprocessing.util
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1", "SIGHUP") if hasattr(signal, name))
 
@@ -54,6 +54,21 @@ def _on_signal(signum: int, frame) -> None:
     if not _State.deferring:
         raise Preempted(f"preempted ({_State.signal_name}) outside a training step; the last saved state stays: "
                         "rerun the same command to continue")
+
+
+@contextlib.contextmanager
+def signal_handlers(signals: Iterable[int], handler: Callable[[int, object], None]) -> Iterator[None]:
+    """Inside: ``handler`` for each of ``signals``, the previous handlers back afterwards; outside the main thread
+    (where no handler can be installed) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 @contextlib.contextmanager

@@ -16,15 +16,15 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tqdm import tqdm
 
+from engine.preemption import signal_handlers
 from runner.jobs import Job, command_line, dependents, is_finished, job_states, log_name, needs, record_job
 from runner.layout import run_states
 
@@ -51,23 +51,14 @@ def stop_signal(interrupt: KeyboardInterrupt) -> int:
     return interrupt.signum if isinstance(interrupt, Stopped) else signal.SIGINT
 
 
-@contextmanager
-def stopping_on_signals() -> Iterator[None]:
+def stopping_on_signals() -> AbstractContextManager[None]:
     """While the block runs in the main thread, SIGTERM and SIGHUP raise :class:`Stopped` there (the previous
     handlers come back after it)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def stop(signum: int, frame: object) -> None:
         raise Stopped(signum)
 
-    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return signal_handlers(STOP_SIGNALS, stop)
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ import re
 import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
+from engine.preemption import signal_handlers
 from engine.runs import POINTER_FILE, run_dir, run_state, saved_model
 from units.facts import REPO, UnitError, dataset_yaml
 from units.methods import Method
@@ -189,20 +189,11 @@ class Unit:
             raise StepFailed(status)
 
 
-@contextmanager
-def signals_to_child() -> Iterator[None]:
+def signals_to_child() -> AbstractContextManager[None]:
     """Inside: the stopping signals (SIGINT, SIGTERM, SIGUSR1, SIGHUP), which reach the child processes too, do
     nothing in this process, so it waits for torchrun's status (75 once its processes saved their state) instead of
     ending, or being requeued, first; the previous handlers come back afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, lambda *_: None) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return signal_handlers(STOP_SIGNALS, lambda signum, frame: None)
 
 
 def run_train(argv: list[str]) -> int:
