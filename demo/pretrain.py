@@ -100,6 +100,20 @@ def build_open_clip(spec: TinyClipSpec) -> open_clip.CLIP:
     )
 
 
+def initial_model(spec: TinyClipSpec, seed: int) -> open_clip.CLIP:
+    """The tiny CLIP as pretraining starts it: torch seeded with ``seed``, then built (the rows of the token
+    embedding that pretraining never trains keep these values, so ``demo.compact`` rebuilds them from here)."""
+    torch.manual_seed(seed)
+    return build_open_clip(spec)
+
+
+def caption_tokens() -> torch.Tensor:
+    """Token ids of every pretraining caption, ``[classes, captions per class, 77]`` (open_clip's tokenizer)."""
+    captions = pretraining_captions()
+    tokens = open_clip.get_tokenizer("ViT-B-16")([c for row in captions for c in row])
+    return tokens.view(len(captions), len(captions[0]), -1)
+
+
 def encode_text_trimmed(model: open_clip.CLIP, tokens: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
     """open_clip's text features for tokens cut after the last EOT of the batch (exact: the mask is causal).
 
@@ -151,13 +165,10 @@ def pretrain(params: PretrainParams, verbose: bool = True, hook: Callable[[int, 
 
     ``hook(step, model)`` (e.g. an evaluation) runs every ``hook_every`` steps on the model with its full vocabulary.
     """
-    torch.manual_seed(params.seed)
-    rng = np.random.default_rng(params.seed)
     spec = SPECS[params.size]
-    model = build_open_clip(spec).train()
-    tokenizer = open_clip.get_tokenizer("ViT-B-16")
-    captions = pretraining_captions()
-    table = tokenizer([c for row in captions for c in row]).view(len(captions), len(captions[0]), -1)
+    model = initial_model(spec, params.seed).train()
+    rng = np.random.default_rng(params.seed)
+    table = caption_tokens()
     # Train only the embedding rows of tokens that occur (AdamW on all 49408 rows would dominate each step).
     used = torch.unique(table)
     rows_table = torch.searchsorted(used, table)
@@ -276,6 +287,15 @@ def default_params(size: str) -> PretrainParams:
     if size == "teacher":
         return PretrainParams(size=size, steps=500, style=PRETRAIN_RELIT)
     return PretrainParams(size=size, steps=400, style=PRETRAIN)
+
+
+SHIPPED: dict[str, PretrainParams] = {
+    "student": PretrainParams(size="student_wide", steps=800, style=PRETRAIN),
+    "teacher": PretrainParams(size="teacher", steps=1500, style=PRETRAIN_RELIT),
+}
+"""The design of the tiny CLIPs the repository ships (``demo/weights``, ``demo.shipped``), by role."""
+PRETRAIN_THREADS = 2
+"""Torch threads of a pretraining whose result is kept: the float sums, hence the weights, depend on the count."""
 
 
 if __name__ == "__main__":
