@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import platform
 import sys
 import time
@@ -107,7 +108,7 @@ def _holds(path: str, digest: str) -> bool:
     """True when ``path`` reads (weights only) as a state dict with SHA-256 ``digest``."""
     try:
         return state_dict_sha256(torch.load(path, map_location="cpu", weights_only=True)) == digest
-    except (OSError, RuntimeError, ValueError, AttributeError):
+    except (OSError, EOFError, RuntimeError, ValueError, TypeError, AttributeError, pickle.UnpicklingError):
         return False
 
 

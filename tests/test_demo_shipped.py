@@ -146,6 +146,19 @@ def test_clip_files_expand_once_into_files_clip_load_reads(tiny, weights, tmp_pa
     assert capsys.readouterr().out == ""
 
 
+@pytest.mark.parametrize("damage", [b"not a torch file", "other weights"])
+def test_a_cached_expansion_without_the_recorded_weights_is_rewritten(tiny, weights, tmp_path, damage):
+    cache = tmp_path / "cache"
+    student, _ = shipped.clip_files(str(cache), weights)
+    if isinstance(damage, bytes):
+        (cache / os.path.basename(student)).write_bytes(damage)
+    else:
+        torch.save({**tiny["student"], "logit_scale": torch.tensor(0.0)}, student)
+    assert shipped.clip_files(str(cache), weights)[0] == student
+    loaded = torch.load(student, weights_only=True)
+    assert [key for key in tiny["student"] if not torch.equal(loaded[key], tiny["student"][key])] == []
+
+
 def copy_folder(source: str, target) -> str:
     os.makedirs(target)
     for name in os.listdir(source):
