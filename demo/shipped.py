@@ -39,7 +39,7 @@ from demo.compact import (
 from demo.pretrain import DEFAULT_CACHE, PRETRAIN_THREADS, SHIPPED, SPECS, pretrain
 from engine.atomic import atomic_write
 from engine.digests import sha256_of
-from engine.errors import InputNotFoundError, InvalidInputError, UserError
+from engine.errors import InputNotFoundError, InvalidInputError, UserError, first_line
 from engine.utils import read_json, write_json
 
 WEIGHTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights")
@@ -68,7 +68,8 @@ def read_manifest(weights_dir: str) -> dict:
         manifest = read_json(path)
         entries = {role: manifest["files"][role] for role in ROLES}
     except (ValueError, KeyError, TypeError) as e:
-        raise InvalidInputError(f"{path} is not a tiny-CLIP manifest ({type(e).__name__}: {e}); {REGENERATE}") from None
+        raise InvalidInputError(f"{path} is not a tiny-CLIP manifest ({type(e).__name__}: {first_line(e)}); "
+                                f"{REGENERATE}") from None
     if manifest.get("format") != FORMAT or not all(isinstance(entry, dict) for entry in entries.values()):
         raise InvalidInputError(f"{path} is not a manifest of {FORMAT} files; {REGENERATE}")
     return manifest

@@ -236,6 +236,18 @@ def test_missing_file_is_one_error_line(weights, tmp_path, capsys, missing):
                    "demo-pretrain"]
 
 
+@pytest.mark.parametrize("text", ["{", '{"format": "petr-tinyclip-compact/1", "files": {"student": {}}}'])
+def test_unreadable_manifest_is_one_error_line(weights, tmp_path, capsys, text):
+    folder = copy_folder(weights, tmp_path / "weights")
+    manifest = os.path.join(folder, "manifest.json")
+    with open(manifest, "w") as f:
+        f.write(text)
+    status, err, out = run_expand(folder, tmp_path / "cache", capsys)
+    assert status == 2 and out == "" and len(err) == 1
+    assert err[0].startswith(f"error: {manifest} is not a tiny-CLIP manifest (")
+    assert err[0].endswith("; regenerate the tiny CLIPs with make demo-pretrain")
+
+
 def test_plain_regeneration_keeps_the_shipped_sums(tiny, weights, tmp_path):
     folder = copy_folder(weights, tmp_path / "weights")
     shipped_sums = {role: entry["shipped_sha256"] for role, entry in shipped.read_manifest(folder)["files"].items()}
