@@ -86,19 +86,24 @@ def clip_files(cache_dir: str, weights_dir: str = WEIGHTS_DIR) -> tuple[str, str
     for path in paths.values():
         if not os.path.isfile(path):
             raise InputNotFoundError(f"{path} is missing; {REGENERATE}")
-    changed = [path for role, path in paths.items() if sha256_of(path) != manifest["files"][role].get("shipped_sha256")]
+    entries = manifest["files"]
+    sums = {role: sha256_of(path) for role, path in paths.items()}
+    changed = [paths[role] for role in ROLES if sums[role] != entries[role].get("shipped_sha256")]
     if changed:
         print(f"note: the demo runs on regenerated tiny CLIPs, not the shipped ones ({', '.join(changed)}), so its "
               "numbers will differ from README.md and docs/demo.md")
-    return expanded_file(paths["student"], cache_dir, "student"), expanded_file(paths["teacher"], cache_dir, "teacher")
+    student, teacher = (expanded_file(paths[role], cache_dir, role, reuse=sums[role] == entries[role].get("sha256"))
+                        for role in ROLES)
+    return student, teacher
 
 
-def expanded_file(path: str, cache_dir: str, role: str) -> str:
+def expanded_file(path: str, cache_dir: str, role: str, reuse: bool = True) -> str:
     """The OpenAI-format file of a compact file in ``cache_dir``, named by its expanded SHA-256; written atomically
-    when missing or not holding those weights."""
+    unless ``reuse`` and it is there holding those weights (a file the manifest does not record is expanded, and so
+    checked, each time)."""
     digest = read_record(path)["expanded_sha256"]
     target = os.path.join(cache_dir, f"tinyclip-{role}-{digest[:16]}.pt")
-    if os.path.isfile(target) and _holds(target, digest):
+    if reuse and os.path.isfile(target) and _holds(target, digest):
         return target
     state_dict = read_compact(path)
     atomic_write(target, lambda f: torch.save(state_dict, f), binary=True)
