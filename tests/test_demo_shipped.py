@@ -51,6 +51,15 @@ def file_bytes_sha256(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def test_state_dict_sha256_is_the_documented_digest():
+    state_dict = {"b": torch.tensor([1.0, -2.5]), "a": torch.tensor(3, dtype=torch.int64)}
+    reference = hashlib.sha256(b"a|torch.int64|()|" + struct.pack("<q", 3)
+                               + b"b|torch.float32|(2,)|" + struct.pack("<2f", 1.0, -2.5)).hexdigest()
+    assert compact.state_dict_sha256(state_dict) == reference
+    assert compact.state_dict_sha256({**state_dict, "b": torch.tensor([1.0, -2.0])}) != reference
+    assert compact.state_dict_sha256({**state_dict, "b": torch.tensor([[1.0, -2.5]])}) != reference
+
+
 def test_float32_expansion_equals_the_pretrained_state_dict(tiny, tmp_path):
     state_dict = tiny["student"]
     path = str(tmp_path / "student.safetensors")
