@@ -228,14 +228,25 @@ def is_cached(path: str, params: PretrainParams) -> bool:
     return os.path.isfile(path) and os.path.isfile(sidecar) and read_json(sidecar).get("digest") == params.digest()
 
 
-def save_state_dict(state_dict: dict[str, torch.Tensor], path: str, params: PretrainParams) -> None:
-    """Write the state dict atomically (temp file + rename), then its sidecar JSON with the parameters."""
+def save_state_dict(state_dict: dict[str, torch.Tensor], path: str, params: PretrainParams,
+                    seconds: float | None = None) -> None:
+    """Write the state dict atomically (temp file + rename), then its sidecar JSON with the parameters and the
+    pretraining's seconds and threads."""
     mkdir_if_missing(os.path.dirname(os.path.abspath(path)))
     tmp = f"{path}.tmp-{os.getpid()}"
     torch.save(state_dict, tmp)
     os.replace(tmp, path)
-    write_json({"digest": params.digest(), "params": asdict(params), "spec": asdict(SPECS[params.size])},
+    write_json({"digest": params.digest(), "params": asdict(params), "spec": asdict(SPECS[params.size]),
+                "seconds": None if seconds is None else round(seconds, 1), "threads": torch.get_num_threads()},
                _sidecar(path))
+
+
+def cached_pretraining(params: PretrainParams, cache_dir: str) -> tuple[dict[str, torch.Tensor], dict] | None:
+    """The state dict and sidecar record of ``params`` pretrained earlier into ``cache_dir``; None when absent."""
+    path = default_path(params, cache_dir)
+    if not is_cached(path, params):
+        return None
+    return torch.load(path, map_location="cpu", weights_only=True), read_json(_sidecar(path))
 
 
 def pretrained_path(params: PretrainParams, out: str | None = None, force: bool = False, verbose: bool = True,
@@ -248,7 +259,7 @@ def pretrained_path(params: PretrainParams, out: str | None = None, force: bool 
         return path
     start = time.time()
     state_dict = pretrain(params, verbose=verbose, hook=hook, hook_every=hook_every)
-    save_state_dict(state_dict, path, params)
+    save_state_dict(state_dict, path, params, time.time() - start)
     if verbose:
         print(f"Saved tiny CLIP ({params.size}) to {path} after {time.time() - start:.0f} s")
     return path

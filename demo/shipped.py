@@ -36,7 +36,7 @@ from demo.compact import (
     trained_rows,
     write_compact,
 )
-from demo.pretrain import DEFAULT_CACHE, PRETRAIN_THREADS, SHIPPED, SPECS, pretrain
+from demo.pretrain import DEFAULT_CACHE, PRETRAIN_THREADS, SHIPPED, SPECS, cached_pretraining, default_path, pretrain
 from engine.atomic import atomic_write
 from engine.digests import sha256_of
 from engine.errors import InputNotFoundError, InvalidInputError, UserError, first_line
@@ -118,11 +118,13 @@ def _holds(path: str, digest: str) -> bool:
         return False
 
 
-def regenerate(weights_dir: str, ship: bool, command: str) -> None:
+def regenerate(weights_dir: str, ship: bool, command: str, cache_dir: str | None = None) -> None:
     """Pretrain the ``SHIPPED`` pair and write their compact files, then the manifest (each atomically).
 
     ``ship``: the new files become the shipped ones; otherwise the manifest keeps the shipped files' SHA-256 (none
-    when nothing was shipped), so the demo says that it runs on regenerated weights.
+    when nothing was shipped), so the demo says that it runs on regenerated weights. ``cache_dir``: a pretraining of
+    the same parameters found there (``demo.pretrain``'s cache, e.g. the transfer study's) is used instead of a new
+    one, with the seconds and threads its record holds.
     """
     storage = shipped_storage()
     try:
@@ -133,9 +135,14 @@ def regenerate(weights_dir: str, ship: bool, command: str) -> None:
     trained = {}
     for role in ROLES:
         role_start = time.time()
-        trained[role] = (pretrain(SHIPPED[role]), time.time() - role_start)
+        found = cached_pretraining(SHIPPED[role], cache_dir) if cache_dir else None
+        if found is None:
+            trained[role] = (pretrain(SHIPPED[role]), time.time() - role_start, torch.get_num_threads())
+        else:
+            print(f"Tiny CLIP ({role}) pretrained earlier: {default_path(SHIPPED[role], cache_dir)}")
+            trained[role] = (found[0], found[1].get("seconds"), found[1].get("threads"))
     entries = {}
-    for role, (state_dict, seconds) in trained.items():
+    for role, (state_dict, seconds, threads) in trained.items():
         params = SHIPPED[role]
         path = os.path.join(weights_dir, file_name(role))
         expanded = write_compact(path, state_dict, params, storage)
@@ -146,10 +153,10 @@ def regenerate(weights_dir: str, ship: bool, command: str) -> None:
             "expanded_sha256": expanded, "storage": storage, "params": asdict(params),
             "spec": asdict(SPECS[params.size]),
             "command": command, "torch": torch.__version__, "open_clip": open_clip.__version__,
-            "threads": torch.get_num_threads(), "seconds": round(seconds, 1), "machine": machine(),
+            "threads": threads, "seconds": None if seconds is None else round(seconds, 1), "machine": machine(),
         }
-        print(f"Tiny CLIP ({role}, {params.size}): {path}, {entries[role]['bytes']} bytes as {storage}, pretrained in "
-              f"{seconds:.0f} s")
+        took = "" if seconds is None else f", pretrained in {seconds:.0f} s"
+        print(f"Tiny CLIP ({role}, {params.size}): {path}, {entries[role]['bytes']} bytes as {storage}{took}")
     write_json({"format": FORMAT, "note": f"each CLIP is its file expanded to float32 (stored as {storage}); the demo "
                 f"uses exactly that", "files": entries}, os.path.join(weights_dir, MANIFEST))
     print(f"Wrote {os.path.join(weights_dir, MANIFEST)} after {time.time() - start:.0f} s")
@@ -174,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     regen.add_argument("--out", default=WEIGHTS_DIR, help="weights folder (default: demo/weights)")
     regen.add_argument("--ship", action="store_true",
                        help="make the new files the shipped ones (the manifest's shipped_sha256)")
+    regen.add_argument("--cache", help="use pretrainings of the same parameters found in this folder (demo.pretrain's "
+                                       "cache, e.g. <workdir>/demo_cache of python -m demo.transfer)")
     check = commands.add_parser("expand", help="check the files and print the paths of their expansions")
     check.add_argument("--weights", default=WEIGHTS_DIR, help="weights folder (default: demo/weights)")
     check.add_argument("--cache", default=DEFAULT_CACHE, help=f"expansion folder (default: {DEFAULT_CACHE})")
@@ -181,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "pretrain":
             torch.set_num_threads(PRETRAIN_THREADS)
-            regenerate(args.out, args.ship, "python -m demo.shipped pretrain" + (" --ship" if args.ship else ""))
+            command = "python -m demo.shipped pretrain" + (" --ship" if args.ship else "")
+            regenerate(args.out, args.ship, command + (f" --cache {args.cache}" if args.cache else ""), args.cache)
         else:
             print("\n".join(clip_files(args.cache, args.weights)))
     except UserError as e:

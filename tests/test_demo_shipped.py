@@ -326,3 +326,17 @@ def test_tiny_file_size_is_the_planned_one(tiny, tmp_path):
         rows = len(f.get_tensor(compact.IDS))
     planned = hand_bytes(TINY_SPEC, "int8", rows)
     assert planned < os.path.getsize(path) <= planned + compact.HEADER_ALLOWANCE
+
+
+def test_a_cached_pretraining_of_the_same_parameters_is_shipped_as_it_is(tiny, tmp_path):
+    cache = str(tmp_path / "cache")
+    for role, params in TINY_SHIPPED.items():
+        pretrain.save_state_dict(tiny[role], pretrain.default_path(params, cache), params, seconds=12.34)
+    folder = str(tmp_path / "weights")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(shipped, "pretrain", None)  # a new pretraining would fail: none may happen
+        shipped.regenerate(folder, ship=True, command="from cache", cache_dir=cache)
+    files = shipped.read_manifest(folder)["files"]
+    for role in TINY_SHIPPED:
+        assert files[role]["seconds"] == 12.3 and files[role]["threads"] == torch.get_num_threads()
+        assert files[role]["expanded_sha256"] == compact.state_dict_sha256(tiny[role])
