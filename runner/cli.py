@@ -174,12 +174,11 @@ def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = True) ->
     print("  + evaluation, start-up and (fast) compilation and teacher-cache estimates: runner/costs.py")
     if not show_commands:
         return
-    common = {k: v for k, v in jobs[0].env.items() if k in COMMON_ENV} if jobs else {}
+    common = {k: v for k, v in jobs[0].knobs.items() if k in COMMON_ENV} if jobs else {}
     print("\nEvery job runs in the repository root with " + " ".join(f"{k}={v}" for k, v in common.items()))
     for job in jobs:
-        shown = Job(**{**job.__dict__, "env": {k: v for k, v in job.env.items() if k not in common}})
         after = f" (after {', '.join(job.deps)})" if job.deps else ""
-        print(f"  [{states[job.name]}] {job.name}{after}\n      {command_line(shown)}")
+        print(f"  [{states[job.name]}] {job.name}{after}\n      {command_line(job, hidden=common)}")
         if job.bf16_ns:
             print(f"      + TRAINER.{job.bf16_ns}.PREC bf16 on a card with bf16 (compute capability 8.0+)")
 

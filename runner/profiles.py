@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
@@ -84,7 +85,7 @@ def bf16_opts(ns: str, has_bf16: bool) -> list[str]:
     return [f"TRAINER.{ns}.PREC", "bf16"] if ns and has_bf16 else []
 
 
-def launch_env(env: dict[str, str], bf16_ns: str, has_bf16: bool | None = None) -> dict[str, str]:
+def launch_env(env: Mapping[str, str], bf16_ns: str, has_bf16: bool | None = None) -> dict[str, str]:
     """``env`` with the bf16 override put first in EXTRA_OPTS (the user's overrides after it still win) when this
     machine's card has bf16 (asked once when ``has_bf16`` is None); called on the machine that runs the job."""
     if not bf16_ns:

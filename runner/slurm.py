@@ -37,7 +37,6 @@ from engine.preemption import stopped_by
 from runner import unit
 from runner.jobs import Job
 from runner.layout import FINISHED_STATES, REPO, run_states
-from runner.profiles import launch_env
 from runner.schedule import EXIT_PREEMPTED, Outcome
 
 PREEMPT_SIGNAL = "USR1"
@@ -70,7 +69,7 @@ class SlurmUnit(submitit.helpers.Checkpointable):
         attempt = f"SLURM job {os.environ.get('SLURM_JOB_ID', '?')}, attempt {restart + 1}"
         if self.threads:
             os.environ["OMP_NUM_THREADS"] = str(self.threads)
-        code = unit.run_job(self.job, self.log, attempt, launch_env(self.job.env, self.job.bf16_ns))
+        code = unit.run_job(self.job, self.log, attempt)
         if code == EXIT_PREEMPTED and stopped_by() == "SIGTERM":
             with open(self.log, "a") as log:
                 log.write("=== SLURM ended the job (SIGTERM): leaving without a result (SLURM requeues it unless it "
