@@ -17,7 +17,7 @@ import yaml
 
 from datasets.sizes import PUBLISHED_SIZES, Sizes
 from runner.jobs import Job
-from runner.layout import REPO
+from units.facts import REPO
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from datasets.files import split_files
 from datasets.layouts import LAYOUTS
 from engine.atomic import atomic_write_text
 from engine.run_identity import evaluated_files, file_digest
-from engine.runs import IDENTITY_FILE, POINTER_FILE, RUNNER_KEY, pointed_checkpoint, read_run_json
-from runner.layout import FINISHED_STATES, REPO, run_states
+from engine.runs import IDENTITY_FILE, POINTER_FILE, RUNNER_KEY, pointed_checkpoint, read_run_json, run_state
+from units.facts import REPO
+from units.unit import FINISHED_STATES
 
 KINDS = ("teacher", "zero-shot", "train", "test", "plug-in")
 """Job kinds, in the order the plan counts them."""
@@ -99,6 +100,12 @@ def check_graph(jobs: Sequence[Job]) -> None:
         if missing:
             raise ValueError(f"job {job.name!r} depends on {missing}, which are not earlier jobs of the plan")
         seen.add(job.name)
+
+
+def run_states(paths: Sequence[str]) -> dict[str, str]:
+    """The state of each run folder (``engine.runs.run_state``: new, failed, resumable, running, finished,
+    finished-upstream), as the unit commands decide."""
+    return {path: run_state(path) for path in paths}
 
 
 def is_finished(job: Job, states: dict[str, str]) -> bool:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -24,9 +22,9 @@ from dataclasses import dataclass
 
 from runner import unit
 from runner.jobs import Job
-from runner.layout import REPO
-from runner.profiles import card_has_bf16
+from runner.profiles import ask_torch, card_has_bf16
 from runner.schedule import Outcome
+from units.facts import REPO
 
 STOP_WAIT_S = 30.0
 """When the runner is stopped: how long its warm workers (sent the same signal) have to end before they are
@@ -34,15 +32,12 @@ killed."""
 
 
 def visible_gpus() -> list[str]:
-    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else every card torch counts (asked in a
-    child process, so the runner does not import torch)."""
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else every card torch counts."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [d for d in visible.split(",") if d.strip()]
-    probe = "import torch; print(torch.cuda.device_count())"
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    count = int(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip().isdigit() else 0
-    return [str(i) for i in range(count)]
+    count = ask_torch("torch.cuda.device_count()")
+    return [str(i) for i in range(int(count) if count.isdigit() else 0)]
 
 
 def _warm_up(devices: str | None, threads: int | None) -> None:

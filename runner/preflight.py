@@ -25,8 +25,8 @@ from datasets.check import check_dataset
 from datasets.sizes import PUBLISHED_SIZES
 from runner.costs import trainer_config
 from runner.jobs import Job, dependents
-from runner.layout import REPO
 from runner.protocols import Sweep
+from units.facts import REPO
 from units.methods import find_method
 
 OFFLINE_KNOBS = ("PETR_OFFLINE", "HF_HUB_OFFLINE")

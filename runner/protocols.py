@@ -22,7 +22,6 @@ from units.methods import TEACHER, ZERO_SHOT, Method, find_method
 PROTOCOLS = ("base2new", "xd", "dg")
 PASSED_KNOBS = ("BACKBONE", "TEACHER_NAME", "KD_WEIGHT", "TEACHER_CKPT", "LOAD_EPOCH")
 """Script knobs taken from the runner's environment into every job (so the printed commands are complete)."""
-RESULTS_FILE = "results.json"
 
 
 @dataclass(frozen=True)

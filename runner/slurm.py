@@ -35,9 +35,10 @@ from tqdm import tqdm
 from engine.atomic import atomic_write_text
 from engine.preemption import stopped_by
 from runner import unit
-from runner.jobs import Job
-from runner.layout import FINISHED_STATES, REPO, run_states
+from runner.jobs import Job, run_states
 from runner.schedule import EXIT_PREEMPTED, Outcome
+from units.facts import REPO
+from units.unit import FINISHED_STATES
 
 PREEMPT_SIGNAL = "USR1"
 """The signal SLURM sends before a time limit or preemption, which train.py and submitit both handle."""
@@ -216,7 +217,8 @@ class SlurmExecutor:
     def stop(self, signum: int) -> None:
         """The runner is interrupted (by any signal): queued and running jobs stay in SLURM; a rerun of the runner
         reattaches."""
-        active = [i for i in self.record.values() if squeue_states().get(i) in ACTIVE_STATES]
+        states = squeue_states()
+        active = [i for i in self.record.values() if states.get(i) in ACTIVE_STATES]
         if active:
             print(f"{len(active)} SLURM job(s) keep running ({' '.join(active)}); rerun the same command to follow "
                   f"them, or cancel them with: scancel {' '.join(active)}", file=sys.stderr)

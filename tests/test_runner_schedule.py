@@ -18,13 +18,13 @@ import pytest
 from engine.run_identity import read_identity
 from engine.runs import run_state
 from runner.jobs import Job, job_record, job_states, record_job
-from runner.layout import REPO
 from runner.local import LocalExecutor
 from runner.schedule import EXIT_PREEMPTED, MAX_REQUEUES, Eta, run_plan
 from tests.helpers_jobs import Toy
 from tests.helpers_run import HANG_GUARD_S, alive, default_sigint
 from tests.helpers_upstream import UPSTREAM_TRAIN_LOG
 from units.call import UnitCall
+from units.facts import REPO
 
 
 def finishing(name: str, run: str, deps: tuple[str, ...] = (), **toy) -> Job:
