@@ -244,7 +244,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         jobs, status = preflight(args, sweep, jobs)
         print_plan(sweep, jobs)
         return status
-    from runner.costs import projected_seconds as project
     from runner.schedule import run_plan, stop_signal
     from runner.tables import table_path, write_tables
 
@@ -261,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_plan(sweep, jobs, show_commands=False)
     print(f"Executor: {executor.describe()}; logs in {log_dir}")
     try:
-        report = run_plan(jobs, executor, log_dir, lambda job: project(job, sweep.protocol, sweep.profile.name))
+        report = run_plan(jobs, executor, log_dir,
+                          lambda job: projected_seconds(job, sweep.protocol, sweep.profile.name))
     except KeyboardInterrupt as e:
         signum = stop_signal(e)
         print(f"interrupted ({signal.Signals(signum).name}): rerun the same command to continue (finished runs are "

@@ -36,7 +36,7 @@ from engine.atomic import atomic_write_text
 from engine.preemption import stopped_by
 from runner import unit
 from runner.jobs import Job, run_states
-from runner.schedule import EXIT_PREEMPTED, Outcome
+from runner.schedule import EXIT_PREEMPTED, Outcome, tail
 from units.facts import REPO
 from units.unit import FINISHED_STATES
 
@@ -94,15 +94,6 @@ def preempt_signal() -> signal.Signals:
     return getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"))
 
 
-def last_line(path: str) -> str:
-    """The last non-empty line of a text file ("" when there is none), e.g. srun's error in a job's output."""
-    if not os.path.isfile(path):
-        return ""
-    with open(path, errors="replace") as f:
-        lines = [line.strip() for line in f if line.strip()]
-    return lines[-1] if lines else ""
-
-
 def squeue_states() -> dict[str, str]:
     """``{job id: state}`` of this user's jobs that SLURM still knows."""
     done = subprocess.run(["squeue", "-h", "-t", "all", "--me", "-o", "%i %T"], capture_output=True, text=True)
@@ -114,7 +105,7 @@ def squeue_states() -> dict[str, str]:
 def lost_outcome(job_id: str, state: str, stdout: str, runs: Sequence[str]) -> Outcome:
     """How a job that SLURM no longer runs and that left no result ended: preempted when a rerun can resume it (see
     :data:`RESUBMIT_STATES`), else failed; either way with the last line of its output file ``stdout``."""
-    said = last_line(stdout)
+    said = next((line.strip() for line in reversed(tail(stdout).splitlines()) if line.strip()), "")
     where = f"SLURM job {job_id} ended ({state}) without a result" + (f" (its last line: {said})" if said else "")
     states = run_states(runs).values()
     if state in RESUBMIT_STATES and states and all(s == "resumable" or s in FINISHED_STATES for s in states):
