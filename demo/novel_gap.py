@@ -93,17 +93,17 @@ class NovelGap:
                     train = os.path.join(run, "train")
                     name = f"{trainer} {run_key(opts)} seed{seed}"
                     distill = (*self.demo.distill_opts(trainer), *VAL)
-                    argv = self.demo.train_argv(trainer, train, seed, "base", (*distill, *opts))
+                    call = self.demo.train_call(trainer, train, seed, "base", (*distill, *opts))
                     jobs[name] = self.demo.job(v.name, name=name, kind="train", method=trainer,
-                                               dataset=self.demo.short, argv=argv, runs=(train,), deps=(teacher_job,),
+                                               dataset=self.demo.short, call=call, runs=(train,), deps=(teacher_job,),
                                                seed=seed, trainer=trainer)
                     for part, subsample in (("val_base", "base"), ("val_new", "new")):
                         out = os.path.join(run, part)
-                        argv = self.demo.train_argv(trainer, out, seed, subsample, (*distill, *opts, *ALL_VAL),
+                        call = self.demo.train_call(trainer, out, seed, subsample, (*distill, *opts, *ALL_VAL),
                                                     model_dir=train)
                         jobs[f"{name} {part}"] = self.demo.job(
                             v.name, name=f"{name} {part}", kind="test", method=trainer, dataset=self.demo.short,
-                            argv=argv, runs=(out,), deps=(name,), seed=seed, trainer=trainer)
+                            call=call, runs=(out,), deps=(name,), seed=seed, trainer=trainer)
         return list(jobs.values())
 
     def read(self, trainer: str, opts: Sequence[str], seed: int) -> dict[str, dict]:

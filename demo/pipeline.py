@@ -42,6 +42,7 @@ from engine.utils import read_json
 from runner.jobs import Job, check_graph
 from runner.local import LocalExecutor
 from runner.schedule import Report, run_plan
+from units.call import TrainCall, UnitCall
 
 CONFIG = "demo"
 """Name of the demo configs: ``configs/trainers/<TRAINER>/demo.yaml``."""
@@ -180,11 +181,11 @@ class Demo:
                 for role in ("train_base", "test_new")]
 
     # ----- jobs -----------------------------------------------------------------------------------------
-    def train_argv(self, method: str, out: str, seed: int, subsample: str, opts: Sequence[str] = (),
-                   model_dir: str = "") -> tuple[str, ...]:
+    def train_call(self, method: str, out: str, seed: int, subsample: str, opts: Sequence[str] = (),
+                   model_dir: str = "") -> TrainCall:
         """``python train.py`` on the demo dataset (base-to-novel): training, or evaluating ``model_dir``."""
         trainer, config = method_run(method)
-        argv = [sys.executable, "train.py", "--root", self.paths.data, "--seed", str(seed), "--trainer", trainer,
+        argv = ["--root", self.paths.data, "--seed", str(seed), "--trainer", trainer,
                 "--dataset-config-file", f"configs/datasets/{self.short}.yaml",
                 "--config-file", f"configs/trainers/{trainer}/{config}.yaml", "--output-dir", out]
         if model_dir:
@@ -193,7 +194,7 @@ class Demo:
                 argv += ["--load-epoch", "last"]
         argv += ["DATASET.NUM_SHOTS", str(self.shots(method)), "DATASET.SUBSAMPLE_CLASSES", subsample,
                  "TRAINER.MODAL", "base2novel", *opts, *self.plan.opts.get(method, ())]
-        return tuple(argv)
+        return TrainCall(tuple(argv))
 
     def job(self, stage: str, **fields: Any) -> Job:
         """A runner job (``runner.jobs.Job`` fields), recorded under ``stage`` for the time table; it reads the demo's
@@ -211,7 +212,7 @@ class Demo:
         subsample, part = ("base", "base") if role == "train_base" else ("new", "novel")
         return self.job(stage, name=f"b2n {method} seed{seed} {part}",
                         kind="test" if model_dir else KINDS.get(trainer, "train"), method=method, dataset=self.short,
-                        argv=self.train_argv(method, out, seed, subsample, extra, model_dir), runs=(out,),
+                        call=self.train_call(method, out, seed, subsample, extra, model_dir), runs=(out,),
                         deps=tuple(deps), seed=seed, config=config, trainer=trainer)
 
     def base_and_novel(self, method: str, seed: int, stage: str, extra: Sequence[str] = (),
@@ -267,7 +268,8 @@ class Demo:
         extra = {"EXTRA_OPTS": " ".join(self.plan.opts[trainer])} if trainer in self.plan.opts else {}
         return self.job(stage, name=name, kind="test" if path.endswith("_test.sh") else KINDS.get(trainer, "train"),
                         method=trainer, dataset=args[0] if trainer != "PromptSRC" else SOURCE,
-                        argv=("bash", path, *args), env={**self.script_env(), **extra, **(env or {})},
+                        call=UnitCall(path.split("/")[1], os.path.basename(path).removesuffix(".sh"), tuple(args),
+                                      {**self.script_env(), **extra, **(env or {})}),
                         runs=tuple(runs), files=tuple(files), deps=tuple(deps), config=CONFIG, trainer=trainer)
 
     def zeroshot_dir(self, dataset: str) -> str:

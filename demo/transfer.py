@@ -33,6 +33,7 @@ from demo.shapes import PRETRAIN, PRETRAIN_RELIT
 from engine.run_identity import evaluated_files, file_digest
 from engine.utils import read_json, write_json
 from runner.jobs import Job
+from units.call import TrainCall
 
 EVAL = (*VAL, *ALL_VAL)
 """Evaluations read every val image (NUM_SHOTS >= 1 would sample CoOp's min(K, 4) per class)."""
@@ -164,10 +165,10 @@ class TransferStudy:
         per variant and seed: PromptKD's student and its val evaluations."""
         jobs: dict[str, Job] = {}
 
-        def add(demo: Demo, stage: str, name: str, kind: str, trainer: str, argv: tuple[str, ...], out: str,
+        def add(demo: Demo, stage: str, name: str, kind: str, trainer: str, call: TrainCall, out: str,
                 deps: tuple[str, ...] = (), seed: int | None = None) -> None:
             if name not in jobs:
-                jobs[name] = demo.job(stage, name=name, kind=kind, method=trainer, dataset=demo.short, argv=argv,
+                jobs[name] = demo.job(stage, name=name, kind=kind, method=trainer, dataset=demo.short, call=call,
                                       runs=(out,), deps=deps, seed=seed, trainer=trainer)
 
         first = self.seeds[0]
@@ -176,14 +177,14 @@ class TransferStudy:
             teacher = f"{world} teacher"
             teacher_run = self.teacher_dir(v)
             add(demo, v.name, teacher, "teacher", "PromptSRC",
-                demo.train_argv("PromptSRC", teacher_run, first, "base", ("MODEL.BACKBONE.NAME", demo.teacher_clip)),
+                demo.train_call("PromptSRC", teacher_run, first, "base", ("MODEL.BACKBONE.NAME", demo.teacher_clip)),
                 teacher_run)
             for part, subsample in PARTS:
                 out = self.shared_dir(v, f"zeroshot_{part}")
-                add(demo, v.name, f"{world} zero-shot {part}", "zero-shot", "ZeroshotCLIP", demo.train_argv(
+                add(demo, v.name, f"{world} zero-shot {part}", "zero-shot", "ZeroshotCLIP", demo.train_call(
                     "ZeroshotCLIP", out, first, subsample, ("MODEL.BACKBONE.NAME", demo.student_clip, *EVAL)), out)
                 out = self.shared_dir(v, f"teacher_{part}")
-                add(demo, v.name, f"{teacher} {part}", "test", "PromptSRC", demo.train_argv(
+                add(demo, v.name, f"{teacher} {part}", "test", "PromptSRC", demo.train_call(
                     "PromptSRC", out, first, subsample, ("MODEL.BACKBONE.NAME", demo.teacher_clip, *EVAL),
                     model_dir=teacher_run), out, (teacher,))
             distill = (*demo.distill_opts("PromptKD"), *v.promptkd)
@@ -192,10 +193,10 @@ class TransferStudy:
                 name = f"{world} PromptKD {v.student_key()} seed{seed}"
                 train = os.path.join(run, "train")
                 add(demo, v.name, name, "train", "PromptKD",
-                    demo.train_argv("PromptKD", train, seed, "base", (*distill, *VAL)), train, (teacher,), seed)
+                    demo.train_call("PromptKD", train, seed, "base", (*distill, *VAL)), train, (teacher,), seed)
                 for part, subsample in PARTS:
                     out = os.path.join(run, f"val_{part}")
-                    add(demo, v.name, f"{name} {part}", "test", "PromptKD", demo.train_argv(
+                    add(demo, v.name, f"{name} {part}", "test", "PromptKD", demo.train_call(
                         "PromptKD", out, seed, subsample, (*distill, *EVAL), model_dir=train), out, (name,), seed)
         return list(jobs.values())
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from runner.jobs import Job
-from runner.layout import REPO
+from units.facts import REPO
 
 CHECK_OPTS = """
 import sys

@@ -174,12 +174,11 @@ def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = True) ->
     print("  + evaluation, start-up and (fast) compilation and teacher-cache estimates: runner/costs.py")
     if not show_commands:
         return
-    common = {k: v for k, v in jobs[0].env.items() if k in COMMON_ENV} if jobs else {}
+    common = {k: v for k, v in jobs[0].knobs.items() if k in COMMON_ENV} if jobs else {}
     print("\nEvery job runs in the repository root with " + " ".join(f"{k}={v}" for k, v in common.items()))
     for job in jobs:
-        shown = Job(**{**job.__dict__, "env": {k: v for k, v in job.env.items() if k not in common}})
         after = f" (after {', '.join(job.deps)})" if job.deps else ""
-        print(f"  [{states[job.name]}] {job.name}{after}\n      {command_line(shown)}")
+        print(f"  [{states[job.name]}] {job.name}{after}\n      {command_line(job, hidden=common)}")
         if job.bf16_ns:
             print(f"      + TRAINER.{job.bf16_ns}.PREC bf16 on a card with bf16 (compute capability 8.0+)")
 
@@ -245,7 +244,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         jobs, status = preflight(args, sweep, jobs)
         print_plan(sweep, jobs)
         return status
-    from runner.costs import projected_seconds as project
     from runner.schedule import run_plan, stop_signal
     from runner.tables import table_path, write_tables
 
@@ -262,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_plan(sweep, jobs, show_commands=False)
     print(f"Executor: {executor.describe()}; logs in {log_dir}")
     try:
-        report = run_plan(jobs, executor, log_dir, lambda job: project(job, sweep.protocol, sweep.profile.name))
+        report = run_plan(jobs, executor, log_dir,
+                          lambda job: projected_seconds(job, sweep.protocol, sweep.profile.name))
     except KeyboardInterrupt as e:
         signum = stop_signal(e)
         print(f"interrupted ({signal.Signals(signum).name}): rerun the same command to continue (finished runs are "

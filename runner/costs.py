@@ -17,7 +17,7 @@ import yaml
 
 from datasets.sizes import PUBLISHED_SIZES, Sizes
 from runner.jobs import Job
-from runner.layout import REPO
+from units.facts import REPO
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def projected_seconds(job: Job, protocol: str, profile: str) -> float | None:
         if step is None:
             return None
         epochs, batch, _ = config_schedule(job.trainer, job.config)
-        shots = int(job.env.get("SHOTS", "0"))
+        shots = int(job.knobs.get("SHOTS", "0"))
         images = train_images(job, protocol, shots)
         seconds += epochs * math.ceil(images / batch) * step.ms / 1000
         if profile == "fast":

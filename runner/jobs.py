@@ -1,4 +1,5 @@
-"""A job: one unit command (a ``scripts/<method>/*.sh`` call, or ``python train.py``) and what it must leave.
+"""A job: one call (a unit command, ``units.call.UnitCall``, or ``python train.py``, ``units.call.TrainCall``) and
+what it must leave.
 
 A job is finished when each of its run folders is finished (the scripts' run states) and each of its files
 exists. The runner skips a finished job only when the same job finished those runs on the same inputs: each run
@@ -13,16 +14,17 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from datasets.files import split_files
 from datasets.layouts import LAYOUTS
 from engine.atomic import atomic_write_text
 from engine.run_identity import evaluated_files, file_digest
-from engine.runs import IDENTITY_FILE, POINTER_FILE, RUNNER_KEY, pointed_checkpoint, read_run_json
-from runner.layout import FINISHED_STATES, REPO, run_states
+from engine.runs import IDENTITY_FILE, POINTER_FILE, RUNNER_KEY, pointed_checkpoint, read_run_json, run_state
+from units.facts import REPO
+from units.unit import FINISHED_STATES
 
 KINDS = ("teacher", "zero-shot", "train", "test", "plug-in")
 """Job kinds, in the order the plan counts them."""
@@ -30,9 +32,24 @@ WEIGHT_KNOBS = ("BACKBONE", "TEACHER_NAME", "TEACHER_CKPT")
 """Script knobs that may name a weight file (a CLIP model or a teacher checkpoint): its digest is recorded."""
 
 
+class Call(Protocol):
+    """What a job runs: a picklable callable, called from the repository root in the executor's process (a warm
+    worker, a SLURM job), that returns its exit status (75: preempted, its state saved)."""
+
+    @property
+    def knobs(self) -> Mapping[str, str]:
+        """Its knobs (a unit command's DATA, OUTPUT_ROOT, CFG, SHOTS, EXTRA_OPTS, ...)."""
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """The command a user runs for the same call, from the repository root, its knobs set in the environment."""
+
+    def __call__(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class Job:
-    """One unit command with its environment, outputs and dependencies."""
+    """One call with its outputs and dependencies."""
 
     name: str
     """Unique; also the name of its log file."""
@@ -40,10 +57,7 @@ class Job:
     """One of :data:`KINDS`."""
     method: str
     dataset: str
-    argv: tuple[str, ...]
-    """Run in the repository root."""
-    env: Mapping[str, str] = field(default_factory=dict)
-    """Added to the environment (the scripts' knobs: DATA, OUTPUT_ROOT, CFG, SHOTS, EXTRA_OPTS, ...)."""
+    call: Call
     runs: tuple[str, ...] = ()
     """Run folders that must be finished."""
     files: tuple[str, ...] = ()
@@ -59,12 +73,16 @@ class Job:
     reads: Mapping[str, str] = field(default_factory=dict)
     """Digests of inputs its command line does not name (the demo's generated data), kept in its record."""
 
+    @property
+    def knobs(self) -> Mapping[str, str]:
+        """Its call's knobs."""
+        return self.call.knobs
 
-def command_line(job: Job) -> str:
-    """The job as a shell line to paste in the repository root (environment first, Python spelt ``python``)."""
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in job.env.items() if k != "PYTHON")
-    argv = ["python" if a == sys.executable else a for a in job.argv]
-    return f"{env} {shlex.join(argv)}".strip()
+
+def command_line(job: Job, hidden: Collection[str] = ()) -> str:
+    """The job as a shell line to paste in the repository root: its knobs but ``PYTHON`` and ``hidden`` first."""
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in job.knobs.items() if k != "PYTHON" and k not in hidden)
+    return f"{env} {shlex.join(job.call.argv)}".strip()
 
 
 def log_name(job: Job) -> str:
@@ -84,6 +102,12 @@ def check_graph(jobs: Sequence[Job]) -> None:
         seen.add(job.name)
 
 
+def run_states(paths: Sequence[str]) -> dict[str, str]:
+    """The state of each run folder (``engine.runs.run_state``: new, failed, resumable, running, finished,
+    finished-upstream), as the unit commands decide."""
+    return {path: run_state(path) for path in paths}
+
+
 def is_finished(job: Job, states: dict[str, str]) -> bool:
     """``job``'s runs are all finished (``states``: run folder -> state) and its files all exist."""
     return all(states[r] in FINISHED_STATES for r in job.runs) and all(os.path.exists(f) for f in job.files)
@@ -99,12 +123,12 @@ def config_files(job: Job) -> list[str]:
 def data_files(job: Job) -> list[str]:
     """The split files (``datasets.files.split_files``) of the datasets ``job`` reads under its ``DATA``: its
     dataset and, for a cross-dataset or DG job, the source; the few-shot file of its ``SHOTS`` and seed."""
-    data = job.env.get("DATA")
+    data = job.knobs.get("DATA")
     if not data:
         return []
-    shots = int(job.env.get("SHOTS") or 0)
+    shots = int(job.knobs.get("SHOTS") or 0)
     files = []
-    for short in dict.fromkeys(filter(None, (job.env.get("SOURCE"), job.dataset))):
+    for short in dict.fromkeys(filter(None, (job.knobs.get("SOURCE"), job.dataset))):
         if short in LAYOUTS:
             files += split_files(data, short, shots, job.seed)
     return files
@@ -123,11 +147,10 @@ def job_record(job: Job, needs: Sequence[Job] = ()) -> dict:
     changes a run than ``DATASET.ROOT`` does its identity), the digests of its config files, of its datasets' split
     files (relative to ``DATA``), of the weight files its knobs name, of what it :attr:`Job.reads` and of what it
     reads from the jobs it ``needs`` (:func:`upstream_files`)."""
-    located = replace(job, env={k: v for k, v in job.env.items() if k != "DATA"})
-    weights = [os.path.join(REPO, job.env[k]) for k in WEIGHT_KNOBS if job.env.get(k)]
-    return {"command": command_line(located),
+    weights = [os.path.join(REPO, job.knobs[k]) for k in WEIGHT_KNOBS if job.knobs.get(k)]
+    return {"command": command_line(job, hidden=("DATA",)),
             "configs": {os.path.relpath(f, REPO): file_digest(f) for f in config_files(job)}, "reads": dict(job.reads),
-            "data": {os.path.relpath(f, job.env["DATA"]): file_digest(f) for f in data_files(job)},
+            "data": {os.path.relpath(f, job.knobs["DATA"]): file_digest(f) for f in data_files(job)},
             "weights": {path: file_digest(path) for path in weights if os.path.isfile(path)},
             "upstream": {dep.name: {path: file_digest(path) for path in upstream_files(dep)} for dep in needs}}
 

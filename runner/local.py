@@ -2,54 +2,47 @@
 slots without a GPU.
 
 A slot pins its jobs to its GPUs with ``CUDA_VISIBLE_DEVICES``; CPU slots set ``OMP_NUM_THREADS`` (torch threads per
-job). Unit commands (``units.call.UnitCall``) and ``python train.py ...`` jobs run in a warm worker process of their
-slot (:func:`runner.unit.run_job`), which imported torch and the project once (a new Python pays about 2 s of
-imports, as long as a small run); NPROC > 1 units start torchrun from there. The worker is started with the spawn
-method, so every run starts from the state a new process has (the engine reseeds per run). Other command lines run
-as child processes. Each child process and warm worker is a process group of its own: the signal that stops the
-runner (Ctrl-C, SIGTERM, SIGHUP) reaches it once, passed on by :meth:`LocalExecutor.stop`.
+job). A job's call (a unit command, ``python train.py``) runs in a warm worker process of its slot
+(:func:`runner.unit.run_job`), which imported torch and the project once (a new Python pays about 2 s of imports, as
+long as a small run); NPROC > 1 units start torchrun from there. The worker is started with the spawn method, so
+every run starts from the state a new process has (the engine reseeds per run). Each warm worker is a process group
+of its own: the signal that stops the runner (Ctrl-C, SIGTERM, SIGHUP) reaches it once, passed on by
+:meth:`LocalExecutor.stop`.
 """
 from __future__ import annotations
 
 import multiprocessing
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import IO
 
 from runner import unit
 from runner.jobs import Job
-from runner.layout import REPO
-from runner.profiles import card_has_bf16, launch_env
+from runner.profiles import ask_torch, card_has_bf16
 from runner.schedule import Outcome
+from units.facts import REPO
 
 STOP_WAIT_S = 30.0
-"""When the runner is stopped: how long its jobs' processes (sent the same signal) have to end before they are
+"""When the runner is stopped: how long its warm workers (sent the same signal) have to end before they are
 killed."""
 
 
 def visible_gpus() -> list[str]:
-    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else every card torch counts (asked in a
-    child process, so the runner does not import torch)."""
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else every card torch counts."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [d for d in visible.split(",") if d.strip()]
-    probe = "import torch; print(torch.cuda.device_count())"
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    count = int(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip().isdigit() else 0
-    return [str(i) for i in range(count)]
+    count = ask_torch("torch.cuda.device_count()")
+    return [str(i) for i in range(int(count) if count.isdigit() else 0)]
 
 
 def _warm_up(devices: str | None, threads: int | None) -> None:
     """Worker initializer: a process group of its own (the runner passes signals on), the repository root
-    (train.py's relative paths start there, as for child processes), the slot's GPUs and torch threads, and
-    train.py's imports paid once."""
+    (train.py's relative paths start there), the slot's GPUs and torch threads, and train.py's imports paid once."""
     os.setpgrp()
     os.chdir(REPO)
     if devices is not None:
@@ -76,12 +69,10 @@ class Slot:
 
 @dataclass(eq=False)
 class Running:
-    """A started job: its slot and its child process or warm-worker future."""
+    """A started job: its slot and its warm worker's future."""
 
     slot: Slot
-    proc: subprocess.Popen | None = None
-    future: Future | None = None
-    log: IO[str] | None = None
+    future: Future
 
 
 class LocalExecutor:
@@ -99,7 +90,6 @@ class LocalExecutor:
         self.slots = len(self.pool)
         self.threads = threads
         self.has_bf16 = card_has_bf16() if gpus else False
-        self.running: set[Running] = set()
 
     def describe(self) -> str:
         if self.pool[0].devices is None:
@@ -109,65 +99,36 @@ class LocalExecutor:
     def start(self, job: Job, log: str) -> Running:
         slot = next(s for s in self.pool if not s.busy)
         slot.busy = True
-        env = launch_env(job.env, job.bf16_ns, self.has_bf16)
-        if unit.in_process(job):
-            if slot.warm is None:
-                slot.warm = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                                initializer=_warm_up, initargs=(slot.devices, self.threads))
-            attempt = f"local {slot.devices or 'CPU'} slot, warm worker"
-            run = Running(slot, future=slot.warm.submit(unit.run_job, job, log, attempt, env))
-            self.running.add(run)
-            return run
-        if slot.devices is not None:
-            env["CUDA_VISIBLE_DEVICES"] = slot.devices
-        if self.threads:
-            env["OMP_NUM_THREADS"] = str(self.threads)
-        handle = unit.open_log(log, job, f"local {slot.devices or 'CPU'} slot")
-        run = Running(slot, proc=unit.start(job, env, handle), log=handle)
-        self.running.add(run)
-        return run
+        if slot.warm is None:
+            slot.warm = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_warm_up,
+                                            initargs=(slot.devices, self.threads))
+        attempt = f"local {slot.devices or 'CPU'} slot, warm worker"
+        return Running(slot, slot.warm.submit(unit.run_job, job, log, attempt, self.has_bf16))
 
     def poll(self, handles: Sequence[Running]) -> dict[Running, Outcome]:
         ended = {}
         for run in handles:
-            outcome = self._outcome(run)
-            if outcome is not None:
-                run.slot.busy = False
-                self.running.discard(run)
-                if run.log is not None:
-                    run.log.close()
-                ended[run] = outcome
+            if not run.future.done():
+                continue
+            run.slot.busy = False
+            try:
+                ended[run] = Outcome(run.future.result())
+            except Exception as e:  # the worker process died (BrokenProcessPool): a new one serves the next job
+                run.slot.warm = None
+                ended[run] = Outcome(1, f"warm worker died: {e}")
         return ended
 
-    def _outcome(self, run: Running) -> Outcome | None:
-        if run.proc is not None:
-            code = run.proc.poll()
-            if code is None:
-                return None
-            reason = f"killed by signal {-code}" if code < 0 else ""
-            return Outcome(unit.exit_status(code), reason)
-        if not run.future.done():
-            return None
-        try:
-            return Outcome(run.future.result())
-        except Exception as e:  # the worker process died (BrokenProcessPool): a new one serves the next job
-            run.slot.warm = None
-            return Outcome(1, f"warm worker died: {e}")
-
     def stop(self, signum: int) -> None:
-        """Pass ``signum`` on to every job's processes and to the warm workers (train.py saves its state and ends),
-        give them :data:`STOP_WAIT_S` to end, then kill what is left."""
+        """Pass ``signum`` on to the warm workers' process groups (train.py saves its state and ends), give them
+        :data:`STOP_WAIT_S` to end, then kill what is left."""
         deadline = time.monotonic() + STOP_WAIT_S
         workers = [p for p in multiprocessing.active_children() if p.pid is not None]
         for slot in self.pool:
             if slot.warm is not None:
                 slot.warm.shutdown(wait=False, cancel_futures=True)
-        groups = [run.proc for run in self.running if run.proc is not None]
-        for pid in [proc.pid for proc in groups] + [worker.pid for worker in workers]:
+        for worker in workers:
             with suppress(ProcessLookupError):
-                os.killpg(pid, signum)
-        for proc in groups:
-            unit.wait_group(proc, max(0.0, deadline - time.monotonic()))
+                os.killpg(worker.pid, signum)
         for worker in workers:
             worker.join(max(0.0, deadline - time.monotonic()))
             if worker.is_alive():

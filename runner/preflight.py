@@ -25,8 +25,8 @@ from datasets.check import check_dataset
 from datasets.sizes import PUBLISHED_SIZES
 from runner.costs import trainer_config
 from runner.jobs import Job, dependents
-from runner.layout import REPO
 from runner.protocols import Sweep
+from units.facts import REPO
 from units.methods import find_method
 
 OFFLINE_KNOBS = ("PETR_OFFLINE", "HF_HUB_OFFLINE")
@@ -98,12 +98,12 @@ def reachable(url: str) -> bool:
 def job_setting(job: Job, key: str, knob: str, default: str) -> str:
     """The value of config ``key`` the job's script passes: its EXTRA_OPTS, then the knob (``BACKBONE`` /
     ``TEACHER_NAME``), then the trainer config file, then ``default``."""
-    opts = job.env.get("EXTRA_OPTS", "").split()
+    opts = job.knobs.get("EXTRA_OPTS", "").split()
     given = [opts[i + 1] for i in range(len(opts) - 1) if opts[i] == key]
     if given:
         return given[-1]
-    if job.env.get(knob):
-        return job.env[knob]
+    if job.knobs.get(knob):
+        return job.knobs[knob]
     node = trainer_config(job.trainer, job.config)
     for part in key.split("."):
         node = node.get(part, {}) if isinstance(node, dict) else {}
@@ -143,8 +143,8 @@ def teacher_of(job: Job, jobs: dict[str, Job]) -> tuple[str, str] | None:
     teachers = [jobs[d] for d in job.deps if jobs[d].kind == "teacher"]
     if teachers:
         return "teacher job", teachers[0].dataset
-    if find_method(job.method).distilled and job.kind == "train" and job.env.get("TEACHER_CKPT"):
-        return "TEACHER_CKPT", job.env["TEACHER_CKPT"]
+    if find_method(job.method).distilled and job.kind == "train" and job.knobs.get("TEACHER_CKPT"):
+        return "TEACHER_CKPT", job.knobs["TEACHER_CKPT"]
     return None
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
@@ -67,16 +68,20 @@ FAST = Profile("fast", output="output-fast", teachers="teachers-fast", fast=True
 PROFILES = {p.name: p for p in (PAPER, FAST)}
 
 
+def ask_torch(expression: str) -> str:
+    """What ``print(expression)`` prints in a child Python that imported torch ("" when it fails): how the runner,
+    which never imports torch, learns about this machine's cards."""
+    done = subprocess.run([sys.executable, "-c", f"import torch; print({expression})"], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
 @cache
 def card_has_bf16() -> bool:
-    """Whether the first visible CUDA card has bf16 tensor cores; asked of torch in a child process (the
-    runner itself does not import torch), False without a visible card."""
+    """Whether the first visible CUDA card has bf16 tensor cores, False without a visible card."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
         return False
-    probe = ("import torch; ok = torch.cuda.is_available() and "
-             f"torch.cuda.get_device_capability(0) >= {BF16_CAPABILITY}; print(int(ok))")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    return done.returncode == 0 and done.stdout.strip() == "1"
+    capable = f"torch.cuda.is_available() and torch.cuda.get_device_capability(0) >= {BF16_CAPABILITY}"
+    return ask_torch(f"int({capable})") == "1"
 
 
 def bf16_opts(ns: str, has_bf16: bool) -> list[str]:
@@ -84,7 +89,7 @@ def bf16_opts(ns: str, has_bf16: bool) -> list[str]:
     return [f"TRAINER.{ns}.PREC", "bf16"] if ns and has_bf16 else []
 
 
-def launch_env(env: dict[str, str], bf16_ns: str, has_bf16: bool | None = None) -> dict[str, str]:
+def launch_env(env: Mapping[str, str], bf16_ns: str, has_bf16: bool | None = None) -> dict[str, str]:
     """``env`` with the bf16 override put first in EXTRA_OPTS (the user's overrides after it still win) when this
     machine's card has bf16 (asked once when ``has_bf16`` is None); called on the machine that runs the job."""
     if not bf16_ns:

@@ -2,8 +2,8 @@
 
 Dependencies: teacher → distilled students; CoOp → PETR+CoOp (a plug-in on CoOp's run); training → its novel-class
 test; the source-distilled PromptKD student → its DG evaluations. The tables come after every job (see
-:mod:`runner.tables`). Each job calls one script of ``scripts/<method>/`` with the knobs it reads
-(the unit commands' of :mod:`units`) set explicitly; its run folders are the ones the unit command writes
+:mod:`runner.tables`). Each job calls one unit command (``units.call.UnitCall``: ``scripts/<method>/<command>.sh``)
+with the knobs it reads set explicitly; its run folders are the ones the unit command writes
 (``units.call.UnitCall.runs``), so the plan knows every run folder before anything runs.
 """
 from __future__ import annotations
@@ -22,7 +22,6 @@ from units.methods import TEACHER, ZERO_SHOT, Method, find_method
 PROTOCOLS = ("base2new", "xd", "dg")
 PASSED_KNOBS = ("BACKBONE", "TEACHER_NAME", "KD_WEIGHT", "TEACHER_CKPT", "LOAD_EPOCH")
 """Script knobs taken from the runner's environment into every job (so the printed commands are complete)."""
-RESULTS_FILE = "results.json"
 
 
 @dataclass(frozen=True)
@@ -98,14 +97,14 @@ class Planner:
             raise ValueError(f"no config {os.path.relpath(config_file, REPO)} for {method.name}: check --config")
         if name not in self.jobs:
             env = self.env(method, config, shots, source=self.sweep.protocol != "base2new")
+            call = UnitCall(method.scripts, script.removesuffix(".sh"), tuple(args), env)
             if runs is None:
                 try:
-                    runs = UnitCall(method.scripts, script.removesuffix(".sh"), tuple(args), env).runs()
+                    runs = call.runs()
                 except UnitError as e:
                     raise ValueError(f"{name}: {e}") from None
             self.jobs[name] = Job(
-                name=name, kind=kind, method=method.name, dataset=dataset,
-                argv=("bash", f"scripts/{method.scripts}/{script}", *args), env=env, runs=runs, files=files,
+                name=name, kind=kind, method=method.name, dataset=dataset, call=call, runs=runs, files=files,
                 deps=tuple(d for d in deps if d), seed=seed, config=config, trainer=method.trainer,
                 bf16_ns=self.sweep.profile.bf16_ns(method.ns))
         return name

@@ -25,11 +25,9 @@ from typing import Any, Protocol
 from tqdm import tqdm
 
 from engine.preemption import signal_handlers
-from runner.jobs import Job, command_line, dependents, is_finished, job_states, log_name, needs, record_job
-from runner.layout import run_states
+from runner.jobs import Job, command_line, dependents, is_finished, job_states, log_name, needs, record_job, run_states
+from units.facts import EXIT_PREEMPTED as EXIT_PREEMPTED
 
-EXIT_PREEMPTED = 75
-"""train.py's exit status after a preemption signal (sysexits' EX_TEMPFAIL): rerun the same command to resume."""
 MAX_REQUEUES = 3
 TAIL_LINES = 15
 

@@ -35,10 +35,10 @@ from tqdm import tqdm
 from engine.atomic import atomic_write_text
 from engine.preemption import stopped_by
 from runner import unit
-from runner.jobs import Job
-from runner.layout import FINISHED_STATES, REPO, run_states
-from runner.profiles import launch_env
-from runner.schedule import EXIT_PREEMPTED, Outcome
+from runner.jobs import Job, run_states
+from runner.schedule import EXIT_PREEMPTED, Outcome, tail
+from units.facts import REPO
+from units.unit import FINISHED_STATES
 
 PREEMPT_SIGNAL = "USR1"
 """The signal SLURM sends before a time limit or preemption, which train.py and submitit both handle."""
@@ -70,7 +70,7 @@ class SlurmUnit(submitit.helpers.Checkpointable):
         attempt = f"SLURM job {os.environ.get('SLURM_JOB_ID', '?')}, attempt {restart + 1}"
         if self.threads:
             os.environ["OMP_NUM_THREADS"] = str(self.threads)
-        code = unit.run_job(self.job, self.log, attempt, launch_env(self.job.env, self.job.bf16_ns))
+        code = unit.run_job(self.job, self.log, attempt)
         if code == EXIT_PREEMPTED and stopped_by() == "SIGTERM":
             with open(self.log, "a") as log:
                 log.write("=== SLURM ended the job (SIGTERM): leaving without a result (SLURM requeues it unless it "
@@ -94,15 +94,6 @@ def preempt_signal() -> signal.Signals:
     return getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"))
 
 
-def last_line(path: str) -> str:
-    """The last non-empty line of a text file ("" when there is none), e.g. srun's error in a job's output."""
-    if not os.path.isfile(path):
-        return ""
-    with open(path, errors="replace") as f:
-        lines = [line.strip() for line in f if line.strip()]
-    return lines[-1] if lines else ""
-
-
 def squeue_states() -> dict[str, str]:
     """``{job id: state}`` of this user's jobs that SLURM still knows."""
     done = subprocess.run(["squeue", "-h", "-t", "all", "--me", "-o", "%i %T"], capture_output=True, text=True)
@@ -114,7 +105,7 @@ def squeue_states() -> dict[str, str]:
 def lost_outcome(job_id: str, state: str, stdout: str, runs: Sequence[str]) -> Outcome:
     """How a job that SLURM no longer runs and that left no result ended: preempted when a rerun can resume it (see
     :data:`RESUBMIT_STATES`), else failed; either way with the last line of its output file ``stdout``."""
-    said = last_line(stdout)
+    said = next((line.strip() for line in reversed(tail(stdout).splitlines()) if line.strip()), "")
     where = f"SLURM job {job_id} ended ({state}) without a result" + (f" (its last line: {said})" if said else "")
     states = run_states(runs).values()
     if state in RESUBMIT_STATES and states and all(s == "resumable" or s in FINISHED_STATES for s in states):
@@ -217,7 +208,8 @@ class SlurmExecutor:
     def stop(self, signum: int) -> None:
         """The runner is interrupted (by any signal): queued and running jobs stay in SLURM; a rerun of the runner
         reattaches."""
-        active = [i for i in self.record.values() if squeue_states().get(i) in ACTIVE_STATES]
+        states = squeue_states()
+        active = [i for i in self.record.values() if states.get(i) in ACTIVE_STATES]
         if active:
             print(f"{len(active)} SLURM job(s) keep running ({' '.join(active)}); rerun the same command to follow "
                   f"them, or cancel them with: scancel {' '.join(active)}", file=sys.stderr)

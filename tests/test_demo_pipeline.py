@@ -31,8 +31,9 @@ from demo.pipeline import (
 from engine.utils import read_json
 from runner.jobs import record_job
 from runner.schedule import Report
-from runner.unit import in_process, is_train_py
+from tests.helpers_jobs import Toy
 from tests.helpers_run import HANG_GUARD_S
+from units.call import TrainCall
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = ("ZeroshotCLIP", "CoOp", "PromptKD", "PETR", "PETRCoOp")
@@ -66,17 +67,17 @@ def test_teacher_and_zero_shot_run_once_students_per_seed(tmp_path):
         for trainer in ("CoOp", "PromptKD", "PETR", "PETRCoOp"):
             base, novel = jobs[f"b2n {trainer} seed{seed} base"], jobs[f"b2n {trainer} seed{seed} novel"]
             assert novel.deps == (base.name,)
-            assert base.argv[base.argv.index("--seed") + 1] == str(seed)
-            assert "--eval-only" in novel.argv and "--eval-only" not in base.argv
+            assert base.call.args[base.call.args.index("--seed") + 1] == str(seed)
+            assert "--eval-only" in novel.call.args and "--eval-only" not in base.call.args
         # every seed's students distil from the one teacher run; PETR+CoOp plugs in its own seed's CoOp context
         for trainer in ("PromptKD", "PETR"):
             job = jobs[f"b2n {trainer} seed{seed} base"]
             assert job.deps == ("b2n PromptSRC seed1 base",)
-            assert job.argv[job.argv.index(f"TRAINER.{trainer.upper()}.TEACHER_CKPT") + 1].endswith(
+            assert job.call.args[job.call.args.index(f"TRAINER.{trainer.upper()}.TEACHER_CKPT") + 1].endswith(
                 os.path.join("shots_16", "PromptSRC", "demo", "seed1"))
         plug = jobs[f"b2n PETRCoOp seed{seed} base"]
         assert plug.deps == (f"b2n CoOp seed{seed} base",)
-        assert plug.argv[plug.argv.index("TRAINER.PETRCOOP.COOP_MODEL_DIR") + 1] == demo.run_dir(
+        assert plug.call.args[plug.call.args.index("TRAINER.PETRCOOP.COOP_MODEL_DIR") + 1] == demo.run_dir(
             "train_base", 16, "CoOp", seed)
 
 
@@ -86,22 +87,23 @@ def test_each_prompt_learner_runs_per_seed_and_petr_x_routes_on_its_run(tmp_path
     for seed in (1, 2, 3):
         for x in LEARNERS:
             base, novel = jobs[f"b2n {x} seed{seed} base"], jobs[f"b2n {x} seed{seed} novel"]
-            assert base.argv[base.argv.index("--config-file") + 1] == f"configs/trainers/{x}/demo.yaml"
-            assert novel.deps == (base.name,) and novel.argv[novel.argv.index("--load-epoch") + 1] == "last"
+            assert base.call.args[base.call.args.index("--config-file") + 1] == f"configs/trainers/{x}/demo.yaml"
+            assert novel.deps == (base.name,) and novel.call.args[novel.call.args.index("--load-epoch") + 1] == "last"
             x_run = demo.run_dir("train_base", 16, x, seed)
             assert base.runs == (x_run,) and novel.runs == (demo.run_dir("test_new", 16, x, seed),)
             plug, plug_novel = jobs[f"b2n PETR+{x} seed{seed} base"], jobs[f"b2n PETR+{x} seed{seed} novel"]
             assert plug.deps == (base.name,) and plug_novel.deps == (plug.name,)
-            assert plug.argv[plug.argv.index("--trainer") + 1] == "PETRX"
-            assert plug.argv[plug.argv.index("--config-file") + 1] == f"configs/trainers/PETRX/demo_{x.lower()}.yaml"
-            assert plug.argv[plug.argv.index("TRAINER.PETRX.TUNED_MODEL_DIR") + 1] == x_run
-            assert plug.argv[plug.argv.index("DATASET.NUM_SHOTS") + 1] == "16"  # X's shots: its training images
-            assert plug.argv[plug.argv.index("--seed") + 1] == str(seed)
+            args = plug.call.args
+            assert args[args.index("--trainer") + 1] == "PETRX"
+            assert args[args.index("--config-file") + 1] == f"configs/trainers/PETRX/demo_{x.lower()}.yaml"
+            assert args[args.index("TRAINER.PETRX.TUNED_MODEL_DIR") + 1] == x_run
+            assert args[args.index("DATASET.NUM_SHOTS") + 1] == "16"  # X's shots: its training images
+            assert args[args.index("--seed") + 1] == str(seed)
             # the novel evaluation reads the router of the base run's folder; PETRX saves no model to load
             petr_x_base = os.path.join(str(tmp_path / "out"), "base2new", "train_base", "demo_shapes_hard", "shots_16",
                                        "PETRX", f"demo_{x.lower()}", f"seed{seed}")
-            assert plug_novel.argv[plug_novel.argv.index("--model-dir") + 1] == petr_x_base
-            assert "--eval-only" in plug_novel.argv and "--load-epoch" not in plug_novel.argv
+            assert plug_novel.call.args[plug_novel.call.args.index("--model-dir") + 1] == petr_x_base
+            assert "--eval-only" in plug_novel.call.args and "--load-epoch" not in plug_novel.call.args
 
 
 def test_transfer_runs_use_the_scripts_with_the_toy_source(tmp_path):
@@ -109,19 +111,19 @@ def test_transfer_runs_use_the_scripts_with_the_toy_source(tmp_path):
     for seed in (1, 2):
         for ds in (SOURCE, *XD_TARGETS):
             job = jobs[f"PETR xd {ds} seed{seed}"]
-            assert job.argv == ("bash", "scripts/petr/xd_train.sh", ds, str(seed))
-            assert job.env["SOURCE"] == "demonet" and job.env["CFG"] == "demo" and job.env["KD_WEIGHT"] == "100.0"
+            assert job.call.argv == ("bash", "scripts/petr/xd_train.sh", ds, str(seed))
+            assert job.knobs["SOURCE"] == "demonet" and job.knobs["CFG"] == "demo" and job.knobs["KD_WEIGHT"] == "100.0"
             assert job.deps == ("xd teacher",)
             # the test script re-evaluates the saved model and router once (seed 1)
             retest = jobs.get(f"PETR xd test {ds} seed{seed}")
             assert (retest.deps == (job.name,)) if seed == 1 else retest is None
         for ds in DG_TARGETS:
-            assert jobs[f"PETR dg {ds} seed{seed}"].argv == ("bash", "scripts/petr/dg_train.sh", ds, str(seed))
+            assert jobs[f"PETR dg {ds} seed{seed}"].call.argv == ("bash", "scripts/petr/dg_train.sh", ds, str(seed))
             kd = jobs[f"PromptKD dg {ds} seed{seed}"]
-            assert kd.argv == ("bash", "scripts/promptkd/xd_test.sh", ds, str(seed))
+            assert kd.call.argv == ("bash", "scripts/promptkd/xd_test.sh", ds, str(seed))
             assert kd.deps == (f"PromptKD xd {SOURCE} seed{seed}",)  # the student distilled on the source
     teacher = jobs["xd teacher"]
-    assert teacher.argv == ("bash", "scripts/teacher/xd_train.sh", "1")
+    assert teacher.call.argv == ("bash", "scripts/teacher/xd_train.sh", "1")
     # finished when its pointer file exists; the scripts' runs when their folders are finished (results.json)
     assert teacher.files == (os.path.join(str(tmp_path / "out"), "teachers", "DemoNet-xd", "VLPromptLearner",
                                           "checkpoint"),) and teacher.runs == ()
@@ -134,17 +136,17 @@ def test_quick_plan_passes_its_epochs_to_the_scripts(tmp_path):
     demo = Demo(QUICK, Paths(str(tmp_path / "d"), str(tmp_path / "o"), str(tmp_path / "c")))
     demo.student_clip = demo.teacher_clip = "tiny.pt"
     jobs = {j.name: j for j in demo.transfer_jobs()}
-    assert jobs["PETR xd democool seed1"].env["EXTRA_OPTS"] == "OPTIM.MAX_EPOCH 5"
-    assert jobs["xd teacher"].env["EXTRA_OPTS"] == "OPTIM.MAX_EPOCH 3"
-    assert "EXTRA_OPTS" not in jobs["zero-shot democool"].env
+    assert jobs["PETR xd democool seed1"].knobs["EXTRA_OPTS"] == "OPTIM.MAX_EPOCH 5"
+    assert jobs["xd teacher"].knobs["EXTRA_OPTS"] == "OPTIM.MAX_EPOCH 3"
+    assert "EXTRA_OPTS" not in jobs["zero-shot democool"].knobs
 
 
-def test_every_demo_job_runs_in_a_warm_worker(tmp_path):
-    """The base-to-novel jobs are ``python train.py``, the others unit commands: all run in the slots' warm
-    workers, none as a child process."""
+def test_every_demo_job_is_a_train_py_or_unit_call(tmp_path):
+    """The base-to-novel jobs are ``python train.py`` calls, the others known unit commands (what the slots' warm
+    workers run)."""
     _, jobs = planned(tmp_path, replace(FULL, transfer_seeds=(1,)))
-    assert all(is_train_py(job) == name.startswith("b2n ") for name, job in jobs.items())
-    assert all(in_process(job) for job in jobs.values())
+    assert all(isinstance(job.call, TrainCall) == name.startswith("b2n ") for name, job in jobs.items())
+    assert all(isinstance(job.call, TrainCall) or job.call.known() for job in jobs.values())
     assert jobs["b2n PETR seed1 base"].kind == "train" and jobs["b2n PETR seed1 novel"].kind == "test"
     assert jobs["xd teacher"].kind == "teacher" and jobs["PETR xd test democool seed1"].kind == "test"
 
@@ -163,11 +165,10 @@ def test_demo_skips_finished_runs_and_a_failure_stops_only_its_dependents(tmp_pa
     demo = Demo(QUICK, Paths(str(tmp_path / "d"), str(tmp_path / "o"), str(tmp_path / "c")), threads=1, workers=2)
     ran = tmp_path / "ran.txt"
 
-    def job(name: str, script: str, run: str = "", files: tuple[str, ...] = (), deps: tuple[str, ...] = ()):
-        body = f"echo {name} >> {ran}; {script}"
-        if run:
-            body += f' && mkdir -p "{run}" && echo {{}} > "{run}/results.json"'
-        return demo.job("stage", name=name, kind="train", method="M", dataset="d", argv=("bash", "-c", body),
+    def job(name: str, run: str = "", files: tuple[str, ...] = (), deps: tuple[str, ...] = (), say: str = "",
+            status: int = 0):
+        call = Toy(say=f"{name}\n{say}".strip(), count=str(ran), status=status, finish=run)
+        return demo.job("stage", name=name, kind="train", method="M", dataset="d", call=call,
                         runs=(run,) if run else (), files=files, deps=deps)
 
     done_run, pointer = tmp_path / "done", tmp_path / "teacher" / "checkpoint"
@@ -175,11 +176,11 @@ def test_demo_skips_finished_runs_and_a_failure_stops_only_its_dependents(tmp_pa
     (done_run / "results.json").write_text("{}")
     pointer.parent.mkdir()
     pointer.write_text("model.pth.tar-3")
-    jobs = [job("finished", "true", str(done_run)), job("teacher", "true", files=(str(pointer),)),
-            job("bad", "for i in $(seq 1 20); do echo line $i; done; echo 'error: the reason'; exit 3",
-                str(tmp_path / "bad")),
-            job("needs bad", "true", str(tmp_path / "x"), deps=("bad",)),
-            job("other", "true", str(tmp_path / "other"), deps=("finished", "teacher"))]
+    lines = "\n".join(f"line {i}" for i in range(1, 21))
+    jobs = [job("finished", str(done_run)), job("teacher", files=(str(pointer),)),
+            job("bad", str(tmp_path / "bad"), say=f"{lines}\nerror: the reason", status=3),
+            job("needs bad", str(tmp_path / "x"), deps=("bad",)),
+            job("other", str(tmp_path / "other"), deps=("finished", "teacher"))]
     record_job(jobs[0])  # as the runner does when a job finishes its runs
     outcome = demo.run_jobs(jobs, str(tmp_path / "logs"))
     assert sorted(ran.read_text().split("\n")) == ["", "bad", "other"]

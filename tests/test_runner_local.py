@@ -1,10 +1,11 @@
-"""The local executor's two ways to run a job (``python train.py ...`` or a unit command in a warm worker process of
-its slot, any other command as a child process) give the same results and logs; the fast profile end to end."""
+"""The local executor's jobs (``python train.py ...`` or a unit command, each a call run in a warm worker process of
+its slot) give the same results whichever worker runs them, with their logs; the fast profile end to end."""
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -13,13 +14,13 @@ import time
 import pytest
 
 from engine.runs import run_state
-from runner.jobs import Job
+from runner.jobs import Job, command_line
 from runner.local import LocalExecutor
 from runner.schedule import run_plan
-from runner.unit import in_process, is_train_py
 from tests.helpers_datasets import write_tree
 from tests.helpers_petr import write_eurosat
 from tests.helpers_run import HANG_GUARD_S, alive, default_sigint, train_argv
+from units.call import TrainCall, UnitCall
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ("INPUT.SIZE (32,32) OPTIM.MAX_EPOCH 1 DATALOADER.NUM_WORKERS 0 DATALOADER.TRAIN_X.BATCH_SIZE 8 "
@@ -27,45 +28,46 @@ SMALL = ("INPUT.SIZE (32,32) OPTIM.MAX_EPOCH 1 DATALOADER.NUM_WORKERS 0 DATALOAD
 """Tiny runs of the shipped configs (as tests/test_petr_scripts.py)."""
 
 
-def test_train_py_and_a_unit_in_a_warm_worker_equal_a_child_process(tmp_path, tiny_clip_file, monkeypatch):
-    """All start in the repository root whatever the runner's working folder (the configs' paths are relative); a
-    unit command (``scripts/zsclip/zeroshot.sh``) runs in the warm worker too, with its knobs; a user error in the
-    warm worker comes back as train.py's exit status 2 with its ``error:`` line in the tail."""
+def test_train_py_and_a_unit_give_the_same_run_in_any_warm_worker(tmp_path, tiny_clip_file, monkeypatch):
+    """All start in the repository root whatever the runner's working folder (the configs' paths are relative); the
+    same train.py run in two slots' workers, and as a unit command (``scripts/zsclip/zeroshot.sh``, with its knobs),
+    gives the same results; a user error in the warm worker comes back as train.py's exit status 2 with its
+    ``error:`` line in the tail."""
     monkeypatch.chdir(tmp_path)
     write_tree("EuroSAT", tmp_path / "data", mode="json")
     opts = ("MODEL.BACKBONE.NAME", tiny_clip_file, "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0",
             "USE_CUDA", "False")
 
-    def job(name: str, env: dict[str, str]) -> Job:
+    def job(name: str) -> Job:
         out = tmp_path / name
-        argv = (sys.executable, "train.py", *train_argv("ZeroshotCLIP", "vit_b16", tmp_path / "data", out,
-                                                        flags=("--eval-only",), backbone=tiny_clip_file))
-        return Job(name=name, kind="zero-shot", method="ZeroshotCLIP", dataset="eurosat", argv=argv, env=env,
+        args = train_argv("ZeroshotCLIP", "vit_b16", tmp_path / "data", out, flags=("--eval-only",),
+                          backbone=tiny_clip_file)
+        return Job(name=name, kind="zero-shot", method="ZeroshotCLIP", dataset="eurosat", call=TrainCall(tuple(args)),
                    runs=(str(out),))
 
-    warm, child = job("warm", {}), job("child", {"PETR_DEBUG": "0"})
+    warm, other = job("warm"), job("other")
     unit_run = tmp_path / "unit" / "ZeroshotCLIP" / "vit_b16" / "eurosat"
+    knobs = {"DATA": str(tmp_path / "data"), "OUTPUT_ROOT": str(tmp_path / "unit"),
+             "EXTRA_OPTS": " ".join(("INPUT.SIZE", "(32,32)", *opts[4:])), "BACKBONE": tiny_clip_file}
     unit = Job(name="unit", kind="zero-shot", method="ZeroshotCLIP", dataset="eurosat", runs=(str(unit_run),),
-               argv=("bash", "scripts/zsclip/zeroshot.sh", "eurosat", "vit_b16"),
-               env={"DATA": str(tmp_path / "data"), "OUTPUT_ROOT": str(tmp_path / "unit"), "EXTRA_OPTS": " ".join(
-                   ("INPUT.SIZE", "(32,32)", *opts[4:])), "BACKBONE": tiny_clip_file})
+               call=UnitCall("zsclip", "zeroshot", ("eurosat", "vit_b16"), knobs))
     bad = Job(name="bad", kind="train", method="M", dataset="eurosat", runs=(str(tmp_path / "bad"),),
-              argv=(sys.executable, "train.py", "--trainer", "NoSuchTrainer", "--output-dir", str(tmp_path / "bad")))
-    assert is_train_py(warm) and not is_train_py(child) and is_train_py(bad)
-    assert in_process(unit) and not in_process(child)
+              call=TrainCall(("--trainer", "NoSuchTrainer", "--output-dir", str(tmp_path / "bad"))))
+    assert command_line(bad) == f"python train.py --trainer NoSuchTrainer --output-dir {tmp_path / 'bad'}"
+    assert command_line(unit) == " ".join(f"{k}={shlex.quote(v)}" for k, v in knobs.items()) + \
+        " bash scripts/zsclip/zeroshot.sh eurosat vit_b16"  # the line a user pastes
     executor = LocalExecutor([], cpu_jobs=2, threads=1)
-    report = run_plan([warm, child, unit, bad], executor, str(tmp_path / "logs"))
+    report = run_plan([warm, other, unit, bad], executor, str(tmp_path / "logs"))
     executor.close()
-    assert sorted(report.done) == ["child", "unit", "warm"] and list(report.failed) == ["bad"]
+    assert sorted(report.done) == ["other", "unit", "warm"] and list(report.failed) == ["bad"]
     assert report.failed["bad"].startswith("exit status 2; ") and "error: Unknown trainer" in report.failed["bad"]
-    outs = {"warm": tmp_path / "warm", "child": tmp_path / "child", "unit": unit_run}
+    outs = {"warm": tmp_path / "warm", "other": tmp_path / "other", "unit": unit_run}
     results = {name: json.loads((out / "results.json").read_text()) for name, out in outs.items()}
-    assert results["warm"]["accuracy"] == results["child"]["accuracy"] == results["unit"]["accuracy"]
-    assert results["warm"]["macro_f1"] == results["child"]["macro_f1"] == results["unit"]["macro_f1"]
-    for name, header in (("warm", "local CPU slot, warm worker"), ("child", "local CPU slot"),
-                         ("unit", "local CPU slot, warm worker")):
+    assert results["warm"]["accuracy"] == results["other"]["accuracy"] == results["unit"]["accuracy"]
+    assert results["warm"]["macro_f1"] == results["other"]["macro_f1"] == results["unit"]["macro_f1"]
+    for name in outs:
         log = (tmp_path / "logs" / f"{name}.log").read_text()
-        assert log.splitlines()[0].endswith(header)
+        assert log.splitlines()[0].endswith("local CPU slot, warm worker")
         assert f"* accuracy: {results[name]['accuracy']:.2f}%" in log  # train.py's own output, fds included
     assert f"-> {unit_run}" in (tmp_path / "logs" / "unit.log").read_text()  # the unit's own line
 
@@ -98,9 +100,10 @@ def test_a_rerun_with_another_config_is_not_skipped(tmp_path, tiny_clip_file):
     out = tmp_path / "zs"
 
     def job(*opts: str) -> Job:
-        argv = (sys.executable, "train.py", *train_argv("ZeroshotCLIP", "vit_b16", tmp_path / "data", out, *opts,
-                                                        flags=("--eval-only",), backbone=tiny_clip_file))
-        return Job(name="zs", kind="zero-shot", method="ZeroshotCLIP", dataset="eurosat", argv=argv, runs=(str(out),))
+        args = train_argv("ZeroshotCLIP", "vit_b16", tmp_path / "data", out, *opts, flags=("--eval-only",),
+                          backbone=tiny_clip_file)
+        return Job(name="zs", kind="zero-shot", method="ZeroshotCLIP", dataset="eurosat", call=TrainCall(tuple(args)),
+                   runs=(str(out),))
 
     executor = LocalExecutor([], cpu_jobs=1, threads=1)
     try:
@@ -153,9 +156,10 @@ import sys
 from runner.jobs import Job
 from runner.local import LocalExecutor
 from runner.schedule import run_plan, stop_signal
+from units.call import TrainCall
 
-argv = (sys.executable, "train.py", *sys.argv[3:])
-job = Job(name="coop", kind="train", method="CoOp", dataset="eurosat", argv=argv, runs=(sys.argv[2],))
+job = Job(name="coop", kind="train", method="CoOp", dataset="eurosat", call=TrainCall(tuple(sys.argv[3:])),
+          runs=(sys.argv[2],))
 try:
     run_plan([job], LocalExecutor([], threads=1), sys.argv[1])
 except KeyboardInterrupt as e:

@@ -47,10 +47,10 @@ def test_full_paper_base2new_plan(tmp_path):
     assert jobs["PETR+CoOp plug-in sun397 seed1"].deps == ("CoOp train sun397 seed1",)
     assert jobs["CoOp train eurosat seed1"].deps == ()
     coop_imagenet = jobs["CoOp train imagenet seed1"]
-    assert coop_imagenet.env["CFG"] == "vit_b16_ep50_ctxv1" and jobs["CoOp train dtd seed1"].env["CFG"] == \
+    assert coop_imagenet.knobs["CFG"] == "vit_b16_ep50_ctxv1" and jobs["CoOp train dtd seed1"].knobs["CFG"] == \
         "vit_b16_ctxv1"
     teacher = jobs["teacher eurosat"]
-    assert teacher.argv == ("bash", "scripts/teacher/base2new_train.sh", "eurosat", "1")
+    assert teacher.call.argv == ("bash", "scripts/teacher/base2new_train.sh", "eurosat", "1")
     assert teacher.files == (str(tmp_path / "teachers" / "EuroSAT" / "VLPromptLearner" / "checkpoint"),)
     assert jobs["PETR test eurosat seed2"].runs == (
         str(tmp_path / "out/base2new/test_new/eurosat/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed2"),)
@@ -62,7 +62,7 @@ def test_plugin_without_coop_and_teacher_given(tmp_path):
                                  knobs={"TEACHER_CKPT": "/t.pt"})).plan())
     assert set(jobs) == {"CoOp train dtd seed1", "PETR+CoOp plug-in dtd seed1", "PETR train dtd seed1",
                          "PETR test dtd seed1"}
-    assert jobs["PETR train dtd seed1"].deps == () and jobs["PETR train dtd seed1"].env["TEACHER_CKPT"] == "/t.pt"
+    assert jobs["PETR train dtd seed1"].deps == () and jobs["PETR train dtd seed1"].knobs["TEACHER_CKPT"] == "/t.pt"
 
 
 def test_cross_dataset_and_dg_plans(tmp_path):
@@ -71,14 +71,14 @@ def test_cross_dataset_and_dg_plans(tmp_path):
     assert sorted(xd) == sorted(["teacher imagenet", *[f"{m} train {d} seed{s}" for m in ("PETR", "PromptKD")
                                                       for d in ("imagenet", "dtd", "eurosat") for s in (1, 2)],
                                  *[f"ZeroshotCLIP zero-shot {d}" for d in ("imagenet", "dtd", "eurosat")]])
-    assert xd["teacher imagenet"].argv == ("bash", "scripts/teacher/xd_train.sh", "1")
+    assert xd["teacher imagenet"].call.argv == ("bash", "scripts/teacher/xd_train.sh", "1")
     assert xd["teacher imagenet"].files == (str(tmp_path / "teachers/ImageNet-xd/VLPromptLearner/checkpoint"),)
-    assert xd["PETR train dtd seed2"].env["SOURCE"] == "imagenet"
-    assert xd["PETR train dtd seed2"].env["CFG"] == "vit_b16_ep40_batch8_4ctx_cross_datasets"
+    assert xd["PETR train dtd seed2"].knobs["SOURCE"] == "imagenet"
+    assert xd["PETR train dtd seed2"].knobs["CFG"] == "vit_b16_ep40_batch8_4ctx_cross_datasets"
     dg = by_name(Planner(sweep("dg", ("PETR", "PromptKD"), ("imagenet_a",), tmp_path, seeds=(1,))).plan())
-    assert dg["PromptKD test imagenet_a seed1"].argv[1] == "scripts/promptkd/xd_test.sh"
+    assert dg["PromptKD test imagenet_a seed1"].call.argv[1] == "scripts/promptkd/xd_test.sh"
     assert set(dg["PromptKD test imagenet_a seed1"].deps) == {"PromptKD train imagenet seed1", "teacher imagenet"}
-    assert dg["PETR train imagenet_a seed1"].argv[1] == "scripts/petr/dg_train.sh"
+    assert dg["PETR train imagenet_a seed1"].call.argv[1] == "scripts/petr/dg_train.sh"
     assert dg["PETR train imagenet_a seed1"].runs == (
         str(tmp_path / "out/dg/train/imagenet_a/shots_0/PETR/vit_b16_ep40_batch8_4ctx_cross_datasets/seed1"),)
     with pytest.raises(ValueError, match="CoOp: no xd scripts"):
@@ -118,8 +118,8 @@ def test_planned_run_folders_are_the_scripts_folders(tmp_path, protocol, methods
                                      "prompt_learner"), exist_ok=True)
     recorder = ScriptRunner(tmp_path, {})
     for job in (j for j in jobs if j.runs):  # a teacher job without a run to check would train
-        env = {k: v for k, v in job.env.items() if k != "PYTHON"}
-        done, commands = recorder.record(list(job.argv), {**env, "TEACHER_CKPT": "none"})
+        env = {k: v for k, v in job.knobs.items() if k != "PYTHON"}
+        done, commands = recorder.record(list(job.call.argv), {**env, "TEACHER_CKPT": "none"})
         said = skipped_dirs(done.stdout) | {os.path.normpath(c[c.index("--output-dir") + 1]) for c in commands}
         assert {os.path.normpath(r) for r in job.runs} <= said, (job.name, done.stdout, done.stderr)
     finished = {j.name for j in jobs if all(os.path.exists(f) for f in j.files)}
@@ -158,21 +158,21 @@ def test_fast_profile_overrides(tmp_path):
     jobs = by_name(Planner(plan).plan())
     cache = str(tmp_path / "out" / "teacher_cache")
     # the profile's overrides first, the user's after them (they win), bf16 first of all at launch
-    assert jobs["PETR train dtd seed1"].env["EXTRA_OPTS"].split() == [
+    assert jobs["PETR train dtd seed1"].knobs["EXTRA_OPTS"].split() == [
         "DATALOADER.PERSISTENT_WORKERS", "True", "TRAIN.COMPILE", "compile", "TRAINER.PETR.TEACHER_CACHE", "views",
         "TRAINER.PETR.TEACHER_CACHE_DIR", cache, "OPTIM.MAX_EPOCH", "2"]
-    assert jobs["CoOp train dtd seed1"].env["EXTRA_OPTS"].split() == [
+    assert jobs["CoOp train dtd seed1"].knobs["EXTRA_OPTS"].split() == [
         "DATALOADER.PERSISTENT_WORKERS", "True", "OPTIM.MAX_EPOCH", "2"]
-    assert jobs["teacher dtd"].env["EXTRA_OPTS"].split() == ["DATALOADER.PERSISTENT_WORKERS", "True",
+    assert jobs["teacher dtd"].knobs["EXTRA_OPTS"].split() == ["DATALOADER.PERSISTENT_WORKERS", "True",
                                                              "OPTIM.MAX_EPOCH", "2"]
     assert jobs["teacher dtd"].bf16_ns == "" and jobs["CoOp train dtd seed1"].bf16_ns == "COOP"
     petr = jobs["PETR train dtd seed1"]
-    assert launch_env(dict(petr.env), petr.bf16_ns, has_bf16=True)["EXTRA_OPTS"].startswith(
+    assert launch_env(petr.knobs, petr.bf16_ns, has_bf16=True)["EXTRA_OPTS"].startswith(
         "TRAINER.PETR.PREC bf16 DATALOADER.PERSISTENT_WORKERS True")
-    assert launch_env(dict(petr.env), petr.bf16_ns, has_bf16=False) == petr.env  # fp16 kept without bf16
+    assert launch_env(petr.knobs, petr.bf16_ns, has_bf16=False) == petr.knobs  # fp16 kept without bf16
     assert jobs["ZeroshotCLIP zero-shot dtd"].bf16_ns == ""  # evaluates in fp32
     paper = by_name(Planner(sweep("base2new", ("PETR",), ("dtd",), tmp_path, seeds=(1,), profile=PAPER)).plan())
-    assert "EXTRA_OPTS" not in paper["PETR train dtd seed1"].env and paper["PETR train dtd seed1"].bf16_ns == ""
+    assert "EXTRA_OPTS" not in paper["PETR train dtd seed1"].knobs and paper["PETR train dtd seed1"].bf16_ns == ""
 
 
 def test_fast_profile_options_are_config_keys(tmp_path):
@@ -245,7 +245,7 @@ def test_petr_x_plug_ins_route_on_their_prompt_learners_runs(tmp_path):
         plugin = jobs[f"PETR+{name} plug-in eurosat seed2"]
         assert plugin.deps == (f"{name} train eurosat seed2",)
         tuned_run = str(out / "train_base/eurosat/shots_16" / trainer / config / "seed2")
-        assert plugin.argv == ("bash", "scripts/petr_x/base2new.sh", x, "eurosat", "2", tuned_run)
+        assert plugin.call.argv == ("bash", "scripts/petr_x/base2new.sh", x, "eurosat", "2", tuned_run)
         assert plugin.runs == tuple(str(out / role / "eurosat/shots_16/PETRX" / f"vit_b16_{x}" / "seed2")
                                     for role in ("train_base", "test_new"))
     assert sorted(jobs) == sorted([*(f"{m} train eurosat seed2" for m in ("MaPLe", "IVLP")),

@@ -1,6 +1,6 @@
-"""The runner's scheduling on the local executor with small shell jobs: dependency order, a failure skips only
-its dependents and is reported with its log's tail, a preempted job (exit 75) runs again, finished jobs are not
-run, and the ETA from measured run times."""
+"""The runner's scheduling on the local executor with small test calls (tests/helpers_jobs.py): dependency order, a
+failure skips only its dependents and is reported with its log's tail, a preempted job (exit 75) runs again,
+finished jobs are not run, and the ETA from measured run times."""
 from __future__ import annotations
 
 import hashlib
@@ -18,26 +18,35 @@ import pytest
 from engine.run_identity import read_identity
 from engine.runs import run_state
 from runner.jobs import Job, job_record, job_states, record_job
-from runner.layout import REPO
 from runner.local import LocalExecutor
 from runner.schedule import EXIT_PREEMPTED, MAX_REQUEUES, Eta, run_plan
+from tests.helpers_jobs import Toy
 from tests.helpers_run import HANG_GUARD_S, alive, default_sigint
 from tests.helpers_upstream import UPSTREAM_TRAIN_LOG
+from units.call import UnitCall
+from units.facts import REPO
 
 
-def finishing(name: str, run: str, script: str = "", deps: tuple[str, ...] = ()) -> Job:
-    """A job that runs ``script`` and then marks ``run`` finished (a results.json), as a unit command would."""
-    body = f'{script}\nmkdir -p "{run}" && echo {{}} > "{run}/results.json"'
-    return Job(name=name, kind="train", method="M", dataset="d", argv=("bash", "-c", body), runs=(run,), deps=deps)
+def finishing(name: str, run: str, deps: tuple[str, ...] = (), **toy) -> Job:
+    """A job whose call (a :class:`Toy` with ``toy``) then marks ``run`` finished (a results.json), as a unit command
+    would."""
+    return Job(name=name, kind="train", method="M", dataset="d", call=Toy(finish=run, **toy), runs=(run,), deps=deps)
+
+
+def job(name: str, call: Toy | None = None, **fields) -> Job:
+    """A job of ``call`` (a Toy that does nothing when None) with the other fields given or the tests' defaults."""
+    call = call or Toy()
+    return Job(name=name, kind=fields.pop("kind", "train"), method=fields.pop("method", "M"),
+               dataset=fields.pop("dataset", "d"), call=call, **fields)
 
 
 def test_failure_skips_only_its_dependents(tmp_path, capsys):
     order = tmp_path / "order.txt"
-    jobs = [finishing("a", str(tmp_path / "a"), f"echo a >> {order}"),
-            Job(name="b", kind="train", method="M", dataset="d", runs=(str(tmp_path / "b"),),
-                argv=("bash", "-c", "for i in $(seq 1 30); do echo line $i; done; echo 'error: bad thing'; exit 3")),
+    lines = "\n".join(f"line {i}" for i in range(1, 31))
+    jobs = [finishing("a", str(tmp_path / "a"), say="a", count=str(order)),
+            job("b", Toy(say=f"{lines}\nerror: bad thing", status=3), runs=(str(tmp_path / "b"),)),
             finishing("c", str(tmp_path / "c"), deps=("b",)),
-            finishing("d", str(tmp_path / "d"), f"echo d >> {order}", deps=("a",)),
+            finishing("d", str(tmp_path / "d"), deps=("a",), say="d", count=str(order)),
             finishing("e", str(tmp_path / "e"), deps=("c", "a"))]
     report = run_plan(jobs, LocalExecutor([], cpu_jobs=2), str(tmp_path / "logs"))
     assert report.done == ["a", "d"] and order.read_text() == "a\nd\n"
@@ -47,16 +56,16 @@ def test_failure_skips_only_its_dependents(tmp_path, capsys):
     assert why.startswith(f"exit status 3; log {tmp_path / 'logs' / 'b.log'}\n")
     assert why.splitlines()[-1] == "error: bad thing" and "line 17" in why and "line 16" not in why  # 15-line tail
     log = (tmp_path / "logs" / "b.log").read_text().splitlines()
-    assert log[0].startswith("=== ") and log[0].endswith("local CPU slot") and log[1].startswith("$ bash -c")
+    assert log[0].startswith("=== ") and log[0].endswith("local CPU slot, warm worker") and log[1] == "$ toy 'line 1'"
     out = capsys.readouterr().out
-    assert f"started a (log {tmp_path / 'logs' / 'a.log'})\n    $ bash -c " in out  # the command a user can paste
+    assert f"started a (log {tmp_path / 'logs' / 'a.log'})\n    $ toy a\n" in out  # the command a user can paste
     assert "FAILED b after " in out and "    | error: bad thing" in out
 
 
 @pytest.mark.parametrize("slots", [1, 2])
 def test_independent_jobs_share_the_slots(tmp_path, slots):
     """Two independent jobs run at the same time on two slots and one after the other on one."""
-    jobs = [finishing(n, str(tmp_path / n), "sleep 1") for n in "ab"]
+    jobs = [finishing(n, str(tmp_path / n), sleep_s=1.0) for n in "ab"]
     report = run_plan(jobs, LocalExecutor([], cpu_jobs=slots), str(tmp_path / "logs"))
     (a_start, a_end), (b_start, b_end) = report.spans["a"], report.spans["b"]
     overlap = b_start < a_end and a_start < b_end
@@ -66,15 +75,13 @@ def test_independent_jobs_share_the_slots(tmp_path, slots):
 def test_preempted_job_runs_again_and_resumes(tmp_path):
     """Exit 75 = state saved, rerun to resume: the job starts again (bounded); any other failure is final."""
     count = tmp_path / "attempts"
-    once = finishing("once", str(tmp_path / "once"),
-                     f'echo x >> {count}; [ "$(wc -l < {count})" -ge 2 ] || exit {EXIT_PREEMPTED}')
-    always = Job(name="always", kind="train", method="M", dataset="d", runs=(str(tmp_path / "never"),),
-                 argv=("bash", "-c", f"echo try; exit {EXIT_PREEMPTED}"))
+    once = finishing("once", str(tmp_path / "once"), say="x", count=str(count), preempted=1)
+    always = job("always", Toy(say="try", status=EXIT_PREEMPTED), runs=(str(tmp_path / "never"),))
     report = run_plan([once, always], LocalExecutor([], cpu_jobs=2), str(tmp_path / "logs"))
     assert report.done == ["once"] and count.read_text() == "x\nx\n"
     assert (tmp_path / "logs" / "once.log").read_text().count("=== ") == 2  # one header per attempt
     assert list(report.failed) == ["always"] and report.failed["always"].startswith(f"exit status {EXIT_PREEMPTED}")
-    assert (tmp_path / "logs" / "always.log").read_text().count("try\n") == MAX_REQUEUES + 1
+    assert (tmp_path / "logs" / "always.log").read_text().splitlines().count("try") == MAX_REQUEUES + 1
 
 
 def test_finished_jobs_are_not_run_and_exit_zero_needs_finished_runs(tmp_path):
@@ -85,9 +92,8 @@ def test_finished_jobs_are_not_run_and_exit_zero_needs_finished_runs(tmp_path):
     done_run.mkdir()
     (done_run / "results.json").write_text(json.dumps({"accuracy": 1.0}))
     marker = tmp_path / "ran"
-    jobs = [finishing("finished", str(done_run), f"echo x >> {marker}"),
-            Job(name="liar", kind="test", method="M", dataset="d", runs=(str(tmp_path / "x"),),
-                argv=("bash", "-c", "echo all good")),
+    jobs = [finishing("finished", str(done_run), say="x", count=str(marker)),
+            job("liar", Toy(say="all good"), kind="test", runs=(str(tmp_path / "x"),)),
             finishing("after", str(tmp_path / "after"), deps=("finished",))]
     assert job_states(jobs) == {"finished": "check", "liar": "new", "after": "new"}
     report = run_plan(jobs, LocalExecutor([], cpu_jobs=1), str(tmp_path / "logs"))
@@ -97,15 +103,16 @@ def test_finished_jobs_are_not_run_and_exit_zero_needs_finished_runs(tmp_path):
     assert sorted(os.listdir(done_run)) == ["results.json", "run.json"]  # one record file per run folder
     report = run_plan(jobs, LocalExecutor([], cpu_jobs=1), str(tmp_path / "logs"))
     assert report.finished_before == ["finished", "after"] and marker.read_text() == "x\n"
-    changed = replace(jobs[0], env={"EXTRA_OPTS": "OPTIM.LR 0.1"})
+    changed = replace(jobs[0], call=replace(jobs[0].call, knobs={"EXTRA_OPTS": "OPTIM.LR 0.1"}))
     assert job_states([changed, *jobs[1:]])["finished"] == "check"
     report = run_plan([changed, *jobs[1:]], LocalExecutor([], cpu_jobs=1), str(tmp_path / "logs"))
     assert report.done == ["finished", "after"] and marker.read_text() == "x\nx\n"  # and what needs it
 
 
 def test_job_record_holds_the_command_and_the_config_files_digests():
-    job = Job(name="j", kind="train", method="CoOp", dataset="eurosat", argv=("bash", "scripts/coop/x.sh", "1"),
-              env={"DATA": "/data", "CFG": "vit_b16_ctxv1"}, config="vit_b16_ctxv1", trainer="CoOp")
+    job = Job(name="j", kind="train", method="CoOp", dataset="eurosat",
+              call=UnitCall("coop", "x", ("1",), {"DATA": "/data", "CFG": "vit_b16_ctxv1"}), config="vit_b16_ctxv1",
+              trainer="CoOp")
     files = ("configs/trainers/CoOp/vit_b16_ctxv1.yaml", "configs/datasets/eurosat.yaml")
     with open(os.path.join(REPO, files[0]), "rb") as a, open(os.path.join(REPO, files[1]), "rb") as b:
         digests = [hashlib.sha256(a.read()).hexdigest(), hashlib.sha256(b.read()).hexdigest()]
@@ -138,8 +145,8 @@ def test_changed_split_or_weights_are_not_finished(tmp_path):
     fewshot.write_text("{}")
     weights = tmp_path / "clip.pt"
     weights.write_bytes(b"weights")
-    job = Job(name="CoOp train eurosat seed1", kind="train", method="CoOp", dataset="eurosat", argv=("true",),
-              env={"DATA": str(data), "SHOTS": "16", "BACKBONE": str(weights)}, seed=1,
+    job = Job(name="CoOp train eurosat seed1", kind="train", method="CoOp", dataset="eurosat",
+              call=Toy(knobs={"DATA": str(data), "SHOTS": "16", "BACKBONE": str(weights)}), seed=1,
               runs=(finished_run(tmp_path / "run"),))
     record_job(job)
     record = json.loads((tmp_path / "run" / "run.json").read_text())["runner"][job.name]
@@ -169,13 +176,12 @@ def test_a_job_is_not_finished_over_a_new_run_of_a_job_it_needs(tmp_path):
     model.mkdir()
     (model / "checkpoint").write_text("model.pth.tar-5\n")
     (model / "model.pth.tar-5").write_bytes(b"first model")
-    train = Job(name="train", kind="train", method="CoOp", dataset="d", argv=("true",), runs=(train_run,))
-    test = Job(name="test", kind="test", method="CoOp", dataset="d", argv=("true",), deps=("train",),
-               runs=(finished_run(tmp_path / "test"),))
-    plugin = Job(name="plug-in", kind="plug-in", method="PETR+CoOp", dataset="d", argv=("true",), deps=("train",),
+    train = job("train", method="CoOp", runs=(train_run,))
+    test = job("test", kind="test", method="CoOp", deps=("train",), runs=(finished_run(tmp_path / "test"),))
+    plugin = job("plug-in", kind="plug-in", method="PETR+CoOp", deps=("train",),
                  runs=(finished_run(tmp_path / "plugin"),))
-    for job in (train, test, plugin):
-        record_job(job, [train] if job.deps else [])
+    for each in (train, test, plugin):
+        record_job(each, [train] if each.deps else [])
     record = json.loads((tmp_path / "test" / "run.json").read_text())["runner"]["test"]
     assert record["upstream"] == {"train": {str(model / "model.pth.tar-5"): sha256(model / "model.pth.tar-5")}}
     assert set(job_states([train, test, plugin]).values()) == {"finished"}
@@ -195,13 +201,13 @@ def test_slots_pin_gpus_and_threads(tmp_path):
     assert [s.devices for s in four.pool] == ["0", "0", "1", "1"]
     assert [s.devices for s in LocalExecutor(["0", "1", "2"], gpus_per_job=2).pool] == ["0,1"]
     out = tmp_path / "env.txt"
-    job = finishing("env", str(tmp_path / "r"), f'echo "$CUDA_VISIBLE_DEVICES|$OMP_NUM_THREADS|$X" > {out}')
-    assert run_plan([replace(job, env={"X": "x"})], LocalExecutor(["3"], threads=2), str(tmp_path / "logs")).ok
-    assert out.read_text() == "3|2|x\n"  # the job's own environment too
+    pinned = finishing("env", str(tmp_path / "r"), environ=str(out), knobs={"X": "x"})
+    assert run_plan([pinned], LocalExecutor(["3"], threads=2), str(tmp_path / "logs")).ok
+    assert out.read_text() == "3|2|x\n"  # the job's own knobs too
 
 
 def test_eta_from_measured_run_times():
-    jobs = [Job(name=f"{m} {k} {i}", kind=k, method=m, dataset="d", argv=("true",))
+    jobs = [job(f"{m} {k} {i}", kind=k, method=m)
             for m, k, i in (("PETR", "train", 1), ("PETR", "train", 2), ("PETR", "test", 1), ("CoOp", "train", 1))]
     projected = {"PETR train 1": 100.0, "PETR train 2": 100.0, "PETR test 1": 10.0, "CoOp train 1": 40.0}
     eta = Eta(lambda job: projected[job.name])
@@ -216,8 +222,7 @@ def test_eta_from_measured_run_times():
 def test_log_of_each_attempt_is_kept(tmp_path):
     run = str(tmp_path / "r")
     for attempt in (1, 2):
-        report = run_plan([finishing("j", run, f"echo attempt {attempt}; rm -f {run}/results.json")],
-                          LocalExecutor([]), str(tmp_path / "logs"))
+        report = run_plan([finishing("j", run, say=f"attempt {attempt}")], LocalExecutor([]), str(tmp_path / "logs"))
         assert report.ok
         os.remove(os.path.join(run, "results.json"))
     text = (tmp_path / "logs" / "j.log").read_text()
@@ -226,49 +231,34 @@ def test_log_of_each_attempt_is_kept(tmp_path):
 
 STOPPED_RUNNER = """
 import sys
-from engine.run_identity import read_identity
-from engine.runs import run_state
-from tests.helpers_upstream import UPSTREAM_TRAIN_LOG
 from runner.jobs import Job
 from runner.local import LocalExecutor
 from runner.schedule import run_plan, stop_signal
+from tests.helpers_jobs import Sleeper
 
-job = Job(name="long", kind="train", method="M", dataset="d", runs=(sys.argv[2],), argv=("bash", "-c", sys.argv[3]))
+job = Job(name="long", kind="train", method="M", dataset="d", runs=(sys.argv[2],), call=Sleeper(*sys.argv[3:5]))
 try:
     run_plan([job], LocalExecutor([]), sys.argv[1])
 except KeyboardInterrupt as e:
     sys.exit(128 + stop_signal(e))
 """
-"""A runner (as runner.cli runs it) with one job: a script whose Python child runs until a signal stops it."""
-SLEEPER = """
-import os, signal, sys, time
-def stop(signum, frame):
-    open(sys.argv[2], "w").write(str(signum))
-    sys.exit(0)
-for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    signal.signal(sig, stop)
-open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
-os.replace(sys.argv[1] + ".tmp", sys.argv[1])
-while True:
-    time.sleep(0.05)
-"""
+"""A runner (as runner.cli runs it) with one job: a call that runs until a signal stops it."""
 
 
 @pytest.mark.parametrize("sig,status", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
 def test_a_signal_to_the_runner_stops_its_jobs(tmp_path, sig, status):
-    """SIGTERM and SIGHUP stop the runner as Ctrl-C does: the job's processes (the script's Python child included)
-    get the same signal, and the runner exits with 128 + the signal once they have ended."""
-    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    """SIGTERM and SIGHUP stop the runner as Ctrl-C does: the process that runs the job's call (its slot's warm
+    worker) gets the same signal, and the runner exits with 128 + the signal once it has ended."""
     pid_file, got = tmp_path / "pid", tmp_path / "got"
-    script = f'"{sys.executable}" "{tmp_path / "sleeper.py"}" "{pid_file}" "{got}"'
     runner = subprocess.Popen([sys.executable, "-c", STOPPED_RUNNER, str(tmp_path / "logs"), str(tmp_path / "run"),
-                               script], cwd=REPO, preexec_fn=default_sigint, stdout=subprocess.DEVNULL,
+                               str(pid_file), str(got)], cwd=REPO, preexec_fn=default_sigint, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + HANG_GUARD_S
         while not pid_file.exists() and runner.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         child = int(pid_file.read_text())
+        assert child != runner.pid
         runner.send_signal(sig)
         assert runner.wait(timeout=HANG_GUARD_S) == status
     finally:
@@ -290,8 +280,8 @@ def test_the_job_record_joins_the_runs_identity_and_changes_no_state(tmp_path):
     upstream.mkdir()
     (upstream / "log.txt").write_text(UPSTREAM_TRAIN_LOG)
     assert run_state(str(upstream)) == "finished-upstream"
-    job = Job(name="j", kind="train", method="CoOp", dataset="d", argv=("true",), runs=(str(ours), str(upstream)))
-    record_job(job)
-    assert json.loads((ours / "run.json").read_text()) == {**identity, "runner": {"j": job_record(job)}}
+    both = job("j", method="CoOp", runs=(str(ours), str(upstream)))
+    record_job(both)
+    assert json.loads((ours / "run.json").read_text()) == {**identity, "runner": {"j": job_record(both)}}
     assert read_identity(str(ours)) == identity and read_identity(str(upstream)) is None
-    assert run_state(str(upstream)) == "finished-upstream" and job_states([job]) == {"j": "finished"}
+    assert run_state(str(upstream)) == "finished-upstream" and job_states([both]) == {"j": "finished"}

@@ -1,8 +1,8 @@
-"""A unit command as a Python callable: what the runner's executors (a warm worker, a SLURM job) run in their own
-process, and what ``python -m units`` runs with the environment's knobs.
+"""A unit command, or a ``train.py`` command line, as a Python callable: what the runner's executors (a warm worker, a
+SLURM job) run in their own process, and what ``python -m units`` runs with the environment's knobs.
 
 The knobs are passed as a mapping, never read from ``os.environ``, so the same call runs the same runs whatever the
-calling process's environment holds.
+calling process's environment holds. ``argv`` is the command a user runs for the same call (its knobs set first).
 """
 from __future__ import annotations
 
@@ -36,6 +36,11 @@ class UnitCall:
         """The wrapper script a user runs for the same command."""
         return self.knobs.get("UNITS_SCRIPT") or f"scripts/{self.method}/{self.command}.sh"
 
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """The shell command of the same call, from the repository root (its knobs set in the environment)."""
+        return ("bash", self.script, *self.args)
+
     def known(self) -> bool:
         """Whether ``method`` has the command ``command``."""
         return self.command in COMMANDS.get(self.method, {})
@@ -65,3 +70,26 @@ class UnitCall:
         except StepFailed as e:
             return e.status
         return 0
+
+
+@dataclass(frozen=True)
+class TrainCall:
+    """``python train.py ARGS`` as a call: ``train.cli(ARGS)`` in this process, from the repository root."""
+
+    args: tuple[str, ...]
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return ("python", "train.py", *self.args)
+
+    @property
+    def knobs(self) -> Mapping[str, str]:
+        """train.py reads no knobs: everything is in its arguments."""
+        return {}
+
+    def __call__(self) -> int:
+        """train.py's exit status (75 preempted, its state saved)."""
+        import train  # torch is imported only here
+
+        sys.argv = ["train.py", *self.args]  # argparse's program name, as on the command line
+        return train.cli(list(self.args))
