@@ -301,8 +301,8 @@ def default_params(size: str) -> PretrainParams:
 
 
 SHIPPED: dict[str, PretrainParams] = {
-    "student": PretrainParams(size="student_wide", steps=800, style=PRETRAIN),
-    "teacher": PretrainParams(size="teacher", steps=1500, style=PRETRAIN_RELIT),
+    "student": PretrainParams(size="student_wide", steps=400, style=PRETRAIN),
+    "teacher": PretrainParams(size="teacher", steps=500, style=PRETRAIN_RELIT),
 }
 """The design of the tiny CLIPs the repository ships (``demo/weights``, ``demo.shipped``), by role."""
 PRETRAIN_THREADS = 2
