@@ -195,34 +195,39 @@ class Demo:
         self.report()
         return True
 
-    def report(self) -> None:
-        """Print the tables and write ``report.md`` and ``report.png`` next to the runs."""
-        size, out = self.size, self.paths.output
-        runs = report.collect_b2n(out)
-        seeds = ", ".join(map(str, size.seeds))
+    def sections(self, runs: Mapping[str, Mapping[int, report.Results]], fmt: str) -> list[tuple[str, str]]:
+        """The report's (heading, table) sections in tabulate's ``fmt`` (``simple``: the terminal; ``github``:
+        markdown): base-to-novel, routing, effects, and the cross-dataset and DG tables when they ran."""
+        size, seeds = self.size, ", ".join(map(str, self.size.seeds))
         chance = 100.0 / runs["PETR"][size.seeds[0]]["novel"]["num_eval_classes"]
-        sections = [(f"Base-to-novel on {DATASET} (seeds {seeds}; mean ± sample std)",
-                     lambda fmt: report.b2n_table(runs, TABLE_ORDER, fmt)),
-                    ("Routing: test images sent to the right branch", lambda fmt: report.routing_table(runs, fmt)),
-                    ("The paper's effects", lambda fmt: report.effects_table(report.per_seed_rows(runs), chance, fmt))]
+        out = [(f"Base-to-novel on {DATASET} (seeds {seeds}; mean ± sample std)",
+                report.b2n_table(runs, TABLE_ORDER, fmt)),
+               ("Routing: test images sent to the right branch", report.routing_table(runs, fmt)),
+               ("The paper's effects", report.effects_table(report.per_seed_rows(runs), chance, fmt))]
         for protocol, title, targets in (("xd", "cross-dataset", size.xd_targets),
                                          ("dg", "domain generalisation", size.dg_targets)):
             if targets:
-                values = report.transfer_values(out, protocol, SOURCE, targets, TRANSFER_METHODS)
-                sections.append((f"{title.capitalize()} from {SOURCE} (seeds {seeds})", lambda fmt, t=title, g=targets,
-                                  v=values: report.transfer_table(t, SOURCE, g, v, fmt)))
-        for heading, table in sections:
+                values = report.transfer_values(self.paths.output, protocol, SOURCE, targets, TRANSFER_METHODS)
+                out.append((f"{title.capitalize()} from {SOURCE} (seeds {seeds})",
+                            report.transfer_table(title, SOURCE, targets, values, fmt)))
+        return out
+
+    def report(self) -> None:
+        """Print the tables and write ``report.md`` and ``report.png`` next to the runs."""
+        out, first = self.paths.output, self.size.seeds[0]
+        runs = report.collect_b2n(out)
+        for heading, table in self.sections(runs, "simple"):
             self.say(heading)
-            print(table("simple"))
+            print(table)
         self.times.append(["total", "", "", time.time() - self.start, ""])
         figure = os.path.join(out, "report.png")
         (unit,) = [u for u in find_units([os.path.join(out, "base2new")])
-                   if u.method == f"PETR/{CONFIG}" and u.seed == str(size.seeds[0])]
+                   if u.method == f"PETR/{CONFIG}" and u.seed == str(first)]
         report_figure(report.seed_means(runs, TABLE_ORDER), unit_scores(unit, "mahalanobis"),
-                      f"PETR's Mahalanobis scores, {DATASET} seed {size.seeds[0]}", figure)
-        report.write_report(os.path.join(out, "report.md"), f"PETR demo ({size.name})",
-                            [(h, t("github")) for h, t in sections]
-                            + [("Time per stage (s)", report.stage_table(self.times, "github"))], figure)
+                      f"PETR's Mahalanobis scores, {DATASET} seed {first}", figure)
+        report.write_report(os.path.join(out, "report.md"), f"PETR demo ({self.size.name})",
+                            [*self.sections(runs, "github"),
+                             ("Time per stage (s)", report.stage_table(self.times, "github"))], figure)
         self.say(f"Done in {time.time() - self.start:.0f} s; report: {os.path.join(out, 'report.md')}, {figure}")
 
 

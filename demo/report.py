@@ -87,7 +87,7 @@ def b2n_table(runs: Mapping[str, Mapping[int, Results]], methods: Sequence[str],
         seeds = list(runs[m].values())
         rows.append([display_name(m), len(seeds), mean_std([r["base"]["accuracy"] for r in seeds]),
                      mean_std([r["novel"]["accuracy"] for r in seeds]), mean_std([hm_of(r) for r in seeds])])
-    return tabulate(rows, headers=["method", "seeds", "Base", "Novel", "HM"], tablefmt=fmt)
+    return tabulate(rows, headers=["method", "seeds", "Base", "Novel", "HM"], tablefmt=fmt, disable_numparse=True)
 
 
 def seed_means(runs: Mapping[str, Mapping[int, Results]], methods: Sequence[str]) -> dict[str, tuple[float, ...]]:
@@ -102,7 +102,8 @@ def routing_table(runs: Mapping[str, Mapping[int, Results]], fmt: str = "simple"
     rows = [[display_name(m), mean_std([r["base"]["route_acc_seen"] for r in runs[m].values()]),
              mean_std([r["novel"]["route_acc_unseen"] for r in runs[m].values()])]
             for m in ROUTED if m in runs]
-    return tabulate(rows, headers=["routed method", "base → θ_s %", "novel → θ_u %"], tablefmt=fmt)
+    return tabulate(rows, headers=["routed method", "base → θ_s %", "novel → θ_u %"], tablefmt=fmt,
+                    disable_numparse=True)
 
 
 def per_seed_rows(runs: Mapping[str, Mapping[int, Results]]) -> dict[int, SeedRows]:
@@ -204,7 +205,8 @@ def transfer_table(title: str, source: str, targets: Sequence[str], values: Mapp
     for method, per_ds in values.items():
         avg = [stats.mean(seed_vals) for seed_vals in zip(*(per_ds[t] for t in targets))]
         rows.append([method, *[mean_std(per_ds[d]) for d in (source, *targets)], mean_std(avg)])
-    table = tabulate(rows, headers=[title, f"{source} (source)", *targets, "Average"], tablefmt=fmt)
+    table = tabulate(rows, headers=[title, f"{source} (source)", *targets, "Average"], tablefmt=fmt,
+                     disable_numparse=True)
     return with_note(table, "Average = mean over the targets (not the source), per seed, then mean ± std over seeds.",
                      fmt)
 

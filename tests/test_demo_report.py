@@ -126,6 +126,10 @@ def test_report_tables_from_the_runs_results(tmp_path):
         ["PETR", "2", f"64.00 ± {statistics.stdev([62, 66]):.2f}", f"42.00 ± {statistics.stdev([44, 40]):.2f}",
          f"{sum(hm_petr) / 2:.2f} ± {statistics.stdev(hm_petr):.2f}"],
         ["PETR+CoCoOp", "1", "55.00", "45.00", f"{2 * 55 * 45 / 100:.2f}"]]
+    # one seed per method (make demo): two decimals kept, not re-read as numbers
+    single = {m: {1: runs[m][1]} for m in ("ZeroshotCLIP", "PETR")}
+    assert _cells(report.b2n_table(single, order, "github"))[0] == ["ZeroshotCLIP", "1", "50.00", "40.00", "44.44"]
+    assert _cells(report.routing_table(single, "github")) == [["PETR", "95.00", "80.00"]]
     assert _cells(report.routing_table(runs, "github")) == [
         ["PETR", f"92.50 ± {statistics.stdev([95, 90]):.2f}", f"75.00 ± {statistics.stdev([80, 70]):.2f}"],
         ["PETR+CoCoOp", "90.00", "85.00"]]
