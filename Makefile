@@ -1,4 +1,4 @@
-# Quick start: `make demo` runs the built-in demo, `make test` the fast test tier; `make test-all` runs every test
+# Quick start: `make demo` runs the built-in demo (`make demo-full`: every method and protocol, seeds 1-3), `make test` the fast test tier; `make test-all` runs every test
 # (SLURM, demo, preemption and script runs too), as CI does.
 # Both create .venv from requirements*.txt when needed, or use the virtual environment that is already active.
 
@@ -13,7 +13,7 @@ SYSTEM_PYTHON ?= python3
 # pytest-xdist workers (auto: one per CPU core); each test file runs whole on one worker.
 TEST_WORKERS ?= auto
 
-.PHONY: demo demo-pretrain test test-all lint install install-dev clean-venv
+.PHONY: demo demo-full demo-pretrain test test-all lint install install-dev clean-venv
 
 $(PYTHON):
 	$(SYSTEM_PYTHON) -m venv $(ENV_DIR)
@@ -32,6 +32,9 @@ install-dev: $(ENV_DIR)/.petr-dev
 
 demo: install
 	PYTHON=$(PYTHON) bash scripts/demo.sh
+
+demo-full: install
+	PYTHON=$(PYTHON) bash scripts/demo.sh --full
 
 # Regenerates the demo's shipped tiny CLIPs (demo/weights: the two files, then manifest.json) with 2 torch threads;
 # it prints the time each took (the manifest records it). The demo then says that it runs on regenerated weights

@@ -22,7 +22,8 @@ from tabulate import tabulate
 
 from analysis.stats import harmonic_mean
 from demo import report
-from demo.pipeline import FULL, RESULTS, Demo, default_paths, failures
+from demo.pipeline import default_paths, failures
+from demo.study import FULL, RESULTS, Demo
 from engine.utils import read_json
 from runner.jobs import Job
 
@@ -146,10 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.chdir(repo)
     demo = Demo(FULL, paths, args.threads, args.jobs)
     demo.prepare()
-    teacher = [j for j in demo.b2n_jobs() if j.name.startswith("b2n PromptSRC") and j.name.endswith("base")]
+    teacher = demo.teacher_job()
     variants = [v for v in VARIANTS if not args.variants or v.name in args.variants]
     gap = NovelGap(demo, variants, args.seeds)
-    outcome = demo.run_jobs(teacher + gap.jobs(teacher[0].name), os.path.join(gap.root, "logs"))
+    outcome = demo.run_jobs([teacher, *gap.jobs(teacher.name)], os.path.join(gap.root, "logs"))
     if not outcome.ok:
         print(failures(outcome))
         return 1

@@ -1,17 +1,23 @@
-"""The demo's tables from the runs' results.json files: base-to-novel mean ± std over seeds, PETR − PromptKD per
-seed, routing, the paper's effects over seeds, the cross-dataset / domain-generalisation tables and stage times.
+"""The demo's tables from the runs' results.json files: base-to-novel mean ± std over seeds, routing rates, the
+paper's effects over seeds, the cross-dataset / domain-generalisation tables and stage times; and the report file.
 
 Statistics: mean and sample standard deviation (ddof = 1, ``analysis.stats`` "sample") over the seeds; an effect
 holds when it holds in the seed mean and in more than half of the seeds (2 of 3).
 """
 from __future__ import annotations
 
+import glob
+import os
 from collections.abc import Callable, Mapping, Sequence
 
 from tabulate import tabulate
 
 from analysis import stats
 from analysis.stats import harmonic_mean
+from analysis.transfer import collect_transfer
+from engine.atomic import atomic_write_text
+from engine.runs import RESULTS_FILE, parse_run_path, seed_of
+from engine.utils import read_json
 
 Results = dict[str, dict]
 """``{"base": results.json, "novel": results.json}`` of one method and seed."""
@@ -21,6 +27,8 @@ CONVENTION = "sample"
 PLUGINS = {"PETRCoOp": "CoOp", "PETR+CoCoOp": "CoCoOp", "PETR+MaPLe": "MaPLe", "PETR+IVLP": "IVLP"}
 """PETR's routing on a finished prompt learner: the routed method -> the prompt learner alone."""
 ROUTED = ("PETR", *PLUGINS)
+PARTS = {"train_base": "base", "test_new": "novel"}
+"""Base-to-novel run roles -> the half of the classes they evaluate."""
 
 
 def display_name(method: str) -> str:
@@ -40,48 +48,69 @@ def hm_of(res: Results, key: str = "accuracy") -> float:
     return harmonic_mean(res["base"][key], res["novel"][key])
 
 
-def b2n_stats_table(per_seed: Mapping[int, SeedRows], methods: Sequence[str]) -> str:
-    """Base / Novel / HM as mean ± std over seeds per method (HM per seed, then averaged)."""
+def with_note(table: str, note: str, fmt: str) -> str:
+    """``table`` and a note under it (markdown: after a blank line, which ends the table)."""
+    gap = "\n\n" if fmt == "github" else "\n"
+    return f"{table}{gap}{note}"
+
+
+def method_key(results: Mapping) -> str:
+    """The method of a run's results.json: its trainer, PETR+X for PETRX (routing on X's run)."""
+    trainer = results["trainer"]
+    return f"PETR+{results['tuned_trainer']}" if trainer == "PETRX" else trainer
+
+
+def collect_b2n(output: str) -> dict[str, dict[int, Results]]:
+    """``{method: {seed: {"base": results.json, "novel": results.json}}}`` of every base-to-novel run under
+    ``<output>/base2new`` (``engine.runs`` layout) whose base and novel halves are both finished."""
+    found: dict[str, dict[int, Results]] = {}
+    pattern = os.path.join(output, "base2new", "*", "*", "*", "*", "*", "seed*", RESULTS_FILE)
+    for path in sorted(glob.glob(pattern)):
+        run = parse_run_path(os.path.dirname(path))
+        if run is None or run.role not in PARTS:
+            continue
+        results = read_json(path)
+        found.setdefault(method_key(results), {}).setdefault(seed_of(run.seed), {})[PARTS[run.role]] = results
+    return {m: {s: r for s, r in sorted(seeds.items()) if len(r) == 2} for m, seeds in found.items()}
+
+
+def ordered(runs: Mapping[str, Mapping], methods: Sequence[str]) -> list[str]:
+    """The methods of ``runs`` in the order of ``methods`` (others after them, by name)."""
+    rank = {m: i for i, m in enumerate(methods)}
+    return sorted(runs, key=lambda m: (rank.get(m, len(rank)), m))
+
+
+def b2n_table(runs: Mapping[str, Mapping[int, Results]], methods: Sequence[str], fmt: str = "simple") -> str:
+    """Base / Novel / HM per method as mean ± sample std over its seeds (HM per seed, then averaged)."""
     rows = []
-    for m in methods:
-        runs = [rows_[m] for rows_ in per_seed.values()]
-        rows.append([m, len(runs), mean_std([r["base"]["accuracy"] for r in runs]),
-                     mean_std([r["novel"]["accuracy"] for r in runs]), mean_std([hm_of(r) for r in runs])])
-    return tabulate(rows, headers=["method", "seeds", "Base", "Novel", "HM"]) + (
-        "\nmean ± sample std (ddof 1) over the seeds; HM computed per seed, then averaged.")
+    for m in ordered(runs, methods):
+        seeds = list(runs[m].values())
+        rows.append([display_name(m), len(seeds), mean_std([r["base"]["accuracy"] for r in seeds]),
+                     mean_std([r["novel"]["accuracy"] for r in seeds]), mean_std([hm_of(r) for r in seeds])])
+    return tabulate(rows, headers=["method", "seeds", "Base", "Novel", "HM"], tablefmt=fmt, disable_numparse=True)
 
 
-def difference_table(per_seed: Mapping[int, SeedRows], a: str = "PETR", b: str = "PromptKD") -> str:
-    """Per seed ``a − b`` on Base, Novel and HM, and on the unseen branch alone vs ``b`` on novel."""
-    rows = []
-    cols: list[list[float]] = [[], [], [], []]
-    for seed, r in per_seed.items():
-        diff = [r[a]["base"]["accuracy"] - r[b]["base"]["accuracy"],
-                r[a]["novel"]["accuracy"] - r[b]["novel"]["accuracy"], hm_of(r[a]) - hm_of(r[b]),
-                r[a]["novel"]["acc_unseen_branch"] - r[b]["novel"]["accuracy"]]
-        for c, v in zip(cols, diff):
-            c.append(v)
-        rows.append([f"seed {seed}", *[f"{v:+.2f}" for v in diff]])
-    rows.append(["mean ± std", *[mean_std(c) for c in cols]])
-    return tabulate(rows, headers=["", "ΔBase", "ΔNovel", "ΔHM", "Δ θ_u novel"]) + (
-        f"\nΔ = {a} − {b}; Δ θ_u novel = {a}'s unseen branch alone on the novel test images − {b} on them.")
+def seed_means(runs: Mapping[str, Mapping[int, Results]], methods: Sequence[str]) -> dict[str, tuple[float, ...]]:
+    """Per method (display name, in ``methods`` order): the seed means of its base, novel and per-seed HM."""
+    return {display_name(m): tuple(stats.mean([value(r) for r in runs[m].values()]) for value in (
+        lambda r: r["base"]["accuracy"], lambda r: r["novel"]["accuracy"], hm_of)) for m in ordered(runs, methods)}
 
 
-def routing_table(per_seed: Mapping[int, SeedRows], auroc: Mapping[str, Sequence[float]]) -> str:
-    """Per routed method, mean ± std over seeds: routing accuracy on base / novel test images, the AUROC of its
-    scores, each branch alone (HM) and the routed HM."""
-    table = []
-    for m in [m for m in ROUTED if m in auroc]:
-        runs = [r[m] for r in per_seed.values()]
-        table.append([m, mean_std([r["base"]["route_acc_seen"] for r in runs]),
-                      mean_std([r["novel"]["route_acc_unseen"] for r in runs]), mean_std(list(auroc[m])),
-                      mean_std([hm_of(r, "acc_seen_branch") for r in runs]),
-                      mean_std([hm_of(r, "acc_unseen_branch") for r in runs]), mean_std([hm_of(r) for r in runs])])
-    headers = ["method", "route base", "route novel", "AUROC", "θ_s alone HM", "θ_u alone HM", "routed HM"]
-    return tabulate(table, headers=headers) + (
-        "\nroute base / novel: % of base / novel test images sent to the seen / unseen branch (threshold λ·P99); "
-        "AUROC: how well the router's score separates novel from base test images whatever the threshold (100 = "
-        "perfectly, 50 = not at all); θ_s / θ_u alone: one branch answering every image. mean ± std over seeds.")
+def routing_table(runs: Mapping[str, Mapping[int, Results]], fmt: str = "simple") -> str:
+    """Per routed method, mean ± std over seeds: the % of base test images its router sends to the seen branch and
+    of novel test images to the unseen branch."""
+    rows = [[display_name(m), mean_std([r["base"]["route_acc_seen"] for r in runs[m].values()]),
+             mean_std([r["novel"]["route_acc_unseen"] for r in runs[m].values()])]
+            for m in ROUTED if m in runs]
+    return tabulate(rows, headers=["routed method", "base → θ_s %", "novel → θ_u %"], tablefmt=fmt,
+                    disable_numparse=True)
+
+
+def per_seed_rows(runs: Mapping[str, Mapping[int, Results]]) -> dict[int, SeedRows]:
+    """``{seed: {method: Results}}`` over the seeds of the methods that ran several; a method that ran once (zero-shot
+    CLIP, the shared teacher) gives its one run to every seed."""
+    seeds = sorted({s for r in runs.values() for s in r})
+    return {s: {m: r[s] if s in r else next(iter(r.values())) for m, r in runs.items() if r} for s in seeds}
 
 
 Effect = tuple[str, Callable[[SeedRows], tuple[bool, str]]]
@@ -159,27 +188,48 @@ def effect_verdicts(per_seed: Mapping[int, SeedRows], chance_novel: float) -> li
     return out
 
 
-def effects_table(per_seed: Mapping[int, SeedRows], chance_novel: float) -> str:
+def effects_table(per_seed: Mapping[int, SeedRows], chance_novel: float, fmt: str = "simple") -> str:
     """:func:`effect_verdicts` as a table: one column per seed, the mean's numbers and the verdict."""
     seeds = list(per_seed)
     rows = [[claim, *["yes" if p else "no" for p in per], numbers, "yes" if holds else "NO"]
             for claim, holds, per, numbers in effect_verdicts(per_seed, chance_novel)]
-    return tabulate(rows, headers=["effect", *[f"seed {s}" for s in seeds], "seed mean", "holds"]) + (
-        f"\nholds = in the seed mean and in more than half of the {len(seeds)} seeds.")
+    table = tabulate(rows, headers=["effect", *[f"seed {s}" for s in seeds], "seed mean", "holds"], tablefmt=fmt)
+    return with_note(table, f"holds = in the seed mean and in more than half of the {len(seeds)} seeds.", fmt)
 
 
-def transfer_table(title: str, source: str, targets: Sequence[str], values: Mapping[str, Mapping[str, list[float]]]
-                   ) -> str:
+def transfer_table(title: str, source: str, targets: Sequence[str], values: Mapping[str, Mapping[str, list[float]]],
+                   fmt: str = "simple") -> str:
     """The paper's cross-dataset / DG layout: one row per method, Source, each target and the targets' average,
     each cell mean ± std over seeds (``values[method][dataset]`` = per-seed accuracies)."""
     rows = []
     for method, per_ds in values.items():
         avg = [stats.mean(seed_vals) for seed_vals in zip(*(per_ds[t] for t in targets))]
         rows.append([method, *[mean_std(per_ds[d]) for d in (source, *targets)], mean_std(avg)])
-    return tabulate(rows, headers=[title, f"{source} (source)", *targets, "Average"]) + (
-        "\nAverage = mean over the targets (not the source), per seed, then mean ± std over seeds.")
+    table = tabulate(rows, headers=[title, f"{source} (source)", *targets, "Average"], tablefmt=fmt,
+                     disable_numparse=True)
+    return with_note(table, "Average = mean over the targets (not the source), per seed, then mean ± std over seeds.",
+                     fmt)
 
 
-def stage_table(rows: Sequence[Sequence]) -> str:
+def transfer_values(output: str, protocol: str, source: str, targets: Sequence[str],
+                    methods: Sequence[str]) -> dict[str, dict[str, list[float]]]:
+    """``{trainer: {dataset: per-seed accuracies}}`` of ``methods`` (trainers, in that order) in the cross-dataset
+    (``xd``) or DG (``dg``) runs under ``output`` (``analysis.transfer.collect_transfer``: the source column and each
+    target's cell)."""
+    values = {key[0]: per_ds for key, per_ds in collect_transfer(output, protocol, source, targets, methods=methods)
+              .items()}
+    return {m: {ds: [v for _, v in sorted(values[m].get(ds, {}).items())] for ds in (source, *targets)}
+            for m in methods if m in values}
+
+
+def stage_table(rows: Sequence[Sequence], fmt: str = "simple") -> str:
     """Per-stage times (``demo.pipeline.stage_times``)."""
-    return tabulate(rows, headers=["stage", "runs", "skipped", "wall s", "run s (summed)"], floatfmt=".0f")
+    return tabulate(rows, headers=["stage", "runs", "skipped", "wall s", "run s (summed)"], floatfmt=".0f",
+                    tablefmt=fmt)
+
+
+def write_report(path: str, title: str, sections: Sequence[tuple[str, str]], figure: str) -> None:
+    """``path`` (markdown, written atomically): ``title``, each (heading, markdown table) section and the figure."""
+    parts = [f"# {title}", *(f"## {heading}\n\n{table}" for heading, table in sections),
+             f"![methods and routing scores]({os.path.relpath(figure, os.path.dirname(path))})"]
+    atomic_write_text("\n\n".join(parts) + "\n", path)

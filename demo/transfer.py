@@ -27,9 +27,10 @@ from tabulate import tabulate
 
 from demo import report
 from demo.novel_gap import ALL_VAL, VAL, run_key
-from demo.pipeline import FULL, RESULTS, Demo, DemoPlan, Paths, default_paths, failures
+from demo.pipeline import Paths, default_paths, failures
 from demo.pretrain import PretrainParams, default_params
 from demo.shapes import PRETRAIN, PRETRAIN_RELIT
+from demo.study import FULL, RESULTS, Demo, DemoPlan
 from engine.run_identity import evaluated_files, file_digest
 from engine.utils import read_json, write_json
 from runner.jobs import Job

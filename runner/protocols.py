@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from runner.jobs import Job, check_graph
@@ -39,16 +39,31 @@ class Sweep:
     source: str = "imagenet"
     """Source dataset of the cross-dataset / DG protocols."""
     config: str = ""
-    """One config for every method (e.g. ``demo``); empty: each method's own."""
+    """One config family for every method (e.g. ``demo``: ``configs/trainers/<trainer>/demo.yaml``, PETR+X's
+    ``demo_<x>.yaml``, see ``Method.config_suffix``); empty: each method's own."""
     shots: int = 0
     """Training images per class of the cross-dataset / DG students (0: all)."""
     profile: Profile = PAPER
     extra_opts: str = ""
     """User ``KEY VALUE`` overrides for every run (EXTRA_OPTS), after the profile's (so they win)."""
+    method_opts: Mapping[str, str] = field(default_factory=dict)
+    """``KEY VALUE`` overrides of one method's runs (method name -> overrides, e.g. fewer epochs), after
+    :attr:`extra_opts`."""
     knobs: Mapping[str, str] = field(default_factory=dict)
     """Other script knobs (:data:`PASSED_KNOBS`) passed to every job."""
     gpus_per_job: int = 1
     """Processes (GPUs) per run: NPROC of the scripts."""
+
+
+def plan_sweeps(sweeps: Sequence[Sweep]) -> list[Job]:
+    """The jobs of several sweeps in one plan (e.g. cross-dataset and DG from one source): a job two sweeps share
+    (the teacher, the source's runs) once; ValueError when two different jobs have one name."""
+    jobs: dict[str, Job] = {}
+    for sweep in sweeps:
+        for job in Planner(sweep).plan():
+            if jobs.setdefault(job.name, job) != job:
+                raise ValueError(f"two sweeps plan different jobs named {job.name!r}")
+    return list(jobs.values())
 
 
 class Planner:
@@ -69,7 +84,7 @@ class Planner:
     # ----- building blocks ----------------------------------------------------------------------------------
     def cfg(self, method: Method, dataset: str) -> str:
         if self.sweep.config:
-            return self.sweep.config
+            return self.sweep.config + method.config_suffix
         return method.b2n_config(dataset) if self.sweep.protocol == "base2new" else method.xd_config
 
     def env(self, method: Method, config: str, shots: int, source: bool = False) -> dict[str, str]:
@@ -81,7 +96,8 @@ class Planner:
         if sweep.gpus_per_job > 1:
             env["NPROC"] = str(sweep.gpus_per_job)
         env.update(sweep.knobs)
-        extra = " ".join(filter(None, [*sweep.profile.opts(method.ns, sweep.output), sweep.extra_opts]))
+        extra = " ".join(filter(None, [*sweep.profile.opts(method.ns, sweep.output), sweep.extra_opts,
+                                       sweep.method_opts.get(method.name, "")]))
         if extra:
             env["EXTRA_OPTS"] = extra
         return env

@@ -1,10 +1,16 @@
-"""demo.report: statistics over seeds and the effect verdicts, checked against hand-computed numbers."""
+"""demo.report and demo.figure: statistics over seeds, the effect verdicts and the report's tables (from hand-made
+run folders) checked against hand-computed numbers; the report file and its PNG figure."""
 from __future__ import annotations
+
+import json
+import statistics
+import struct
 
 import numpy as np
 import pytest
 
 from demo import report
+from demo.figure import report_figure
 
 
 def res(base: float, novel: float, **extra_base) -> dict:
@@ -24,22 +30,6 @@ def test_mean_std_uses_the_sample_std():
     assert report.mean_std([1.0, 2.0, 6.0]) == f"3.00 ± {np.std([1, 2, 6], ddof=1):.2f}"
     assert report.mean_std([1.0, 2.0, 6.0]) == "3.00 ± 2.65"
     assert report.mean_std([4.0]) == "4.00"
-
-
-def test_b2n_table_averages_per_seed_hm():
-    per_seed = {1: seed_rows(petr=(60.0, 40.0)), 2: seed_rows(petr=(80.0, 20.0))}
-    table = report.b2n_stats_table(per_seed, ["PETR"])
-    # HM per seed: 48 and 32 -> mean 40, sample std 11.31 (HM of the means, 50 / 30 -> 37.5, would be wrong here)
-    assert "70.00 ± 14.14" in table and "30.00 ± 14.14" in table and "40.00 ± 11.31" in table
-
-
-def test_difference_table_per_seed():
-    per_seed = {1: seed_rows(kd=(60.0, 45.0), petr=(62.0, 44.0)), 2: seed_rows(kd=(60.0, 45.0), petr=(61.0, 47.0))}
-    table = report.difference_table(per_seed)
-    lines = table.splitlines()
-    assert lines[2].split()[2:5] == ["+2.00", "-1.00", f"{2 * 62 * 44 / 106 - 2 * 60 * 45 / 105:+.2f}"]
-    assert lines[3].split()[2:4] == ["+1.00", "+2.00"]
-    assert "Δ θ_u novel" in table and "-1.00" in lines[2].split()[-1]  # θ_u alone 44 vs PromptKD 45
 
 
 def test_effects_need_the_mean_and_a_majority_of_seeds():
@@ -91,8 +81,99 @@ def test_each_petr_x_gets_its_effect_and_routing_row():
     # HM per seed: PETR+MaPLe 48.00 / 48.72 vs MaPLe 40.43 / 50.00; the seed mean compares 59/41 with 56/40
     assert per == [True, False] and not holds
     assert numbers == f"PETR+MaPLe {2 * 59 * 41 / 100:.2f} vs MaPLe {2 * 56 * 40 / 96:.2f}"
-    table = report.routing_table(per_seed, {"PETR": [99.0, 98.0], "PETR+MaPLe": [91.0, 93.0]})
-    (line,) = [row for row in table.splitlines() if row.startswith("PETR+MaPLe")]
-    assert line.split()[1:] == ["90.00", "±", "0.00", "80.00", "±", "0.00", "92.00", "±", "1.41",
-                                f"{2 * 70 * 10 / 80:.2f}", "±", "0.00", f"{2 * 40 * 45 / 85:.2f}", "±", "0.00",
-                                f"{(48.0 + 2 * 58 * 42 / 100) / 2:.2f}", "±", f"{np.std([48.0, 48.72], ddof=1):.2f}"]
+
+
+def _run(root, role: str, shots: int, trainer: str, config: str, seed: int, accuracy: float, **extra) -> None:
+    folder = root / "base2new" / role / "demo_shapes_hard" / f"shots_{shots}" / trainer / config / f"seed{seed}"
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps({"trainer": trainer, "seed": seed, "accuracy": accuracy, **extra}))
+
+
+def _b2n_tree(root) -> None:
+    """Zero-shot once, CoOp and PETR for seeds 1 and 2 (CoOp's seed 3 has no novel half), PETR+CoCoOp once."""
+    _run(root, "train_base", 0, "ZeroshotCLIP", "demo", 1, 50.0)
+    _run(root, "test_new", 0, "ZeroshotCLIP", "demo", 1, 40.0)
+    for seed, base, novel in ((1, 60.0, 30.0), (2, 70.0, 36.0)):
+        _run(root, "train_base", 16, "CoOp", "demo", seed, base)
+        _run(root, "test_new", 16, "CoOp", "demo", seed, novel)
+    _run(root, "train_base", 16, "CoOp", "demo", 3, 99.0)
+    for seed, base, novel, seen, unseen in ((1, 62.0, 44.0, 95.0, 80.0), (2, 66.0, 40.0, 90.0, 70.0)):
+        _run(root, "train_base", 0, "PETR", "demo", seed, base, route_acc_seen=seen)
+        _run(root, "test_new", 0, "PETR", "demo", seed, novel, route_acc_unseen=unseen)
+    _run(root, "train_base", 16, "PETRX", "demo_cocoop", 1, 55.0, tuned_trainer="CoCoOp", route_acc_seen=90.0)
+    _run(root, "test_new", 16, "PETRX", "demo_cocoop", 1, 45.0, tuned_trainer="CoCoOp", route_acc_unseen=85.0)
+
+
+def _cells(markdown: str) -> list[list[str]]:
+    """The body rows of a markdown table, cells stripped."""
+    lines = [line for line in markdown.splitlines() if line.startswith("|")][2:]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+
+
+def test_report_tables_from_the_runs_results(tmp_path):
+    """The markdown base-to-novel and routing tables of hand-made run folders, against values computed here
+    (statistics.stdev is the sample std; HM per seed, then averaged)."""
+    _b2n_tree(tmp_path)
+    runs = report.collect_b2n(str(tmp_path))
+    order = ("ZeroshotCLIP", "CoOp", "PETR", "PETR+CoCoOp")
+    rows = _cells(report.b2n_table(runs, order, "github"))
+    hm_coop = [2 * 60 * 30 / 90, 2 * 70 * 36 / 106]
+    hm_petr = [2 * 62 * 44 / 106, 2 * 66 * 40 / 106]
+    assert rows == [
+        ["ZeroshotCLIP", "1", "50.00", "40.00", f"{2 * 50 * 40 / 90:.2f}"],
+        ["CoOp", "2", f"65.00 ± {statistics.stdev([60, 70]):.2f}", f"33.00 ± {statistics.stdev([30, 36]):.2f}",
+         f"{sum(hm_coop) / 2:.2f} ± {statistics.stdev(hm_coop):.2f}"],
+        ["PETR", "2", f"64.00 ± {statistics.stdev([62, 66]):.2f}", f"42.00 ± {statistics.stdev([44, 40]):.2f}",
+         f"{sum(hm_petr) / 2:.2f} ± {statistics.stdev(hm_petr):.2f}"],
+        ["PETR+CoCoOp", "1", "55.00", "45.00", f"{2 * 55 * 45 / 100:.2f}"]]
+    # one seed per method (make demo): two decimals kept, not re-read as numbers
+    single = {m: {1: runs[m][1]} for m in ("ZeroshotCLIP", "PETR")}
+    assert _cells(report.b2n_table(single, order, "github"))[0] == ["ZeroshotCLIP", "1", "50.00", "40.00", "44.44"]
+    assert _cells(report.routing_table(single, "github")) == [["PETR", "95.00", "80.00"]]
+    assert _cells(report.routing_table(runs, "github")) == [
+        ["PETR", f"92.50 ± {statistics.stdev([95, 90]):.2f}", f"75.00 ± {statistics.stdev([80, 70]):.2f}"],
+        ["PETR+CoCoOp", "90.00", "85.00"]]
+    # zero-shot ran once: every seed of the effects reads its one run
+    per_seed = report.per_seed_rows(runs)
+    assert list(per_seed) == [1, 2] and per_seed[2]["ZeroshotCLIP"]["base"]["accuracy"] == 50.0
+    assert per_seed[2]["CoOp"]["novel"]["accuracy"] == 36.0
+
+
+def test_transfer_values_per_dataset_and_seed(tmp_path):
+    for dataset, accuracies in (("demonet", (70.0, 72.0)), ("democool", (40.0, 46.0))):
+        for seed, accuracy in enumerate(accuracies, start=1):
+            folder = tmp_path / "xd" / "train" / dataset / "shots_0" / "PETR" / "demo" / f"seed{seed}"
+            folder.mkdir(parents=True)
+            (folder / "results.json").write_text(json.dumps({"accuracy": accuracy}))
+        zero_shot = tmp_path / "ZeroshotCLIP" / "demo" / dataset
+        zero_shot.mkdir(parents=True)
+        (zero_shot / "results.json").write_text(json.dumps({"accuracy": accuracies[0] - 10}))
+    teacher = tmp_path / "xd" / "train" / "demonet" / "shots_16" / "PromptSRC" / "demo" / "seed1"
+    teacher.mkdir(parents=True)
+    (teacher / "results.json").write_text(json.dumps({"accuracy": 80.0}))
+    values = report.transfer_values(str(tmp_path), "xd", "demonet", ["democool"], ["ZeroshotCLIP", "PETR"])
+    assert values == {"ZeroshotCLIP": {"demonet": [60.0], "democool": [30.0]},
+                      "PETR": {"demonet": [70.0, 72.0], "democool": [40.0, 46.0]}}
+    assert list(values) == ["ZeroshotCLIP", "PETR"]  # the order asked for; the teacher's run is not a method here
+    rows = _cells(report.transfer_table("xd", "demonet", ["democool"], values, "github"))
+    assert rows[1] == ["PETR", f"71.00 ± {statistics.stdev([70, 72]):.2f}", f"43.00 ± {statistics.stdev([40, 46]):.2f}",
+                       f"43.00 ± {statistics.stdev([40, 46]):.2f}"]
+
+
+def test_report_file_and_figure(tmp_path):
+    """report.md holds each section's table after its heading and links the figure; the figure is a PNG (its
+    signature and IHDR size read here) of the size the module promises."""
+    _b2n_tree(tmp_path)
+    runs = report.collect_b2n(str(tmp_path))
+    png = tmp_path / "report.png"
+    rng = np.random.default_rng(0)
+    report_figure(report.seed_means(runs, ("ZeroshotCLIP", "CoOp")), (rng.gamma(2, 1, 50), rng.gamma(9, 1, 50), 6.0),
+                  "scores", str(png))
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    assert struct.unpack(">II", data[16:24]) == (1400, 500)
+    table = report.b2n_table(runs, (), "github")
+    report.write_report(str(tmp_path / "report.md"), "Demo", [("Base-to-novel", table)], str(png))
+    text = (tmp_path / "report.md").read_text()
+    assert text.startswith("# Demo\n\n## Base-to-novel\n\n| method")
+    assert table in text and text.rstrip().endswith("](report.png)")

@@ -2,8 +2,9 @@
 recovers, from the runs' results.json files, against hand-computed values."""
 import os
 
-from demo.pipeline import FULL, Paths
+from demo.pipeline import Paths
 from demo.pretrain import default_params
+from demo.study import FULL
 from demo.transfer import VARIANTS, TransferStudy
 from engine.utils import write_json
 

@@ -16,7 +16,7 @@ from runner.cli import main as runner_main
 from runner.costs import projected_seconds
 from runner.jobs import job_states, record_job
 from runner.profiles import FAST, PAPER, bf16_opts, launch_env
-from runner.protocols import Planner, Sweep
+from runner.protocols import Planner, Sweep, plan_sweeps
 from tests.helpers_run import ScriptRunner
 from units.methods import find_method
 
@@ -250,3 +250,35 @@ def test_petr_x_plug_ins_route_on_their_prompt_learners_runs(tmp_path):
                                     for role in ("train_base", "test_new"))
     assert sorted(jobs) == sorted([*(f"{m} train eurosat seed2" for m in ("MaPLe", "IVLP")),
                                    *(f"PETR+{m} plug-in eurosat seed2" for m in ("MaPLe", "IVLP"))])
+
+
+def test_one_config_family_and_per_method_overrides(tmp_path):
+    """``--config demo`` names each method's ``demo`` config and PETR+X's ``demo_<x>``; a method's own overrides
+    come after the sweep's EXTRA_OPTS, and only in its jobs."""
+    jobs = by_name(Planner(sweep("base2new", ("PETR+CoCoOp", "PETR"), ("demo_shapes_hard",), tmp_path, seeds=(1,),
+                                 config="demo", extra_opts="TRAIN.PRINT_FREQ 5",
+                                 method_opts={"CoCoOp": "OPTIM.MAX_EPOCH 3"})).plan())
+    out = tmp_path / "out" / "base2new"
+    plugin = jobs["PETR+CoCoOp plug-in demo_shapes_hard seed1"]
+    assert plugin.call.knobs["CFG"] == "demo_cocoop" and plugin.config == "demo_cocoop"
+    assert plugin.call.argv[-1] == str(out / "train_base/demo_shapes_hard/shots_16/CoCoOp/demo/seed1")
+    assert plugin.runs[0] == str(out / "train_base/demo_shapes_hard/shots_16/PETRX/demo_cocoop/seed1")
+    assert jobs["CoCoOp train demo_shapes_hard seed1"].call.knobs["EXTRA_OPTS"] == "TRAIN.PRINT_FREQ 5 OPTIM.MAX_EPOCH 3"
+    assert jobs["PETR train demo_shapes_hard seed1"].call.knobs["EXTRA_OPTS"] == "TRAIN.PRINT_FREQ 5"
+    assert plugin.call.knobs["EXTRA_OPTS"] == "TRAIN.PRINT_FREQ 5"
+
+
+def test_sweeps_of_one_source_share_their_jobs(tmp_path):
+    """Cross-dataset and DG from one source in one plan: the teacher and the source's runs once, the targets' jobs
+    of both; two different jobs of one name are refused."""
+    xd = sweep("xd", ("PETR", "PromptKD", "ZeroshotCLIP"), ("dtd",), tmp_path, seeds=(1,))
+    dg = sweep("dg", ("PETR", "PromptKD", "ZeroshotCLIP"), ("imagenet_a",), tmp_path, seeds=(1,))
+    names = [j.name for j in plan_sweeps([xd, dg])]
+    shared = ["ZeroshotCLIP zero-shot imagenet", "teacher imagenet", "PETR train imagenet seed1",
+              "PromptKD train imagenet seed1"]
+    assert sorted(names) == sorted([*shared, "ZeroshotCLIP zero-shot dtd", "PETR train dtd seed1",
+                                    "PromptKD train dtd seed1", "ZeroshotCLIP zero-shot imagenet_a",
+                                    "PETR train imagenet_a seed1", "PromptKD test imagenet_a seed1"])
+    other = sweep("dg", ("PETR",), ("imagenet_a",), tmp_path, seeds=(1,), knobs={"KD_WEIGHT": "5.0"})
+    with pytest.raises(ValueError, match="two sweeps plan different jobs named 'teacher imagenet'"):
+        plan_sweeps([xd, other])

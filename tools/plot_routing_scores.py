@@ -34,7 +34,9 @@ from trainers.routing import ROUTERS
 SCORE_ROUTERS = tuple(name for name, cls in ROUTERS.items() if cls.routes and not cls.needs_truth)
 
 
-def _histogram(ax: plt.Axes, base: np.ndarray, novel: np.ndarray, threshold: float, log2: bool) -> None:
+def histogram(ax: plt.Axes, base: np.ndarray, novel: np.ndarray, threshold: float, log2: bool) -> None:
+    """Overlaid histograms of the base and novel scores on ``ax`` with the threshold as a dashed line (``log2``: on a
+    log2 axis)."""
     values = np.concatenate([base, novel, [threshold]])
     if log2:
         lo = max(values[values > 0].min(), 1e-12) if (values > 0).any() else 1e-12
@@ -76,7 +78,7 @@ def plot_mahalanobis(units: Sequence[DumpUnit], out_dir: str, lam: float | None 
     written = []
     for unit, base, novel, thr in data:
         fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-        _histogram(ax, base, novel, thr, log2=True)
+        histogram(ax, base, novel, thr, log2=True)
         ax.set_xlabel("Mahalanobis distance (log2 scale)")
         ax.set_title(f"{_title(unit, multi)}: {_threshold_text(unit, lam, percentile)}")
         written.append(_save(fig, os.path.join(out_dir, f"{_slug(unit, multi)}_mahalanobis.png")))
@@ -85,7 +87,7 @@ def plot_mahalanobis(units: Sequence[DumpUnit], out_dir: str, lam: float | None 
         rows = math.ceil(len(data) / cols)
         fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.5 * rows), dpi=100, squeeze=False)
         for ax, (unit, base, novel, thr) in zip(axes.flat, data):
-            _histogram(ax, base, novel, thr, log2=True)
+            histogram(ax, base, novel, thr, log2=True)
             ax.set_title(f"{_title(unit, multi)}: {_threshold_text(unit, lam, percentile)}", fontsize=10)
             ax.set_xlabel("Mahalanobis distance")
         for ax in list(axes.flat)[len(data):]:
@@ -107,7 +109,7 @@ def plot_routers(units: Sequence[DumpUnit], out_dir: str, routers: Sequence[str]
         fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.5 * rows), dpi=100, squeeze=False)
         for ax, name in zip(axes.flat, routers):
             base, novel, thr = unit_scores(unit, name, lam, percentile)
-            _histogram(ax, base, novel, thr, log2=name == "mahalanobis")
+            histogram(ax, base, novel, thr, log2=name == "mahalanobis")
             ax.set_title(name)
             ax.set_xlabel("outlier score" + (" (log2)" if name == "mahalanobis" else ""))
         for ax in list(axes.flat)[len(routers):]:

@@ -41,6 +41,9 @@ class Method:
     dg_script: str = ""
     """Its domain-generalisation script per target: ``xd_test.sh`` evaluates the source-trained student,
     ``dg_train.sh`` trains on the target's images; empty for methods without one."""
+    config_suffix: str = ""
+    """Appended to a config family's name for this method: PETR+X runs ``<family>_<x>`` (``vit_b16_cocoop``, the
+    demo's ``demo_cocoop``), as one routing trainer (PETRX) has a config per prompt learner."""
 
     def b2n_config(self, dataset: str) -> str:
         """Its base-to-novel config on ``dataset``."""
@@ -66,7 +69,8 @@ IVLP = Method("IVLP", "IVLP", "ivlp", "IVLP", "vit_b16_c2_ep20_batch4_4+4ctx",
               learner_xd_config="vit_b16_c2_ep20_batch4_4+4ctx", shots=16)
 
 PETR_X = tuple(Method(f"PETR+{x.name}", "PETRX", "petr_x", "PETRX", f"vit_b16_{x.scripts}", shots=16,
-                      plugin_of=x.name, plugin_script="base2new.sh") for x in (COCOOP, MAPLE, IVLP))
+                      plugin_of=x.name, plugin_script="base2new.sh", config_suffix=f"_{x.scripts}")
+               for x in (COCOOP, MAPLE, IVLP))
 """PETR's routing on a finished CoCoOp, MaPLe or IVLP run (PETR+CoOp keeps its own trainer)."""
 
 METHODS = {m.name: m for m in (ZERO_SHOT, TEACHER, COOP, COCOOP, MAPLE, IVLP, PROMPTKD, PETR, PETR_COOP, *PETR_X)}
