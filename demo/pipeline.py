@@ -35,7 +35,7 @@ if __name__ == "__main__":  # process-wide, so only as a program; read when torc
 from analysis.dumps import find_units, unit_scores
 from demo import report
 from demo.figure import report_figure
-from demo.pretrain import PretrainParams, default_params, default_path, pretrained_path
+from demo.pretrain import PRETRAIN_THREADS, SHIPPED, PretrainParams, default_params, default_path, pretrained_path
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
 from runner.local import LocalExecutor
 from runner.protocols import Planner, Sweep, plan_sweeps
@@ -57,10 +57,6 @@ TABLE_ORDER = ("ZeroshotCLIP", "CoOp", "CoCoOp", "MaPLe", "IVLP", "PromptSRC", "
 """Rows of the base-to-novel table (``demo.report.method_key`` names)."""
 KD_WEIGHT = "100.0"
 """α of the distilled students (the demo configs' value; the unit commands default to PromptKD's 1000)."""
-PRETRAIN_THREADS = 2
-"""Torch threads of the tiny CLIPs' pretraining (it runs alone, in this process). Fixed, because the float sums and
-so the cached CLIPs (and every number after them) depend on the thread count; OMP_WAIT_POLICY=PASSIVE (set when this
-module runs as a program) keeps the two threads from spinning on a busy machine (docs/demo.md, "Time")."""
 
 
 @dataclass(frozen=True)
@@ -74,9 +70,10 @@ class Size:
     dg_targets: tuple[str, ...] = ()
     """Cross-dataset / DG targets of DemoNet (none: that protocol is not run)."""
     data: GenParams = DEFAULT_PARAMS
-    student: PretrainParams = field(default_factory=lambda: default_params("student"))
-    teacher: PretrainParams | None = field(default_factory=lambda: default_params("teacher"))
-    """None: the teacher's PromptSRC prompts are learned on the student CLIP itself (one pretraining)."""
+    student: PretrainParams = SHIPPED["student"]
+    teacher: PretrainParams | None = SHIPPED["teacher"]
+    """None: the teacher's PromptSRC prompts are learned on the student CLIP itself (one pretraining). The shipped
+    pair (``demo.pretrain.SHIPPED``) is read from ``demo/weights``; any other is pretrained into the cache."""
     method_opts: Mapping[str, str] = field(default_factory=dict)
     """``KEY VALUE`` overrides per method after the demo config (``Sweep.method_opts``), e.g. fewer epochs."""
 
@@ -113,7 +110,12 @@ class Paths:
 
 
 def tiny_clips(size: Size, cache: str) -> tuple[str, str]:
-    """The (student, teacher) tiny CLIP files of ``size`` under ``cache``, pretrained first when missing."""
+    """The (student, teacher) tiny CLIP files of ``size`` under ``cache``: the shipped ones (checked and expanded by
+    ``demo.shipped``), or pretrained first when missing."""
+    if (size.student, size.teacher) == (SHIPPED["student"], SHIPPED["teacher"]):
+        from demo.shipped import clip_files
+
+        return clip_files(cache)
     import torch
 
     torch.set_num_threads(PRETRAIN_THREADS)

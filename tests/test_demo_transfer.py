@@ -3,7 +3,7 @@ recovers, from the runs' results.json files, against hand-computed values."""
 import os
 
 from demo.pipeline import Paths
-from demo.pretrain import default_params
+from demo.pretrain import SHIPPED, default_params
 from demo.study import FULL
 from demo.transfer import VARIANTS, TransferStudy
 from engine.utils import write_json
@@ -14,7 +14,7 @@ def _write(folder: str, accuracy: float) -> None:
 
 
 def test_row_reports_the_lead_and_the_share_recovered_per_seed(tmp_path):
-    variant = VARIANTS[0]
+    variant = VARIANTS[1]
     study = TransferStudy([variant], [1, 2], Paths(str(tmp_path / "data"), str(tmp_path / "out"), ""), 1, 1)
     for part, zs, teacher in (("base", 50.0, 70.0), ("novel", 40.0, 60.0)):
         _write(study.shared_dir(variant, f"zeroshot_{part}"), zs)
@@ -31,17 +31,20 @@ def test_row_reports_the_lead_and_the_share_recovered_per_seed(tmp_path):
     assert row[6] == "60.00 ± 14.14 %"
 
 
-def test_the_first_variant_is_the_demo_and_variants_of_one_pair_of_clips_share_their_runs():
-    assert (VARIANTS[0].student, VARIANTS[0].teacher) == (default_params("student"), default_params("teacher"))
-    narrow = [v for v in VARIANTS if v.student.size == "student" and not v.long]
+def test_the_first_variant_is_the_shipped_design_and_variants_of_one_pair_of_clips_share_their_runs():
+    assert VARIANTS[0].name == "shipped" and (VARIANTS[0].student, VARIANTS[0].teacher) == (
+        SHIPPED["student"], SHIPPED["teacher"])
+    assert dict(zip(VARIANTS[0].promptkd[::2], VARIANTS[0].promptkd[1::2])) == {
+        "DATASET.NUM_SHOTS": "200", "OPTIM.MAX_EPOCH": "2"}  # every train image of the demo data, as the demo
+    old_demo = (default_params("student"), default_params("teacher"))
+    narrow = [v for v in VARIANTS if (v.student, v.teacher) == old_demo]
     assert len(narrow) >= 2 and len({v.world() for v in narrow}) == 1
     assert len({v.student_key() for v in narrow}) == len(narrow)
-    wide = [v for v in VARIANTS if v.student.size == "student_wide"]
-    assert wide and wide[0].world() != narrow[0].world()
+    assert VARIANTS[0].world() != narrow[0].world()
 
 
 def test_probes_are_fitted_again_when_what_they_read_changes(tmp_path, monkeypatch, capsys):
-    variant = VARIANTS[0]
+    variant = VARIANTS[1]
     study = TransferStudy([variant], [1], Paths(str(tmp_path / "data"), str(tmp_path / "out"), ""), 1, 1)
     inputs = {"student_clip": "a", "teacher": ["b"], "shots": 32}
     fits = []

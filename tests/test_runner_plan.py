@@ -263,7 +263,8 @@ def test_one_config_family_and_per_method_overrides(tmp_path):
     assert plugin.call.knobs["CFG"] == "demo_cocoop" and plugin.config == "demo_cocoop"
     assert plugin.call.argv[-1] == str(out / "train_base/demo_shapes_hard/shots_16/CoCoOp/demo/seed1")
     assert plugin.runs[0] == str(out / "train_base/demo_shapes_hard/shots_16/PETRX/demo_cocoop/seed1")
-    assert jobs["CoCoOp train demo_shapes_hard seed1"].call.knobs["EXTRA_OPTS"] == "TRAIN.PRINT_FREQ 5 OPTIM.MAX_EPOCH 3"
+    cocoop = jobs["CoCoOp train demo_shapes_hard seed1"].call.knobs
+    assert cocoop["EXTRA_OPTS"] == "TRAIN.PRINT_FREQ 5 OPTIM.MAX_EPOCH 3"
     assert jobs["PETR train demo_shapes_hard seed1"].call.knobs["EXTRA_OPTS"] == "TRAIN.PRINT_FREQ 5"
     assert plugin.call.knobs["EXTRA_OPTS"] == "TRAIN.PRINT_FREQ 5"
 
