@@ -10,8 +10,8 @@ export UNITS_SCRIPT=$1 UNITS_CALLER_DIR=$PWD
 shift
 cd "$(dirname "$0")/.."
 if [ -z "${PYTHON:-}" ]; then
-    if [ -n "${VIRTUAL_ENV:-}" ]; then
-        PYTHON=python
+    if [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
+        PYTHON="$VIRTUAL_ENV/bin/python"
     elif [ -x "$PWD/.venv/bin/python" ]; then
         PYTHON="$PWD/.venv/bin/python"
     else

@@ -186,7 +186,8 @@ def test_a_changed_split_stops_the_script_instead_of_skipping(tmp_path, tiny_cli
 
 def test_scripts_find_the_project_venv(tmp_path):
     """Without PYTHON or an active virtual environment, scripts/unit.sh runs the project's .venv python (here a
-    stand-in that logs its arguments); a PYTHON without torch is one error line, exit status 1."""
+    stand-in that logs its arguments); with an active one, that environment's python, even when its bin/ is not on
+    PATH; a PYTHON without torch is one error line, exit status 1."""
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "VIRTUAL_ENV")}
     (tmp_path / "scripts").mkdir()
     shutil.copy(os.path.join(REPO, "scripts", "unit.sh"), tmp_path / "scripts" / "unit.sh")
@@ -199,6 +200,17 @@ def test_scripts_find_the_project_venv(tmp_path):
                            cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert found.returncode == 0, found.stderr
     assert (tmp_path / "calls").read_text().splitlines()[-1] == "-m units petr base2new_train a"
+    venv = tmp_path / "env"  # an active environment whose bin/ is not on PATH: its own python runs, not PATH's
+    shutil.copytree(tmp_path / ".venv", venv)
+    (tmp_path / "calls").write_text("")
+    path_without_venv = os.pathsep.join(p for p in clean["PATH"].split(os.pathsep) if ".venv" not in p)
+    found = subprocess.run(["bash", str(tmp_path / "scripts" / "unit.sh"), "x.sh", "petr", "base2new_train", "b"],
+                           cwd=tmp_path, env={**clean, "VIRTUAL_ENV": str(venv), "PATH": path_without_venv},
+                           capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert found.returncode == 0, found.stderr
+    assert (tmp_path / "calls").read_text().splitlines() == [
+        "-c import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)",
+        "-m units petr base2new_train b"]
     no_torch = subprocess.run(["bash", os.path.join(REPO, "scripts", "unit.sh"), "x.sh", "petr", "base2new_train"],
                               env={**clean, "PYTHON": "/bin/false"}, capture_output=True, text=True,
                               timeout=HANG_GUARD_S)
