@@ -237,6 +237,7 @@ def test_data_unset_is_an_error_line_and_relative_paths_are_the_callers(tmp_path
     """The scripts cd to the repository root; DATA and OUTPUT_ROOT given relative are still the caller's."""
     script = os.path.join(REPO, "scripts", "coop", "base2new_train.sh")
     env = {k: v for k, v in os.environ.items() if k not in ("DATA", "OUTPUT_ROOT", "TEACHER_DIR", "TEACHER_CKPT")}
+    env["PYTHON"] = sys.executable  # the tests' interpreter, however pytest was started
 
     def run(**extra: str) -> subprocess.CompletedProcess:
         return subprocess.run(["bash", script, "eurosat", "1"], cwd=tmp_path, env={**env, **extra},
