@@ -120,6 +120,13 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("wide, seed 2, all images, 2 epochs", "the closest design of seed 1 (all 200 images per class, 2 epochs) "
             "on the seed-2 CLIPs", *clips(400, 500, student=WIDE, seed=2),
             promptkd=(*ALL_IMAGES, "OPTIM.MAX_EPOCH", "2")),
+    Variant("wide S800 / T1500", "the wide student pretrained 800 steps (neutral), the teacher 1,500 (relit)",
+            *clips(800, 1500, student=WIDE)),
+    Variant("wide S800 / T1500, all images, 2 epochs", "the same CLIPs, distilled on all 200 train images per class",
+            *clips(800, 1500, student=WIDE), promptkd=(*ALL_IMAGES, "OPTIM.MAX_EPOCH", "2")),
+    Variant("wide S800 / neutral T1500, all images, 2 epochs", "a teacher that leads by capacity on the student's "
+            "stream: both neutral, the teacher 1,500 steps", *clips(800, 1500, teacher_relit=False, student=WIDE),
+            promptkd=(*ALL_IMAGES, "OPTIM.MAX_EPOCH", "2")),
     Variant("narrow S400 / T1500", "a longer-trained teacher only", *clips(400, 1500)),
     Variant("narrow S800 / T1500", "longer pretraining of both (student on the neutral stream)",
             *clips(800, 1500)),
