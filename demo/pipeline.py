@@ -38,7 +38,7 @@ from demo.figure import report_figure
 from demo.pretrain import PRETRAIN_THREADS, SHIPPED, PretrainParams, default_params, default_path, pretrained_path
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
 from runner.local import LocalExecutor
-from runner.protocols import Planner, Sweep, plan_sweeps
+from runner.protocols import Planner, Sweep, merge_plans
 from runner.schedule import Report, run_plan
 from units.methods import find_method
 
@@ -171,7 +171,8 @@ class Demo:
     def run_jobs(self, planned: Sequence[Sweep]) -> Report:
         """Run the sweeps' jobs on the CPU slots; the runner's lines go to ``<logs>/runner.txt`` (a progress bar
         stays on a terminal)."""
-        jobs = plan_sweeps(planned)
+        plans = {sweep.protocol: Planner(sweep).plan() for sweep in planned}
+        jobs = merge_plans(plans.values())
         executor = LocalExecutor([], cpu_jobs=max(1, self.workers), threads=self.threads)
         log = os.path.join(self.paths.logs, "runner.txt")
         self.say(f"{len(jobs)} runs on {executor.describe()} (commands and logs: {log}, {self.paths.logs}/)")
@@ -181,9 +182,9 @@ class Demo:
         finally:
             executor.close()
         stages: dict[str, str] = {}
-        for sweep in planned:
-            for job in Planner(sweep).plan():
-                stages.setdefault(job.name, sweep.protocol)
+        for protocol, plan in plans.items():
+            for job in plan:
+                stages.setdefault(job.name, protocol)
         self.times += stage_times(stages, outcome)
         return outcome
 
@@ -197,28 +198,34 @@ class Demo:
         self.report()
         return True
 
-    def sections(self, runs: Mapping[str, Mapping[int, report.Results]], fmt: str) -> list[tuple[str, str]]:
+    def transfer_runs(self) -> list[tuple[str, tuple[str, ...], dict[str, dict[str, list[float]]]]]:
+        """(title, targets, per-seed accuracies per method and dataset) of the cross-dataset and DG protocols that
+        ran, read from their results once."""
+        return [(title, targets,
+                 report.transfer_values(self.paths.output, protocol, SOURCE, targets, TRANSFER_METHODS))
+                for protocol, title, targets in (("xd", "cross-dataset", self.size.xd_targets),
+                                                 ("dg", "domain generalisation", self.size.dg_targets)) if targets]
+
+    def sections(self, runs: Mapping[str, Mapping[int, report.Results]], transfer: Sequence[tuple], fmt: str
+                 ) -> list[tuple[str, str]]:
         """The report's (heading, table) sections in tabulate's ``fmt`` (``simple``: the terminal; ``github``:
-        markdown): base-to-novel, routing, effects, and the cross-dataset and DG tables when they ran."""
+        markdown): base-to-novel, routing, effects, and the cross-dataset and DG tables (``transfer``, from
+        :meth:`transfer_runs`)."""
         size, seeds = self.size, ", ".join(map(str, self.size.seeds))
         chance = 100.0 / runs["PETR"][size.seeds[0]]["novel"]["num_eval_classes"]
         out = [(f"Base-to-novel on {DATASET} (seeds {seeds}; mean ± sample std)",
                 report.b2n_table(runs, TABLE_ORDER, fmt)),
                ("Routing: test images sent to the right branch", report.routing_table(runs, fmt)),
                ("The paper's effects", report.effects_table(report.per_seed_rows(runs), chance, fmt))]
-        for protocol, title, targets in (("xd", "cross-dataset", size.xd_targets),
-                                         ("dg", "domain generalisation", size.dg_targets)):
-            if targets:
-                values = report.transfer_values(self.paths.output, protocol, SOURCE, targets, TRANSFER_METHODS)
-                out.append((f"{title.capitalize()} from {SOURCE} (seeds {seeds})",
-                            report.transfer_table(title, SOURCE, targets, values, fmt)))
+        out += [(f"{title.capitalize()} from {SOURCE} (seeds {seeds})",
+                 report.transfer_table(title, SOURCE, targets, values, fmt)) for title, targets, values in transfer]
         return out
 
     def report(self) -> None:
         """Print the tables and write ``report.md`` and ``report.png`` next to the runs."""
         out, first = self.paths.output, self.size.seeds[0]
-        runs = report.collect_b2n(out)
-        for heading, table in self.sections(runs, "simple"):
+        runs, transfer = report.collect_b2n(out), self.transfer_runs()
+        for heading, table in self.sections(runs, transfer, "simple"):
             self.say(heading)
             print(table)
         self.times.append(["total", "", "", time.time() - self.start, ""])
@@ -228,7 +235,7 @@ class Demo:
         report_figure(report.seed_means(runs, TABLE_ORDER), unit_scores(unit, "mahalanobis"),
                       f"PETR's Mahalanobis scores, {DATASET} seed {first}", figure)
         report.write_report(os.path.join(out, "report.md"), f"PETR demo ({self.size.name})",
-                            [*self.sections(runs, "github"),
+                            [*self.sections(runs, transfer, "github"),
                              ("Time per stage (s)", report.stage_table(self.times, "github"))], figure)
         self.say(f"Done in {time.time() - self.start:.0f} s; report: {os.path.join(out, 'report.md')}, {figure}")
 

@@ -35,7 +35,8 @@ from tqdm import tqdm
 from demo.captions import PRETRAIN_TEMPLATES, pretraining_captions
 from demo.evaluate import print_zero_shot, quick_check
 from demo.shapes import GENERATOR_VERSION, PRETRAIN, PRETRAIN_RELIT, Style, sample_batch, to_model_input
-from engine.utils import mkdir_if_missing, read_json, write_json
+from engine.atomic import atomic_write
+from engine.utils import read_json, write_json
 
 CONTEXT_LENGTH = 77
 VOCAB_SIZE = 49408
@@ -230,12 +231,9 @@ def is_cached(path: str, params: PretrainParams) -> bool:
 
 def save_state_dict(state_dict: dict[str, torch.Tensor], path: str, params: PretrainParams,
                     seconds: float | None = None) -> None:
-    """Write the state dict atomically (temp file + rename), then its sidecar JSON with the parameters and the
+    """Write the state dict atomically (``engine.atomic``), then its sidecar JSON with the parameters and the
     pretraining's seconds and threads."""
-    mkdir_if_missing(os.path.dirname(os.path.abspath(path)))
-    tmp = f"{path}.tmp-{os.getpid()}"
-    torch.save(state_dict, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: torch.save(state_dict, f), binary=True)
     write_json({"digest": params.digest(), "params": asdict(params), "spec": asdict(SPECS[params.size]),
                 "seconds": None if seconds is None else round(seconds, 1), "threads": torch.get_num_threads()},
                _sidecar(path))

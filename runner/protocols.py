@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from runner.jobs import Job, check_graph
@@ -56,11 +56,17 @@ class Sweep:
 
 
 def plan_sweeps(sweeps: Sequence[Sweep]) -> list[Job]:
-    """The jobs of several sweeps in one plan (e.g. cross-dataset and DG from one source): a job two sweeps share
-    (the teacher, the source's runs) once; ValueError when two different jobs have one name."""
+    """The jobs of several sweeps in one plan (e.g. cross-dataset and DG from one source): :func:`merge_plans` of
+    their plans."""
+    return merge_plans([Planner(sweep).plan() for sweep in sweeps])
+
+
+def merge_plans(plans: Iterable[Sequence[Job]]) -> list[Job]:
+    """The jobs of several plans in one: a job two plans share (the teacher, the source's runs) once; ValueError when
+    two different jobs have one name."""
     jobs: dict[str, Job] = {}
-    for sweep in sweeps:
-        for job in Planner(sweep).plan():
+    for plan in plans:
+        for job in plan:
             if jobs.setdefault(job.name, job) != job:
                 raise ValueError(f"two sweeps plan different jobs named {job.name!r}")
     return list(jobs.values())

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from units.commands import COMMANDS
 from units.facts import REPO, UnitError
 from units.methods import by_scripts
-from units.unit import StepFailed, Unit
+from units.unit import StepFailed, Unit, run_train
 
 EXIT_USAGE = 2
 """Exit status of an unknown method or command."""
@@ -88,8 +88,6 @@ class TrainCall:
         return {}
 
     def __call__(self) -> int:
-        """train.py's exit status (75 preempted, its state saved)."""
-        import train  # torch is imported only here
-
+        """train.py's exit status (75 preempted, its state saved), run as a unit's step runs it."""
         sys.argv = ["train.py", *self.args]  # argparse's program name, as on the command line
-        return train.cli(list(self.args))
+        return run_train(list(self.argv[1:]))
