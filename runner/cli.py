@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from tabulate import tabulate
 
 from runner.arguments import check_opts_keys, check_pairs, check_writable
-from runner.costs import STEP_MS, projected_seconds
+from runner.costs import STEP_MS, missing_numbers, projected_seconds
 from runner.jobs import KINDS, Job, command_line, job_states
 from runner.preflight import add_arguments, preflight
 from runner.profiles import PROFILES
@@ -148,7 +148,7 @@ def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = True) ->
         for job in of_kind:
             seconds = projected_seconds(job, sweep.protocol, profile)
             if seconds is None:
-                unknown.add(job.dataset)
+                unknown.add(missing_numbers(job, profile))
             elif states[job.name] not in ("finished", "check"):
                 hours += seconds / 3600
         rows.append([kind, len(of_kind), count["new"], count["resume"], count["retry"], count["check"],
@@ -166,7 +166,7 @@ def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = True) ->
     if by_method:
         print("GPU-hours to run, per method: " + ", ".join(f"{m} {h:.1f}" for m, h in by_method.items()))
     if unknown:
-        print(f"No projection for {', '.join(sorted(unknown))} (no sizes in datasets/sizes.py): counted as 0 h.")
+        print(f"No projection for {', '.join(sorted(unknown))}: counted as 0 h.")
     used = sorted({(j.trainer, profile) for j in jobs if j.kind in ("train", "teacher")} & set(STEP_MS))
     print("Projection: steps from the dataset sizes and each config's epochs and batch, times per step:")
     for key in used:

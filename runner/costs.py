@@ -101,17 +101,26 @@ def eval_images(job: Job, protocol: str) -> int:
     return base if job.kind in ("train", "teacher") else size.test - base
 
 
-def projected_seconds(job: Job, protocol: str, profile: str) -> float | None:
-    """Projected seconds of ``job`` on one H100, or None when its dataset or trainer has no numbers here."""
+def missing_numbers(job: Job, profile: str) -> str:
+    """Why ``job`` has no projection: its dataset has no published sizes, or it trains a trainer without a step
+    time here; "" when it has one."""
     if job.dataset not in PUBLISHED_SIZES:
+        return f"{job.dataset} (no sizes in datasets/sizes.py)"
+    if job.kind in ("train", "teacher") and (job.trainer, profile) not in STEP_MS:
+        return f"{job.trainer} (no step time in runner/costs.py)"
+    return ""
+
+
+def projected_seconds(job: Job, protocol: str, profile: str) -> float | None:
+    """Projected seconds of ``job`` on one H100, or None when its dataset or trainer has no numbers here
+    (:func:`missing_numbers`)."""
+    if missing_numbers(job, profile):
         return None
     seconds = JOB_OVERHEAD_S
     eval_ms = EVAL_MS_PER_IMAGE[EVAL_MODEL.get(job.trainer, "ViT-B/16")]
     seconds += eval_images(job, protocol) * eval_ms / 1000
     if job.kind in ("train", "teacher"):
-        step = STEP_MS.get((job.trainer, profile))
-        if step is None:
-            return None
+        step = STEP_MS[job.trainer, profile]
         epochs, batch, _ = config_schedule(job.trainer, job.config)
         shots = int(job.knobs.get("SHOTS", "0"))
         images = train_images(job, protocol, shots)

@@ -217,6 +217,17 @@ def test_dry_run_prints_the_plan(tmp_path, capsys):
     assert "PETR: 38.4 ms (docs/throughput.md GPU table" in out
 
 
+def test_the_plan_says_why_a_job_has_no_projection(tmp_path, capsys):
+    """A trainer without a measured step (CoCoOp) and a dataset without published sizes (the demo's) are named as
+    such; the datasets of the first are not blamed."""
+    runner_main(["base2new", "--methods", "CoCoOp", "PETR", "--datasets", "dtd", "demo_shapes", "--seeds", "1",
+                 "--config", "demo", "--data", str(tmp_path / "data"), "--output", str(tmp_path / "out"),
+                 "--teacher-dir", str(tmp_path / "teachers"), "--dry-run"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("No projection")]
+    assert lines == ["No projection for CoCoOp (no step time in runner/costs.py), demo_shapes (no sizes in "
+                     "datasets/sizes.py): counted as 0 h."]
+
+
 @pytest.mark.parametrize("args,message", [
     (["base2new", "--methods", "PETRX"], "error: unknown method 'PETRX'; choose from ZeroshotCLIP, PromptSRC"),
     (["xd", "--methods", "CoOp"], "error: CoOp: no xd scripts; the xd protocol runs ZeroshotCLIP, PromptKD and PETR"),
