@@ -20,6 +20,7 @@ from runner.jobs import Job, check_graph
 from runner.local import LocalExecutor
 from runner.schedule import Report, run_plan
 from units.call import TrainCall
+from units.unit import train_argv
 
 __all__ = ["FULL", "RESULTS", "Demo", "DemoPlan"]
 
@@ -60,16 +61,13 @@ class Demo:
     def train_call(self, trainer: str, out: str, seed: int, subsample: str, opts: Sequence[str] = (),
                    model_dir: str = "") -> TrainCall:
         """``python train.py`` on the demo dataset (base-to-novel): training, or evaluating ``model_dir``."""
-        argv = ["--root", self.paths.data, "--seed", str(seed), "--trainer", trainer,
-                "--dataset-config-file", f"configs/datasets/{self.short}.yaml",
-                "--config-file", f"configs/trainers/{trainer}/{CONFIG}.yaml", "--output-dir", out]
+        flags = []
         if model_dir:
-            argv += ["--eval-only", "--model-dir", model_dir]
-            if trainer != "ZeroshotCLIP":
-                argv += ["--load-epoch", "last"]
-        argv += ["DATASET.NUM_SHOTS", str(self.shots(trainer)), "DATASET.SUBSAMPLE_CLASSES", subsample,
-                 "TRAINER.MODAL", "base2novel", *opts]
-        return TrainCall(tuple(argv))
+            flags = ["--eval-only", "--model-dir", model_dir, *(["--load-epoch", "last"] * (trainer != "ZeroshotCLIP"))]
+        opts = ["DATASET.NUM_SHOTS", str(self.shots(trainer)), "DATASET.SUBSAMPLE_CLASSES", subsample,
+                "TRAINER.MODAL", "base2novel", *opts]
+        argv = train_argv(self.paths.data, trainer, self.short, CONFIG, out, seed, [*flags, *opts])
+        return TrainCall(tuple(argv[1:]))
 
     def job(self, stage: str, **fields: Any) -> Job:
         """A runner job (``runner.jobs.Job`` fields; ``stage`` names the study variant) that reads the demo's data

@@ -167,10 +167,9 @@ class Unit:
         if not re.fullmatch(r"[1-9][0-9]*", nproc):
             raise UnitError(f"NPROC={nproc}: give the number of processes (GPUs), e.g. NPROC=4")
         launch = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", nproc] if int(nproc) > 1 else []
-        return [*launch, "train.py", "--root", self.data, *(["--seed", seed] if seed else []),
-                "--trainer", self.trainer, "--dataset-config-file", dataset_yaml(dataset),
-                "--config-file", f"configs/trainers/{self.trainer}/{config}.yaml", "--output-dir", out,
-                *(["--move-aside"] if self.env.get("MOVE_ASIDE") == "1" else []), *args, *self.common_opts()]
+        flags = ["--move-aside"] if self.env.get("MOVE_ASIDE") == "1" else []
+        return [*launch, *train_argv(self.data, self.trainer, dataset, config, out, seed,
+                                     [*flags, *args, *self.common_opts()])]
 
     def train(self, line: str, dataset: str, out: str, args: list[str], config: str, seed: str) -> None:
         """Print ``line`` (with `` -> out``), then run train.py on ``dataset`` into ``out`` (or, dry, print the
@@ -187,6 +186,16 @@ class Unit:
         status = run_train(argv)
         if status:
             raise StepFailed(status)
+
+
+def train_argv(data: str, trainer: str, dataset: str, config: str, out: str, seed: str | int,
+               args: list[str]) -> list[str]:
+    """``train.py`` and its arguments for one run of ``trainer`` with ``configs/trainers/<trainer>/<config>.yaml`` on
+    ``dataset`` (a short name) into ``out`` (no ``--seed`` for an empty one), then ``args``: the one builder of a
+    run's command line, for the unit commands and the demo's studies."""
+    return ["train.py", "--root", data, *(["--seed", str(seed)] if seed != "" else []), "--trainer", trainer,
+            "--dataset-config-file", dataset_yaml(dataset), "--config-file",
+            f"configs/trainers/{trainer}/{config}.yaml", "--output-dir", out, *args]
 
 
 def signals_to_child() -> AbstractContextManager[None]:
