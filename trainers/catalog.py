@@ -63,39 +63,40 @@ class Method:
         return self.imagenet_config if dataset == "imagenet" and self.imagenet_config else self.config
 
 
-ZERO_SHOT = Method("ZeroshotCLIP", "ZeroshotCLIP", "trainers.zeroshot", "zsclip", "zsclip", "vit_b16", ns="ZSCLIP",
-                   xd_config="vit_b16")
-TEACHER = Method("PromptSRC", "PromptSRC", "trainers.promptsrc", "teacher", "teacher", "vit_l14_c2_ep20_batch8_4+4ctx",
-                 xd_config="vit_l14_c2_ep20_batch8_4+4ctx_cross_datasets", shots=16)
-COOP = Method("CoOp", "CoOp", "trainers.coop", "coop", "coop", "vit_b16_ctxv1", imagenet_config="vit_b16_ep50_ctxv1",
-              shots=16)
-PROMPTKD = Method("PromptKD", "PromptKD", "trainers.promptkd", "promptkd", "promptkd", "vit_b16_c2_ep20_batch8_4+4ctx",
-                  xd_config="vit_b16_c2_ep20_batch8_4+4ctx_cross_datasets", distilled=True, dg_script="xd_test.sh")
-PETR = Method("PETR", "PETR", "trainers.petr", "petr", "petr", "vit_b16_ep40_batch8_4ctx",
-              xd_config="vit_b16_ep40_batch8_4ctx_cross_datasets", distilled=True, dg_script="dg_train.sh")
-PETR_COOP = Method("PETR+CoOp", "PETRCoOp", "trainers.petr_coop", "petr_coop", "petr_coop", "vit_b16_ctxv1",
-                   imagenet_config="vit_b16_ep50_ctxv1", shots=16, plugin_of="CoOp")
-
-COCOOP = Method("CoCoOp", "CoCoOp", "trainers.cocoop", "learner", "cocoop", "vit_b16_c4_ep10_batch1_ctxv1",
-                learner_xd_config="vit_b16_c4_ep10_batch1_ctxv1", shots=16, learns="the context and meta-net")
-MAPLE = Method("MaPLe", "MaPLe", "trainers.maple", "learner", "maple", "vit_b16_c2_ep5_batch4_2ctx",
-               learner_xd_config="vit_b16_c2_ep5_batch4_2ctx_cross_datasets", shots=16, learns="the coupled prompts")
-IVLP = Method("IVLP", "IVLP", "trainers.ivlp", "learner", "ivlp", "vit_b16_c2_ep20_batch4_4+4ctx",
-              learner_xd_config="vit_b16_c2_ep20_batch4_4+4ctx", shots=16,  # no upstream ships an IVLP xd config
-              learns="the vision and language prompts")
-
+ROWS = (
+    Method("ZeroshotCLIP", "ZeroshotCLIP", "trainers.zeroshot", "zsclip", "zsclip", "vit_b16", ns="ZSCLIP",
+           xd_config="vit_b16"),
+    Method("PromptSRC", "PromptSRC", "trainers.promptsrc", "teacher", "teacher", "vit_l14_c2_ep20_batch8_4+4ctx",
+           xd_config="vit_l14_c2_ep20_batch8_4+4ctx_cross_datasets", shots=16),
+    Method("CoOp", "CoOp", "trainers.coop", "coop", "coop", "vit_b16_ctxv1", imagenet_config="vit_b16_ep50_ctxv1",
+           shots=16),
+    Method("CoCoOp", "CoCoOp", "trainers.cocoop", "learner", "cocoop", "vit_b16_c4_ep10_batch1_ctxv1",
+           learner_xd_config="vit_b16_c4_ep10_batch1_ctxv1", shots=16, learns="the context and meta-net"),
+    Method("MaPLe", "MaPLe", "trainers.maple", "learner", "maple", "vit_b16_c2_ep5_batch4_2ctx",
+           learner_xd_config="vit_b16_c2_ep5_batch4_2ctx_cross_datasets", shots=16, learns="the coupled prompts"),
+    Method("IVLP", "IVLP", "trainers.ivlp", "learner", "ivlp", "vit_b16_c2_ep20_batch4_4+4ctx",
+           learner_xd_config="vit_b16_c2_ep20_batch4_4+4ctx", shots=16, learns="the vision and language prompts"),
+    Method("PromptKD", "PromptKD", "trainers.promptkd", "promptkd", "promptkd", "vit_b16_c2_ep20_batch8_4+4ctx",
+           xd_config="vit_b16_c2_ep20_batch8_4+4ctx_cross_datasets", distilled=True, dg_script="xd_test.sh"),
+    Method("PETR", "PETR", "trainers.petr", "petr", "petr", "vit_b16_ep40_batch8_4ctx",
+           xd_config="vit_b16_ep40_batch8_4ctx_cross_datasets", distilled=True, dg_script="dg_train.sh"),
+    Method("PETR+CoOp", "PETRCoOp", "trainers.petr_coop", "petr_coop", "petr_coop", "vit_b16_ctxv1",
+           imagenet_config="vit_b16_ep50_ctxv1", shots=16, plugin_of="CoOp"),
+)
+"""The methods, one row each (name, trainer, module, command family, scripts folder, base-to-novel config, ...)."""
 PETR_X = tuple(Method(f"PETR+{x.name}", "PETRX", "trainers.petr_x", "petr_x", "petr_x", f"vit_b16_{x.scripts}",
                       shots=16, plugin_of=x.name, plugin_script="base2new.sh", config_suffix=f"_{x.scripts}")
-               for x in (COCOOP, MAPLE, IVLP))
+               for x in ROWS if x.name in ("CoCoOp", "MaPLe", "IVLP"))
 """PETR's routing on a finished CoCoOp, MaPLe or IVLP run (PETR+CoOp keeps its own trainer)."""
 
-METHODS = {m.name: m for m in (ZERO_SHOT, TEACHER, COOP, COCOOP, MAPLE, IVLP, PROMPTKD, PETR, PETR_COOP, *PETR_X)}
+METHODS = {m.name: m for m in (*ROWS, *PETR_X)}
+ZERO_SHOT, TEACHER = METHODS["ZeroshotCLIP"], METHODS["PromptSRC"]
 TRAINERS: dict[str, str] = {m.trainer: m.module for m in METHODS.values()}
 """Registered trainer name -> the module whose class registers it."""
 ALIASES = {"zsclip": "ZeroshotCLIP", "clip": "ZeroshotCLIP", "teacher": "PromptSRC", "petrcoop": "PETR+CoOp",
            "petr_coop": "PETR+CoOp"}
 """Other spellings (lower case) of the names in :data:`METHODS`."""
-PETR_X_LEARNERS = {"coop": COOP, "cocoop": COCOOP, "maple": MAPLE, "ivlp": IVLP,
+PETR_X_LEARNERS = {**{m.scripts: m for m in ROWS if m.name in ("CoOp", "CoCoOp", "MaPLe", "IVLP")},
                    "promptsrc": Method("PromptSRC", "PromptSRC", "trainers.promptsrc", "teacher", "teacher",
                                        "vit_b16_c2_ep20_batch4_4+4ctx", shots=16)}
 """The prompt learners PETR+X routes on, with the config of the run it takes by default (PromptSRC: the ViT-B/16
