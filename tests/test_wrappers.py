@@ -91,7 +91,7 @@ def test_check_names_each_wrapper_not_as_rendered_and_writing_repairs_them(tmp_p
     assert capsys.readouterr().out.splitlines() == [
         "wrote scripts/coop/main.sh (not executable)", "wrote scripts/maple/xd_train.sh (differs)",
         "wrote scripts/petr/xd_test.sh (missing)", "removed scripts/old/base2new_train.sh (stray)"]
-    assert scripts_files(str(tmp_path)) == shipped
+    assert scripts_files(str(tmp_path)) == shipped and not os.path.exists(tmp_path / "scripts" / "old")
     assert all(os.stat(p).st_mode & stat.S_IXUSR for p in glob.glob(str(tmp_path / "scripts" / "*" / "*.sh")))
     assert main(["--check"], root=str(tmp_path)) == 0
 
@@ -134,6 +134,10 @@ def test_a_row_its_headers_cannot_describe_is_one_error_line(tmp_path, monkeypat
     with pytest.raises(ValueError, match="KgCoOp kgcoop/base2new_train.sh: the header needs the catalog field "
                                          "'learns', which the row leaves empty"):
         render([Method("KgCoOp", "KgCoOp", "trainers.kgcoop", "learner", "kgcoop", "vit_b16_kg_ep5")])
+    with pytest.raises(ValueError, match="scripts/kgcoop/xd_train.sh: two catalog rows of folder 'kgcoop' render it "
+                                         "differently"):
+        render([KGCOOP, Method("KgCoOp", "KgCoOp", "trainers.kgcoop", "learner", "kgcoop", "vit_b16_kg_ep5",
+                               learner_xd_config="vit_b16_kg_ep5", shots=8, learns="the knowledge-guided context")])
     monkeypatch.setitem(catalog.METHODS, "KgCoOp", Method("KgCoOp", "KgCoOp", "trainers.kgcoop", "kg", "kgcoop", "x"))
     assert main([], root=str(tmp_path)) == 2
     assert capsys.readouterr() == ("", "error: KgCoOp: family 'kg' needs its commands in units/commands.py and one "

@@ -2,7 +2,7 @@
 
 Each header is a tuple of paragraphs, each wrapped to 120 columns behind ``# `` (a ``\\n`` starts a new line, kept
 with its leading spaces). Fields are the wrapped method's catalog row (``trainers/catalog.py``): ``{name}``,
-``{trainer}``, ``{folder}`` (its scripts folder), ``{config}``, ``{imagenet_config}``, ``{xd_config}``,
+``{trainer}``, ``{ns}``, ``{folder}`` (its scripts folder), ``{config}``, ``{imagenet_config}``, ``{xd_config}``,
 ``{learner_xd_config}``, ``{shots}``, ``{learns}``, and ``{learner_xd_note}`` (whether a prompt learner's
 cross-dataset config is its base-to-novel one).
 """

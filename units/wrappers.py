@@ -100,13 +100,15 @@ def compare(root: str, scripts: dict[str, str]) -> dict[str, str]:
 
 
 def write(root: str, scripts: dict[str, str]) -> dict[str, str]:
-    """Write every wrapper that is not as rendered (executable, each file replaced whole) and remove the stray ones;
-    returns what it changed (:func:`compare`)."""
+    """Write every wrapper that is not as rendered (executable, each file replaced whole) and remove the stray ones
+    (and a folder they leave empty); returns what it changed (:func:`compare`)."""
     changes = compare(root, scripts)
     for path, state in changes.items():
         file = os.path.join(root, "scripts", path)
         if state == "stray":
             os.remove(file)
+            if not os.listdir(os.path.dirname(file)):
+                os.rmdir(os.path.dirname(file))
             continue
 
         def put(f: IO, text: str = scripts[path]) -> None:
