@@ -13,7 +13,7 @@ SYSTEM_PYTHON ?= python3
 # pytest-xdist workers (auto: one per CPU core); each test file runs whole on one worker.
 TEST_WORKERS ?= auto
 
-.PHONY: demo demo-full demo-pretrain test test-all lint install install-dev clean-venv
+.PHONY: demo demo-full demo-pretrain scripts test test-all lint install install-dev clean-venv
 
 $(PYTHON):
 	$(SYSTEM_PYTHON) -m venv $(ENV_DIR)
@@ -41,6 +41,11 @@ demo-full: install
 # unless they are the shipped ones bit for bit. `python -m demo.shipped pretrain --ship` makes them the shipped ones.
 demo-pretrain: install
 	$(PYTHON) -m demo.shipped pretrain
+
+# Renders the unit commands' wrappers, scripts/<method>/<command>.sh, from the method rows of trainers/catalog.py
+# (standard library only); the fast tests fail while a checked-in wrapper differs from its rendering.
+scripts: | $(PYTHON)
+	$(PYTHON) -m units.wrappers
 
 test: install-dev
 	$(PYTHON) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile

@@ -40,7 +40,7 @@ from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
 from runner.local import LocalExecutor
 from runner.protocols import Planner, Sweep, merge_plans
 from runner.schedule import Report, run_plan
-from units.methods import find_method
+from trainers.catalog import find_method
 
 CONFIG = "demo"
 """The demo's config family: ``configs/trainers/<TRAINER>/demo.yaml`` (PETR+X: ``demo_<x>.yaml``)."""
@@ -49,7 +49,7 @@ SOURCE = "demonet"
 XD_TARGETS = ("democool", "demosoft", "demofancy")
 DG_TARGETS = ("demonetv2", "demonet_sketch", "demonet_a", "demonet_r")
 CORE_METHODS = ("ZeroshotCLIP", "CoOp", "PromptSRC", "PromptKD", "PETR", "PETR+CoOp")
-"""``make demo``'s methods (``units.methods`` names)."""
+"""``make demo``'s methods (``trainers.catalog`` names)."""
 ALL_METHODS = (*CORE_METHODS, "CoCoOp", "MaPLe", "IVLP", "PETR+CoCoOp", "PETR+MaPLe", "PETR+IVLP")
 TRANSFER_METHODS = ("ZeroshotCLIP", "PromptKD", "PETR")
 TABLE_ORDER = ("ZeroshotCLIP", "CoOp", "CoCoOp", "MaPLe", "IVLP", "PromptSRC", "PromptKD", "PETR", "PETRCoOp",

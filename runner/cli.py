@@ -27,8 +27,8 @@ from runner.jobs import KINDS, Job, command_line, job_states
 from runner.preflight import add_arguments, preflight
 from runner.profiles import PROFILES
 from runner.protocols import PASSED_KNOBS, PROTOCOLS, Planner, Sweep
+from trainers.catalog import METHODS, find_method
 from units.facts import BASE2NEW_DATASETS, XD_TARGETS, dataset_name, dg_targets
-from units.methods import METHODS, find_method
 
 DEFAULT_METHODS = {"base2new": ("PETR", "PromptKD", "CoOp", "PETR+CoOp", "ZeroshotCLIP"),
                    "xd": ("PETR", "PromptKD", "ZeroshotCLIP"), "dg": ("PETR", "PromptKD", "ZeroshotCLIP")}

@@ -26,8 +26,8 @@ from datasets.sizes import PUBLISHED_SIZES
 from runner.costs import trainer_config
 from runner.jobs import Job, dependents
 from runner.protocols import Sweep
+from trainers.catalog import find_method
 from units.facts import REPO
-from units.methods import find_method
 
 OFFLINE_KNOBS = ("PETR_OFFLINE", "HF_HUB_OFFLINE")
 """Either set to 1 (or true / yes) says this node cannot download: no network probe, missing weights are missing."""

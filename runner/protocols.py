@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from runner.jobs import Job, check_graph
 from runner.profiles import PAPER, Profile
+from trainers.catalog import TEACHER, ZERO_SHOT, Method, find_method
 from units.call import UnitCall
 from units.facts import REPO, UnitError, teacher_folder
-from units.methods import TEACHER, ZERO_SHOT, Method, find_method
 
 PROTOCOLS = ("base2new", "xd", "dg")
 PASSED_KNOBS = ("BACKBONE", "TEACHER_NAME", "KD_WEIGHT", "TEACHER_CKPT", "LOAD_EPOCH")

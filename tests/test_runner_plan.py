@@ -18,7 +18,7 @@ from runner.jobs import job_states, record_job
 from runner.profiles import FAST, PAPER, bf16_opts, launch_env
 from runner.protocols import Planner, Sweep, plan_sweeps
 from tests.helpers_run import ScriptRunner
-from units.methods import find_method
+from trainers.catalog import find_method
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B2N = ("imagenet", "caltech101", "oxford_pets", "stanford_cars", "oxford_flowers", "food101", "fgvc_aircraft",

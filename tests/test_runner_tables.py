@@ -5,7 +5,7 @@ from __future__ import annotations
 from runner.protocols import Planner, Sweep
 from runner.tables import table_path, write_tables
 from tests.helpers_results import write_results_json
-from units.methods import find_method
+from trainers.catalog import find_method
 
 ACCURACY = {("train_base", 1): 80.0, ("test_new", 1): 60.0, ("train_base", 2): 40.0, ("test_new", 2): 20.0}
 """Base and novel accuracy of CoOp's runs on eurosat per seed (seed 2 plays the stale run)."""

@@ -20,8 +20,8 @@ from engine.run_lock import RunLockedError
 from tests.helpers_petr import write_eurosat
 from tests.helpers_run import HANG_GUARD_S, ScriptRunner, lock_held_elsewhere
 from tests.helpers_upstream import UPSTREAM_EVAL_LOG, UPSTREAM_TRAIN_LOG
+from trainers.catalog import TEACHER
 from units.commands import publish_teacher
-from units.methods import TEACHER
 from units.unit import Unit
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,13 +10,20 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from units.commands import COMMANDS
+from trainers.catalog import METHODS, Method, by_scripts
+from units.commands import COMMANDS, Command
 from units.facts import REPO, UnitError
-from units.methods import by_scripts
 from units.unit import StepFailed, Unit, run_train
 
 EXIT_USAGE = 2
 """Exit status of an unknown method or command."""
+
+
+def usage_list() -> str:
+    """Every scripts folder with its commands, family by family (``cocoop: base2new_train ...; maple: ...``)."""
+    folders = dict.fromkeys((m.scripts, m.commands) for m in METHODS.values())
+    return "; ".join(f"{folder}: {' '.join(commands)}" for family, commands in COMMANDS.items()
+                     for folder, of in folders if of == family)
 
 
 @dataclass(frozen=True)
@@ -41,29 +48,40 @@ class UnitCall:
         """The shell command of the same call, from the repository root (its knobs set in the environment)."""
         return ("bash", self.script, *self.args)
 
+    def target(self) -> tuple[Method, Command]:
+        """The catalog row of the scripts folder ``method`` and its family's command ``command``; KeyError when
+        either is unknown."""
+        row = by_scripts(self.method)
+        return row, COMMANDS[row.commands][self.command]
+
     def known(self) -> bool:
         """Whether ``method`` has the command ``command``."""
-        return self.command in COMMANDS.get(self.method, {})
+        try:
+            self.target()
+        except KeyError:
+            return False
+        return True
 
     def runs(self) -> tuple[str, ...]:
         """The run folders the command writes, in order, computed without running it and before the runs it reads
         exist (the runner plans its jobs with them); UnitError for arguments or knobs it refuses."""
         if not self.known():
             raise UnitError(f"{self.script}: no such unit command")
-        unit = Unit(by_scripts(self.method), self.script, self.knobs, self.caller, planning=True)
-        COMMANDS[self.method][self.command](unit, list(self.args))
+        row, command = self.target()
+        unit = Unit(row, self.script, self.knobs, self.caller, planning=True)
+        command(unit, list(self.args))
         return tuple(step["dir"] for step in unit.steps)
 
     def __call__(self, dry: bool = False) -> int:
         """Run the command's train.py runs in this process (``dry``: print each run's folder and argument list);
         the exit status: 0, 1 after one ``error:`` line, 2 for an unknown command, or train.py's (75 preempted)."""
         if not self.known():
-            commands = "; ".join(f"{m}: {' '.join(c)}" for m, c in COMMANDS.items())
-            print(f"error: usage: python -m units [--print-argv] METHOD COMMAND ARGS ({commands})", file=sys.stderr)
+            print(f"error: usage: python -m units [--print-argv] METHOD COMMAND ARGS ({usage_list()})", file=sys.stderr)
             return EXIT_USAGE
-        unit = Unit(by_scripts(self.method), self.script, self.knobs, self.caller, dry=dry)
+        row, command = self.target()
+        unit = Unit(row, self.script, self.knobs, self.caller, dry=dry)
         try:
-            COMMANDS[self.method][self.command](unit, list(self.args))
+            command(unit, list(self.args))
         except UnitError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1

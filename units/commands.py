@@ -1,4 +1,4 @@
-"""The unit commands of every method: ``python -m units METHOD COMMAND ARGS`` (``scripts/<method>/<command>.sh``).
+"""The unit commands of each method family: ``python -m units METHOD COMMAND ARGS`` (``scripts/<method>/<command>.sh``).
 
 Each command checks its arguments and prerequisites (one ``error:`` line, exit status 1, as the scripts always did),
 then makes its train.py runs through :class:`units.unit.Unit`. The run folders follow docs/ARCHITECTURE.md:
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from functools import partial
 
 from engine.runs import pointed_checkpoint
+from trainers.catalog import PETR_X_LEARNERS
 from units.facts import (
     BASE2NEW_DATASETS,
     DG_TARGETS,
@@ -28,10 +29,11 @@ from units.facts import (
     kd_weight,
     teacher_folder,
 )
-from units.methods import PETR_X_LEARNERS, PLUGIN_SUFFIX
 from units.unit import Unit
 
 Command = Callable[[Unit, list[str]], None]
+PLUGIN_SUFFIX = "_plugin"
+"""A plug-in run's config folder is ``<config>_plugin`` (``petr_coop plugin``)."""
 
 
 def usage(u: Unit, args: list[str], counts: tuple[int, ...], text: str) -> None:
@@ -520,6 +522,7 @@ def zsclip_zeroshot(u: Unit, args: list[str]) -> None:
 ZSCLIP = {"base2new_test": zsclip_b2n, "zeroshot": zsclip_zeroshot}
 
 COMMANDS: dict[str, dict[str, Command]] = {
-    "cocoop": LEARNER, "maple": LEARNER, "ivlp": LEARNER, "coop": COOP, "promptkd": PROMPTKD, "petr": PETR,
-    "teacher": TEACHER, "petr_coop": PETR_COOP, "petr_x": PETR_X, "zsclip": ZSCLIP}
-"""``scripts/<method>/<command>.sh`` → its command."""
+    "learner": LEARNER, "coop": COOP, "promptkd": PROMPTKD, "petr": PETR, "teacher": TEACHER, "petr_coop": PETR_COOP,
+    "petr_x": PETR_X, "zsclip": ZSCLIP}
+"""Each family's commands (``Method.commands`` → command name → the command): ``scripts/<method>/<command>.sh`` runs
+``COMMANDS[<its method's family>][<command>]``."""

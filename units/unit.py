@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from engine.preemption import signal_handlers
 from engine.runs import POINTER_FILE, run_dir, run_state, saved_model
+from trainers.catalog import Method
 from units.facts import REPO, UnitError, dataset_yaml
-from units.methods import Method
 
 FINISHED_STATES = ("finished", "finished-upstream")
 """Run states of a completed run (ours, or an upstream run whose log holds the final accuracy)."""

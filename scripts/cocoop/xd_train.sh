@@ -3,5 +3,6 @@
 # imagenet), all classes; xd_test.sh / dg_test.sh then evaluate the model on other datasets without training.
 # Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/cocoop/xd_train.sh 1
 # Output: $OUTPUT_ROOT/xd/train/<source>/shots_16/CoCoOp/<cfg>/seed<S>. CFG defaults to vit_b16_c4_ep10_batch1_ctxv1
-# (CoCoOp's config for both protocols); SHOTS, BACKBONE, EXTRA_OPTS as in docs/usage.md.
+# (the base-to-novel config: no separate cross-dataset config ships for it); SHOTS, BACKBONE, EXTRA_OPTS as in
+# docs/usage.md.
 exec bash "$(dirname "$0")/../unit.sh" "$0" cocoop xd_train "$@"

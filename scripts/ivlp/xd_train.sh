@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# IVLP cross-dataset / domain generalisation, step 1: learn the vision and language prompts on 16-shot SOURCE
-# (default imagenet), all classes; xd_test.sh / dg_test.sh then evaluate the model on other datasets without training.
+# IVLP cross-dataset / domain generalisation, step 1: learn the vision and language prompts on 16-shot SOURCE (default
+# imagenet), all classes; xd_test.sh / dg_test.sh then evaluate the model on other datasets without training.
 # Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/ivlp/xd_train.sh 1
-# Output: $OUTPUT_ROOT/xd/train/<source>/shots_16/IVLP/<cfg>/seed<S>. CFG defaults to vit_b16_c2_ep20_batch4_4+4ctx,
-# the base-to-novel config (none of the three upstream repositories ships an IVLP transfer config); SHOTS, BACKBONE,
-# EXTRA_OPTS as in docs/usage.md.
+# Output: $OUTPUT_ROOT/xd/train/<source>/shots_16/IVLP/<cfg>/seed<S>. CFG defaults to vit_b16_c2_ep20_batch4_4+4ctx (the
+# base-to-novel config: no separate cross-dataset config ships for it); SHOTS, BACKBONE, EXTRA_OPTS as in docs/usage.md.
 exec bash "$(dirname "$0")/../unit.sh" "$0" ivlp xd_train "$@"

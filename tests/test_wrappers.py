@@ -1,0 +1,159 @@
+"""The unit wrappers (``scripts/<method>/<command>.sh``) are rendered from the catalog (``units/wrappers.py``): the
+checked-in ones are the rendered ones, each execs an existing command of its method's family, ``--check`` names what
+differs and ``make scripts``'s writer repairs it, and a new row of an existing family is a method with wrappers and
+run folders of its own."""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers_run import HANG_GUARD_S
+from trainers import catalog
+from trainers.catalog import Method
+from units.call import UnitCall
+from units.commands import COMMANDS
+from units.wrappers import main, render
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOT_WRAPPERS = {"bench/gpu_step.sh"}
+"""The scripts/*/*.sh files that are no unit wrapper (written by hand)."""
+EXEC = re.compile(r'exec bash "\$\(dirname "\$0"\)/\.\./unit\.sh" "\$0" (\w+) (\w+) "\$@"')
+KGCOOP = Method("KgCoOp", "KgCoOp", "trainers.kgcoop", "learner", "kgcoop", "vit_b16_kg_ep5",
+                learner_xd_config="vit_b16_kg_xd", shots=8, learns="the knowledge-guided context")
+"""A CoCoOp-like prompt learner that the shipped catalog does not hold."""
+
+
+def sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def scripts_files(root: str) -> dict[str, str]:
+    """Every ``scripts/*/*.sh`` under ``root`` (path under scripts/ -> its SHA-256), as the OS lists them."""
+    return {os.path.relpath(p, os.path.join(root, "scripts")): sha256(p)
+            for p in glob.glob(os.path.join(root, "scripts", "*", "*.sh"))}
+
+
+def test_the_checked_in_wrappers_are_the_rendered_ones():
+    """Fails when a header is edited by hand or a catalog row is added without ``make scripts``."""
+    done = subprocess.run([sys.executable, "-m", "units.wrappers", "--check"], cwd=REPO, capture_output=True,
+                          text=True, timeout=HANG_GUARD_S)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    rendered = render(catalog.METHODS.values())
+    on_disk = scripts_files(REPO)
+    assert sorted(rendered) == sorted(set(on_disk) - NOT_WRAPPERS)
+    assert {path: hashlib.sha256(text.encode()).hexdigest() for path, text in rendered.items()} == \
+        {path: digest for path, digest in on_disk.items() if path not in NOT_WRAPPERS}
+    assert len(rendered) == 41
+
+
+def test_every_wrapper_execs_an_existing_family_command():
+    """Each wrapper is a shebang, comment lines and one exec line naming its own folder and command, which its
+    method's family has."""
+    wrappers = sorted(set(scripts_files(REPO)) - NOT_WRAPPERS)
+    assert len(wrappers) == 41
+    for path in wrappers:
+        with open(os.path.join(REPO, "scripts", path), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        code = [line for line in lines if not line.startswith("#")]
+        assert lines[0] == "#!/usr/bin/env bash" and len(code) == 1, path
+        match = EXEC.fullmatch(code[0])
+        assert match and f"{match[1]}/{match[2]}.sh" == path, path
+        assert match[2] in COMMANDS[catalog.by_scripts(match[1]).commands], path
+        assert UnitCall(match[1], match[2]).known(), path
+        assert os.stat(os.path.join(REPO, "scripts", path)).st_mode & stat.S_IXUSR, path
+
+
+def test_check_names_each_wrapper_not_as_rendered_and_writing_repairs_them(tmp_path, capsys):
+    shutil.copytree(os.path.join(REPO, "scripts"), tmp_path / "scripts")
+    shipped = scripts_files(REPO)
+    maple = tmp_path / "scripts" / "maple" / "xd_train.sh"
+    maple.write_text(maple.read_text().replace("learn the coupled prompts", "learn prompts"))
+    os.remove(tmp_path / "scripts" / "petr" / "xd_test.sh")
+    os.chmod(tmp_path / "scripts" / "coop" / "main.sh", 0o644)
+    os.makedirs(tmp_path / "scripts" / "old")
+    (tmp_path / "scripts" / "old" / "base2new_train.sh").write_text(
+        '#!/usr/bin/env bash\nexec bash "$(dirname "$0")/../unit.sh" "$0" old base2new_train "$@"\n')
+
+    assert main(["--check"], root=str(tmp_path)) == 1
+    assert capsys.readouterr() == ("", "error: unit wrappers not as rendered from the catalog: scripts/coop/main.sh "
+                                       "(not executable), scripts/maple/xd_train.sh (differs), scripts/petr/xd_test.sh "
+                                       "(missing), scripts/old/base2new_train.sh (stray); run make scripts\n")
+    assert main([], root=str(tmp_path)) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "wrote scripts/coop/main.sh (not executable)", "wrote scripts/maple/xd_train.sh (differs)",
+        "wrote scripts/petr/xd_test.sh (missing)", "removed scripts/old/base2new_train.sh (stray)"]
+    assert scripts_files(str(tmp_path)) == shipped and not os.path.exists(tmp_path / "scripts" / "old")
+    assert all(os.stat(p).st_mode & stat.S_IXUSR for p in glob.glob(str(tmp_path / "scripts" / "*" / "*.sh")))
+    assert main(["--check"], root=str(tmp_path)) == 0
+
+
+def test_a_new_row_of_the_learner_family_gets_its_wrappers_and_run_folders(tmp_path, monkeypatch):
+    scripts = render([KGCOOP])
+    assert sorted(scripts) == [f"kgcoop/{c}.sh" for c in
+                               ("base2new_test", "base2new_train", "dg_test", "xd_test", "xd_train")]
+    assert scripts["kgcoop/base2new_train.sh"] == (
+        "#!/usr/bin/env bash\n"
+        "# KgCoOp base-to-novel: learn the knowledge-guided context on the 8-shot base classes of DATASET (SEED), then "
+        "test them.\n"
+        "# Usage: DATA=/path/to/datasets bash scripts/kgcoop/base2new_train.sh eurosat 1\n"
+        "# Output: $OUTPUT_ROOT/base2new/train_base/<dataset>/shots_8/KgCoOp/<cfg>/seed<S> (finished runs are "
+        "skipped,\n"
+        "# interrupted ones resume). CFG defaults to vit_b16_kg_ep5; other knobs: SHOTS, BACKBONE, EXTRA_OPTS "
+        "(docs/usage.md).\n"
+        'exec bash "$(dirname "$0")/../unit.sh" "$0" kgcoop base2new_train "$@"\n')
+    xd_train = " ".join(scripts["kgcoop/xd_train.sh"].replace("\n# ", " ").split())
+    assert "$OUTPUT_ROOT/xd/train/<source>/shots_8/KgCoOp/<cfg>/seed<S>. CFG defaults to vit_b16_kg_xd (its " \
+           "cross-dataset config; configs/trainers/KgCoOp/ has its settings)" in xd_train
+    assert KGCOOP.ns == "KGCOOP"
+
+    out = str(tmp_path / "out")
+    knobs = {"OUTPUT_ROOT": out}
+    assert not UnitCall("kgcoop", "base2new_train", ("eurosat", "1"), knobs).known()
+    monkeypatch.setitem(catalog.METHODS, "KgCoOp", KGCOOP)
+    assert UnitCall("kgcoop", "base2new_train", ("eurosat", "1"), knobs).runs() == (
+        f"{out}/base2new/train_base/eurosat/shots_8/KgCoOp/vit_b16_kg_ep5/seed1",)
+    assert UnitCall("kgcoop", "base2new_test", ("eurosat", "1"), knobs).runs() == (
+        f"{out}/base2new/test_new/eurosat/shots_8/KgCoOp/vit_b16_kg_ep5/seed1",)
+    assert UnitCall("kgcoop", "xd_train", ("2",), knobs).runs() == (
+        f"{out}/xd/train/imagenet/shots_8/KgCoOp/vit_b16_kg_xd/seed2",)
+    assert UnitCall("kgcoop", "dg_test", ("imagenet_r", "2"), knobs).runs() == (
+        f"{out}/dg/test/imagenet_r/shots_8/KgCoOp/vit_b16_kg_xd/seed2",)
+    assert catalog.TRAINERS.get("KgCoOp") is None  # the test's row is not a shipped trainer
+
+
+def test_a_row_its_headers_cannot_describe_is_one_error_line(tmp_path, monkeypatch, capsys):
+    with pytest.raises(ValueError, match="KgCoOp kgcoop/base2new_train.sh: the header needs the catalog field "
+                                         "'learns', which the row leaves empty"):
+        render([Method("KgCoOp", "KgCoOp", "trainers.kgcoop", "learner", "kgcoop", "vit_b16_kg_ep5")])
+    with pytest.raises(ValueError, match="scripts/kgcoop/xd_train.sh: two catalog rows of folder 'kgcoop' render it "
+                                         "differently"):
+        render([KGCOOP, Method("KgCoOp", "KgCoOp", "trainers.kgcoop", "learner", "kgcoop", "vit_b16_kg_ep5",
+                               learner_xd_config="vit_b16_kg_ep5", shots=8, learns="the knowledge-guided context")])
+    monkeypatch.setitem(catalog.METHODS, "KgCoOp", Method("KgCoOp", "KgCoOp", "trainers.kgcoop", "kg", "kgcoop", "x"))
+    assert main([], root=str(tmp_path)) == 2
+    assert capsys.readouterr() == ("", "error: KgCoOp: family 'kg' needs its commands in units/commands.py and one "
+                                       "header per command in units/headers.py\n")
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_unknown_command_lists_every_folder_and_its_commands():
+    """The usage line of an unknown command, family by family (unchanged since the commands were keyed by folder)."""
+    done = subprocess.run([sys.executable, "-m", "units", "petr", "no_such_command"], cwd=REPO, capture_output=True,
+                          text=True, timeout=HANG_GUARD_S)
+    learner = "base2new_train base2new_test xd_train xd_test dg_test"
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"error: usage: python -m units [--print-argv] METHOD COMMAND ARGS (cocoop: {learner}; maple: {learner}; "
+        f"ivlp: {learner}; coop: base2new_train base2new_test main eval; promptkd: base2new_train base2new_test "
+        "xd_train xd_test; petr: base2new_train base2new_test xd_train xd_test dg_train dg_test reproduce_base2new; "
+        "teacher: base2new_train base2new_test xd_train; petr_coop: base2new_train base2new_test plugin; petr_x: "
+        "base2new xd dg; zsclip: base2new_test zeroshot)\n")
