@@ -34,6 +34,8 @@ from units.unit import Unit
 Command = Callable[[Unit, list[str]], None]
 PLUGIN_SUFFIX = "_plugin"
 """A plug-in run's config folder is ``<config>_plugin`` (``petr_coop plugin``)."""
+X_LEARNERS = "|".join(PETR_X_LEARNERS)
+"""The prompt learners PETR+X routes on, as its usage lines and wrapper headers name them."""
 
 
 def usage(u: Unit, args: list[str], counts: tuple[int, ...], text: str) -> None:
@@ -442,11 +444,11 @@ PETR_COOP = {"base2new_train": petr_coop_b2n_train, "base2new_test": petr_coop_b
 def petr_x_b2n(u: Unit, args: list[str]) -> None:
     """PETR's training-free routing on a finished base-to-novel run of prompt learner X: router fit and base
     classes, then the novel classes with that router."""
-    usage(u, args, (3, 4), "bash scripts/petr_x/base2new.sh <coop|cocoop|maple|ivlp|promptsrc> <dataset> <seed> "
-          "[x_run_dir]")
+    usage(u, args, (3, 4), f"bash scripts/petr_x/base2new.sh <{X_LEARNERS}> <dataset> <seed> [x_run_dir]")
     tuned, dataset, seed = args[:3]
     if tuned not in PETR_X_LEARNERS:
-        raise UnitError(f"unknown prompt learner '{tuned}'; use coop, cocoop, maple, ivlp or promptsrc "
+        *others, last = PETR_X_LEARNERS
+        raise UnitError(f"unknown prompt learner '{tuned}'; use {', '.join(others)} or {last} "
                         "(configs/trainers/PETRX/vit_b16_<x>.yaml)")
     learner = PETR_X_LEARNERS[tuned]
     x_config = u.knob("X_CFG", learner.b2n_config(dataset))
@@ -473,8 +475,8 @@ def petr_x_transfer(u: Unit, args: list[str], tree: str) -> None:
     """PETR's training-free routing on X's source run, evaluated on a cross-dataset (``tree`` xd) or DG target."""
     if tree == "dg":
         require_dg_target(u, "scripts/petr_x/dg.sh", args[1] if len(args) > 1 else "")
-    usage(u, args, (4,), "[SOURCE=imagenet] bash scripts/petr_x/xd.sh <coop|cocoop|maple|ivlp|promptsrc> <target "
-          "dataset> <seed> <x_run_dir>")
+    usage(u, args, (4,), f"[SOURCE=imagenet] bash scripts/petr_x/xd.sh <{X_LEARNERS}> <target dataset> <seed> "
+          "<x_run_dir>")
     tuned, dataset, seed, x_dir = args
     modal = "cross" if tree == "xd" else "dg"
     config, k = u.knob("CFG", f"vit_b16_{tuned}"), shots(u)

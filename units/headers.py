@@ -3,8 +3,9 @@
 Each header is a tuple of paragraphs, each wrapped to 120 columns behind ``# `` (a ``\\n`` starts a new line, kept
 with its leading spaces). Fields are the wrapped method's catalog row (``trainers/catalog.py``): ``{name}``,
 ``{trainer}``, ``{ns}``, ``{folder}`` (its scripts folder), ``{config}``, ``{imagenet_config}``, ``{xd_config}``,
-``{learner_xd_config}``, ``{shots}``, ``{learns}``, and ``{learner_xd_note}`` (whether a prompt learner's
-cross-dataset config is its base-to-novel one).
+``{learner_xd_config}``, ``{shots}``, ``{learns}``, ``{learner_xd_note}`` (whether a prompt learner's cross-dataset
+config is its base-to-novel one), and the lists the commands check: ``{dg_targets}``, ``{imagenet_dg}``,
+``{x_learners}``.
 """
 from __future__ import annotations
 
@@ -39,8 +40,7 @@ LEARNER: dict[str, Header] = {
     ),
     "dg_test": (
         "{name} domain generalisation: evaluate the SOURCE model of xd_train.sh (same SEED, CFG) on a DG target of "
-        "SOURCE (imagenet: imagenetv2, imagenet_sketch, imagenet_a, imagenet_r; demonet: demonetv2, demonet_sketch, "
-        "demonet_a, demonet_r).",
+        "SOURCE ({dg_targets}).",
         "Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/{folder}/dg_test.sh imagenet_a 1",
         "Output: $OUTPUT_ROOT/dg/test/<target>/shots_{shots}/{trainer}/<cfg>/seed<S> (skipped when finished).",
     ),
@@ -118,9 +118,8 @@ PROMPTKD: dict[str, Header] = {
     "xd_test": (
         "{name} cross-dataset / domain generalisation without re-distilling: evaluate the SOURCE-distilled student "
         "(scripts/{folder}/xd_train.sh <SOURCE> SEED) on DATASET, with the teacher's text features for DATASET's "
-        "classes. DATASET may be a cross-dataset target or a DG target of SOURCE (imagenet: imagenetv2, "
-        "imagenet_sketch, imagenet_a, imagenet_r; demonet: demonetv2, demonet_sketch, demonet_a, demonet_r), which is "
-        "evaluated with TRAINER.MODAL dg.",
+        "classes. DATASET may be a cross-dataset target or a DG target of SOURCE ({dg_targets}), which is evaluated "
+        "with TRAINER.MODAL dg.",
         "Usage: DATA=/path/to/datasets [SOURCE=imagenet] [SHOTS=0] [TEACHER_DIR=... | TEACHER_CKPT=...] \\\n"
         "           bash scripts/{folder}/xd_test.sh eurosat 1",
         "Output: $OUTPUT_ROOT/xd/test/<dataset>/shots_<SHOTS>/{trainer}/<cfg>/seed<S> (skipped when finished).",
@@ -167,8 +166,7 @@ PETR: dict[str, Header] = {
     ),
     "dg_train": (
         "{name} domain generalisation: θ_s learns labelled train images of the SOURCE dataset, θ_u the unlabelled "
-        "images of TARGET (a DG target of SOURCE: imagenetv2, imagenet_sketch, imagenet_a, imagenet_r for imagenet; "
-        "demonetv2, demonet_sketch, demonet_a, demonet_r for demonet; their test images — transductive, as PromptKD), "
+        "images of TARGET (a DG target of SOURCE, {dg_targets}; their test images — transductive, as PromptKD), "
         "router from SOURCE train images scored over TARGET's classes; evaluated on TARGET.",
         "Usage: DATA=/path/to/datasets [SOURCE=imagenet] [SHOTS=0] [TEACHER_DIR=teachers | TEACHER_CKPT=...] \\\n"
         "           bash scripts/{folder}/dg_train.sh imagenet_a 1",
@@ -258,7 +256,7 @@ PETR_X: dict[str, Header] = {
         "θ_s = X's prediction over all classes, θ_u = the dataset's hand-crafted prompt ensemble; the router is fitted "
         "on X's SHOTS-shot base train images (same SEED), then the base classes and the novel classes are evaluated. "
         "Nothing is trained.",
-        "Usage: DATA=/path/to/datasets bash scripts/{folder}/base2new.sh <coop|cocoop|maple|ivlp|promptsrc> <dataset> "
+        "Usage: DATA=/path/to/datasets bash scripts/{folder}/base2new.sh <{x_learners}> <dataset> "
         "<seed>\n           [X_RUN_DIR]",
         "X_RUN_DIR: the folder of X's run, ours or upstream's (Dassl checkpoints in prompt_learner/, "
         "MultiModalPromptLearner/ or VLPromptLearner/); default: the folder of X's base-to-novel script, "
@@ -277,7 +275,7 @@ PETR_X: dict[str, Header] = {
         "classes, θ_u = the target's hand-crafted prompt ensemble; the router is fitted on X's training images (the "
         "source's SHOTS-shot train images of SEED) scored over the target's classes. Nothing is trained.",
         "Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/{folder}/xd.sh "
-        "<coop|cocoop|maple|ivlp|promptsrc> <target>\n           <seed> X_RUN_DIR",
+        "<{x_learners}> <target>\n           <seed> X_RUN_DIR",
         "X_RUN_DIR: the folder of X's source run, ours or upstream's (e.g. CoOp's main.sh or upstream's "
         "output/imagenet/<X>/<cfg>_16shots/.../seed<S>); TUNED_LOAD_EPOCH picks its epoch (default: the last saved).",
         "Output: $OUTPUT_ROOT/xd/train/<target>/shots_<SHOTS>/{trainer}/vit_b16_<x>/seed<S> (skipped when finished); "
@@ -286,8 +284,8 @@ PETR_X: dict[str, Header] = {
     ),
     "dg": (
         "PETR+X domain generalisation: scripts/{folder}/xd.sh with TRAINER.MODAL dg on a DG target of SOURCE.",
-        "Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/{folder}/dg.sh <coop|cocoop|maple|ivlp|promptsrc>"
-        "\n           <imagenetv2|imagenet_sketch|imagenet_a|imagenet_r> <seed> X_RUN_DIR",
+        "Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/{folder}/dg.sh <{x_learners}>"
+        "\n           <{imagenet_dg}> <seed> X_RUN_DIR",
         "Output: $OUTPUT_ROOT/dg/train/<target>/shots_<SHOTS>/{trainer}/vit_b16_<x>/seed<S>.",
     ),
 }

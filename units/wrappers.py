@@ -19,8 +19,8 @@ from typing import IO
 
 from engine.atomic import atomic_write
 from trainers.catalog import METHODS, Method
-from units.commands import COMMANDS
-from units.facts import REPO
+from units.commands import COMMANDS, X_LEARNERS
+from units.facts import DG_TARGETS, REPO
 from units.headers import HEADERS, Header
 
 WIDTH = 120
@@ -32,12 +32,15 @@ UNIT_MARK = '"$(dirname "$0")/../unit.sh" "$0" '
 
 
 def fields(method: Method) -> dict[str, str]:
-    """The values a header may name: the row's fields, ``folder`` and ``learner_xd_note``."""
+    """The values a header may name: the row's fields, ``folder``, ``learner_xd_note`` and the lists the unit
+    commands check arguments against (``dg_targets``, ``imagenet_dg``, ``x_learners``)."""
     note = ("the base-to-novel config: no separate cross-dataset config ships for it"
             if method.learner_xd_config == method.config else
             f"its cross-dataset config; configs/trainers/{method.trainer}/ has its settings")
+    dg_targets = "; ".join(f"{source}: {', '.join(targets)}" for source, targets in DG_TARGETS.items())
     return {**{key: str(value) for key, value in asdict(method).items()}, "folder": method.scripts,
-            "learner_xd_note": note}
+            "learner_xd_note": note, "dg_targets": dg_targets, "imagenet_dg": "|".join(DG_TARGETS["imagenet"]),
+            "x_learners": X_LEARNERS}
 
 
 def comment(header: Header, values: dict[str, str], where: str) -> str:
