@@ -154,8 +154,7 @@ def slurm_story(output: str, cluster: dict) -> str:
 
 
 @pytest.mark.parametrize("how,procs", [*(pytest.param(how, 1, id=how) for how in PREEMPTIONS),
-                                       *(pytest.param(how, 2, id=f"{how}-2-processes")
-                                         for how in ("scancel-USR1", "scontrol-requeue"))])
+                                       *(pytest.param(how, 2, id=f"{how}-2-processes") for how in PREEMPTIONS)])
 def test_preempted_slurm_job_resumes_and_ends_identical(toy, cluster, request, how, procs):
     """A job preempted after saving its state resumes and ends identical to the uninterrupted local run (of as many
     processes). ``scancel --signal=USR1``: submitit checkpoints and requeues it; ``scontrol requeue``: SLURM requeues
