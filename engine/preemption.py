@@ -96,9 +96,24 @@ def handle_signals() -> Iterator[None]:
 
 
 def stopped_by() -> str | None:
-    """The name of the signal that stopped the last run of this process (None when it was not stopped): a caller
-    that runs train.py in-process tells a preemption (SIGUSR1) from the end of its job (SIGTERM)."""
+    """The name of the signal that stopped the last run of this process, or that came while it waited for a child's
+    (:func:`waiting_for_child`); None when there was none: a caller that runs train.py tells a preemption (SIGUSR1)
+    from the end of its job (SIGTERM)."""
     return _State.stopped_by
+
+
+@contextlib.contextmanager
+def waiting_for_child(signals: Iterable[int]) -> Iterator[None]:
+    """Inside: ``signals`` do nothing in this process, which waits for the status of a child that gets them too (its
+    process group, a SLURM job step); :func:`stopped_by` then names the first preemption signal that came."""
+    _State.stopped_by = None
+
+    def note(signum: int, frame) -> None:
+        if signum in SIGNALS and _State.stopped_by is None:
+            _State.stopped_by = signal.Signals(signum).name
+
+    with signal_handlers(signals, note):
+        yield
 
 
 def ignore_repeats_until_exit() -> None:

@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-dir", help="per-job logs (default <output>/logs/<protocol>)")
     p.add_argument("--gpus-per-job", type=int, default=1,
                    help="GPUs per run (NPROC: torchrun when > 1; 0: CPU jobs, as on a CPU-only SLURM partition)")
+    p.add_argument("--procs-per-job", type=int,
+                   help="CPU processes per run with --gpus-per-job 0 (NPROC: torchrun, gloo, when > 1; default 1)")
     p.add_argument("--threads", type=int, help="torch CPU threads per job (OMP_NUM_THREADS)")
     local = p.add_argument_group("local executor")
     local.add_argument("--jobs-per-gpu", type=int, default=1, help="jobs sharing one GPU")
@@ -104,7 +106,10 @@ def make_sweep(args: argparse.Namespace) -> Sweep:
     """The sweep the arguments describe (ValueError with a one-line message when they do not fit)."""
     if args.gpus_per_job < 0:
         raise ValueError("--gpus-per-job must be 0 (CPU) or more")
-    positive(args, "threads", "jobs_per_gpu", "cpu_jobs", "time", "cpus_per_job", "max_jobs")
+    positive(args, "threads", "jobs_per_gpu", "cpu_jobs", "time", "cpus_per_job", "max_jobs", "procs_per_job")
+    if args.procs_per_job and args.gpus_per_job:
+        raise ValueError(f"--procs-per-job {args.procs_per_job} is for CPU jobs (--gpus-per-job 0): a GPU job runs "
+                         f"one process per GPU (--gpus-per-job {args.gpus_per_job})")
     if args.shots < 0:
         raise ValueError(f"--shots {args.shots}: give 0 (every train image) or a number of images per class")
     check_pairs(args.extra_opts)
@@ -128,7 +133,8 @@ def make_sweep(args: argparse.Namespace) -> Sweep:
                  data=os.path.abspath(args.data), output=os.path.abspath(output),
                  teacher_dir=os.path.abspath(args.teacher_dir or os.environ.get("TEACHER_DIR") or profile.teachers),
                  source=args.source, config=args.config, shots=args.shots, profile=profile,
-                 extra_opts=args.extra_opts, knobs=knobs, gpus_per_job=args.gpus_per_job)
+                 extra_opts=args.extra_opts, knobs=knobs,
+                 procs_per_job=args.procs_per_job or max(args.gpus_per_job, 1))
 
 
 def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = True) -> None:

@@ -51,8 +51,8 @@ class Sweep:
     :attr:`extra_opts`."""
     knobs: Mapping[str, str] = field(default_factory=dict)
     """Other script knobs (:data:`PASSED_KNOBS`) passed to every job."""
-    gpus_per_job: int = 1
-    """Processes (GPUs) per run: NPROC of the scripts."""
+    procs_per_job: int = 1
+    """Processes per run (NPROC of the scripts: torchrun when > 1): one per GPU, or CPU processes (gloo)."""
 
 
 def plan_sweeps(sweeps: Sequence[Sweep]) -> list[Job]:
@@ -99,8 +99,8 @@ class Planner:
                "SHOTS": str(shots), "PYTHON": sys.executable}
         if source:
             env["SOURCE"] = sweep.source
-        if sweep.gpus_per_job > 1:
-            env["NPROC"] = str(sweep.gpus_per_job)
+        if sweep.procs_per_job > 1:
+            env["NPROC"] = str(sweep.procs_per_job)
         env.update(sweep.knobs)
         extra = " ".join(filter(None, [*sweep.profile.opts(method.ns, sweep.output), sweep.extra_opts,
                                        sweep.method_opts.get(method.name, "")]))

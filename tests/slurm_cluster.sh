@@ -39,7 +39,7 @@ stop() {
 write_config() {
     local node cpus user
     node=$(hostname -s)
-    cpus=$(nproc)
+    cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc alone stops at OMP_NUM_THREADS
     user=$(id -un)
     mkdir -p "$DIR/state" "$DIR/spool"
     cat >"$CONF" <<EOF

@@ -234,6 +234,8 @@ def test_the_plan_says_why_a_job_has_no_projection(tmp_path, capsys):
     (["base2new", "--datasets", "eurosatt"], "error: unknown dataset 'eurosatt'; use one of: caltech101"),
     (["xd", "--source", "demonet"], "error: no default cross-dataset targets for source 'demonet': name them"),
     (["base2new", "--cpu-jobs", "0"], "error: --cpu-jobs must be at least 1"),
+    (["base2new", "--procs-per-job", "2"], "error: --procs-per-job 2 is for CPU jobs (--gpus-per-job 0): a GPU job "
+                                           "runs one process per GPU (--gpus-per-job 1)"),
     (["base2new", "--config", "vit_b99"], "error: no config configs/trainers/PromptSRC/vit_b99.yaml for PromptSRC: "
                                           "check --config"),
 ])
@@ -246,6 +248,17 @@ def test_bad_arguments_are_one_line(tmp_path, args, message):
     done = subprocess.run([sys.executable, "-m", "runner", "base2new", "--dry-run"], cwd=REPO, env=no_data,
                           capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.startswith("error: no datasets folder: pass --data DIR or set DATA")
+
+
+def test_processes_per_job_set_nproc(tmp_path, capsys):
+    """NPROC of every job: --gpus-per-job N (N > 1), or --procs-per-job N for CPU jobs; one process sets none."""
+    args = ["base2new", "--methods", "CoOp", "--datasets", "dtd", "--seeds", "1", "--data", str(tmp_path / "data"),
+            "--output", str(tmp_path / "out"), "--dry-run"]
+    for extra, nproc in ((["--gpus-per-job", "2"], "NPROC=2"), (["--gpus-per-job", "0", "--procs-per-job", "3"],
+                                                                "NPROC=3"), (["--gpus-per-job", "0"], None)):
+        runner_main([*args, *extra])
+        found = re.findall(r"NPROC=\d+", capsys.readouterr().out)
+        assert (found[0] if found else None) == nproc, extra
 
 
 def test_petr_x_plug_ins_route_on_their_prompt_learners_runs(tmp_path):

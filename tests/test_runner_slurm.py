@@ -1,8 +1,10 @@
 """The toy base-to-novel protocol (demo world, tiny CLIPs: teacher → PETR, CoOp → PETR+CoOp, train → test) through
 the protocol runner on the local executor and on a real one-node SLURM cluster through submitit: the same tables,
 a job preempted mid-run (``scancel --signal=USR1``, ``scontrol requeue``, a higher partition's job) requeues or is
-submitted again, resumes and ends identical, and a failed job skips only its dependents and is reported with its
-log's tail. (How a lost job counts, and the runner without SLURM: tests/test_runner_slurm_unit.py.)"""
+submitted again, resumes and ends identical, a job of two processes (torchrun, gloo) ends with the weights of the
+same two-process run on the local executor, uninterrupted or preempted, and a failed job skips only its dependents
+and is reported with its log's tail. (How a lost job counts, and the runner without SLURM:
+tests/test_runner_slurm_unit.py.)"""
 from __future__ import annotations
 
 import json
@@ -63,12 +65,23 @@ def cluster(tmp_path_factory, toy) -> dict:
 
 
 SLURM_ARGS = ("--executor", "slurm", "--cpus-per-job", "1", "--time", "60", "--poll", "1")
+TWO_PROCESSES = ("--gpus-per-job", "0", "--procs-per-job", "2")
+"""Each run as two CPU processes under torchrun (gloo); on SLURM a job then asks for two CPUs."""
+SLURM_TWO_PROCESS_ARGS = ("--executor", "slurm", "--cpus-per-job", "2", "--time", "60", "--poll", "1",
+                          *TWO_PROCESSES)
 
 
 @pytest.fixture(scope="module")
 def local_run(toy) -> tuple[str, subprocess.CompletedProcess]:
     output = str(toy["tmp"] / "local")
     return output, run(runner_argv(toy, output, "--cpu-jobs", "2"), toy["env"])
+
+
+@pytest.fixture(scope="module")
+def local_two_process_run(toy) -> tuple[str, subprocess.CompletedProcess]:
+    """The toy PETR jobs (teacher, train, test), each run as two processes, on the local executor."""
+    output = str(toy["tmp"] / "local_two_processes")
+    return output, run(runner_argv(toy, output, *TWO_PROCESSES, methods=("PETR",)), toy["env"])
 
 
 @pytest.fixture(scope="module")
@@ -140,17 +153,20 @@ def slurm_story(output: str, cluster: dict) -> str:
     return "\n".join(f"--- {path}\n" + "".join(open(path, errors="replace").readlines()[-25:]) for path in found)
 
 
-@pytest.mark.parametrize("how", PREEMPTIONS)
-def test_preempted_slurm_job_resumes_and_ends_identical(toy, cluster, local_run, how):
-    """A job preempted after saving its state resumes and ends identical to the uninterrupted local run.
-    ``scancel --signal=USR1``: submitit checkpoints and requeues it; ``scontrol requeue``: SLURM requeues it, and
-    the runner, killed too and run again, follows the requeued job instead of submitting another; a job of a
+@pytest.mark.parametrize("how,procs", [*(pytest.param(how, 1, id=how) for how in PREEMPTIONS),
+                                       *(pytest.param(how, 2, id=f"{how}-2-processes") for how in PREEMPTIONS)])
+def test_preempted_slurm_job_resumes_and_ends_identical(toy, cluster, request, how, procs):
+    """A job preempted after saving its state resumes and ends identical to the uninterrupted local run (of as many
+    processes). ``scancel --signal=USR1``: submitit checkpoints and requeues it; ``scontrol requeue``: SLURM requeues
+    it, and the runner, killed too and run again, follows the requeued job instead of submitting another; a job of a
     higher partition: the cluster cancels the job (PREEMPTED), which saved its state, and the runner submits it
-    again."""
-    local = local_run[0]
-    output = str(toy["tmp"] / f"preempt_{how}")
+    again. With two processes (torchrun) SLURM signals every process of the job: each saves and stops (75), and the
+    unit command reports 75 for them."""
+    local = request.getfixturevalue("local_run" if procs == 1 else "local_two_process_run")[0]
+    output = str(toy["tmp"] / f"preempt_{how}_{procs}")
     run_dir = os.path.join(output, PETR_RUN)
-    argv = runner_argv(toy, output, *SLURM_ARGS, methods=("PETR",), teachers=os.path.join(local, "teachers"))
+    slurm_args = SLURM_ARGS if procs == 1 else SLURM_TWO_PROCESS_ARGS
+    argv = runner_argv(toy, output, *slurm_args, methods=("PETR",), teachers=os.path.join(local, "teachers"))
     proc = subprocess.Popen(argv, cwd=REPO, env=cluster, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     record = os.path.join(output, "logs", "base2new", "slurm", "jobs.json")
     deadline = time.monotonic() + HANG_GUARD_S
@@ -176,6 +192,12 @@ def test_preempted_slurm_job_resumes_and_ends_identical(toy, cluster, local_run,
     final_id = json.load(open(record))["PETR train demo_shapes_hard seed1"]
     job_log = open(os.path.join(output, "logs", "base2new", "PETR_train_demo_shapes_hard_seed1.log")).read()
     assert f"SLURM job {job_id}, attempt 1" in job_log
+    first = job_log.split("=== ")[1]  # the first attempt's output, up to the runner's line on how it ended
+    stops = [line for line in first.splitlines() if line.startswith("preempted (")]
+    assert len(stops) == procs and all("is saved; rerun the same command to continue" in s for s in stops), first
+    ended = ("exit 75 (preempted): requeueing through submitit" if how == "scancel-USR1" else
+             "SLURM ended the job (SIGTERM): leaving without a result")
+    assert f"=== {ended}" in job_log, job_log
     resubmitted = (f"preempted PETR train demo_shapes_hard seed1 (SLURM job {job_id} ended (PREEMPTED) without a "
                    "result")
     if how == "partition-preemption":  # cancelled by the cluster: the runner submitted the job again
@@ -189,9 +211,33 @@ def test_preempted_slurm_job_resumes_and_ends_identical(toy, cluster, local_run,
         assert f"following SLURM job {job_id} (PETR train demo_shapes_hard seed1)" in out
     assert "Resuming from" in open(os.path.join(run_dir, "log.txt")).read()
     assert results(output) == {k: v for k, v in results(local).items() if "/PETR/" in k}
-    reference, resumed = weights(os.path.join(local, PETR_RUN)), weights(run_dir)
-    assert reference.keys() == resumed.keys() and len(reference) > 0
-    assert all(torch.equal(reference[k], resumed[k]) for k in reference)
+    same_weights(os.path.join(local, PETR_RUN), run_dir)
+
+
+def same_weights(reference_run: str, run_dir: str) -> None:
+    """The run's last checkpoints hold exactly the reference run's tensors."""
+    reference, other = weights(reference_run), weights(run_dir)
+    assert reference.keys() == other.keys() and len(reference) > 0
+    unequal = [k for k in reference if not torch.equal(reference[k], other[k])]
+    assert not unequal, f"{len(unequal)} of {len(reference)} tensors differ, e.g. {unequal[:3]}"
+
+
+def test_two_process_slurm_job_equals_the_local_two_process_run(toy, cluster, local_two_process_run):
+    """NPROC=2 reaches the unit inside the SLURM job: its PETR run trains with two processes (gloo) and ends with the
+    weights and results of the same two-process run on the local executor."""
+    local, done = local_two_process_run
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    output = str(toy["tmp"] / "slurm_two_processes")
+    slurm_done = run(runner_argv(toy, output, *SLURM_TWO_PROCESS_ARGS, methods=("PETR",),
+                                 teachers=os.path.join(local, "teachers")), cluster)
+    assert slurm_done.returncode == 0, slurm_done.stdout[-3000:] + "\n" + slurm_story(output, cluster)
+    for folder in (local, output):
+        log = open(os.path.join(folder, PETR_RUN, "log.txt")).read()
+        assert "2 processes (gloo)" in log and "global training batch" in log, folder
+    job_log = open(os.path.join(output, "logs", "base2new", "PETR_train_demo_shapes_hard_seed1.log")).read()
+    assert "SLURM job " in job_log.splitlines()[0] and "NPROC=2 " in job_log.splitlines()[1]
+    assert results(output) == {k: v for k, v in results(local).items() if "/PETR/" in k}
+    same_weights(os.path.join(local, PETR_RUN), os.path.join(output, PETR_RUN))
 
 
 def test_failed_slurm_job_skips_only_its_dependents(toy, cluster, slurm_run):

@@ -7,7 +7,9 @@ import json
 import os
 import signal
 
-from tests.helpers_run import ScriptRunner
+import pytest
+
+from tests.helpers_run import HANG_GUARD_S, ScriptRunner
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXTRA = "OPTIM.MAX_EPOCH 1 INPUT.SIZE (32,32)"
@@ -55,7 +57,8 @@ def test_petr_base2new_train_and_test(tmp_path):
     done, commands = runner.record(["bash", "scripts/petr/base2new_test.sh", "eurosat", "1"], {"NPROC": "2"})
     assert done.stdout == f"Evaluating PETR on the novel classes of eurosat (seed 1) -> {test_dir}\n"
     assert commands == [[
-        "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "train.py", "--root", data,
+        "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--signals-to-handle",
+        "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1", "train.py", "--root", data,
         "--seed", "1", "--trainer", "PETR", "--dataset-config-file", "configs/datasets/eurosat.yaml",
         "--config-file", "configs/trainers/PETR/vit_b16_ep40_batch8_4ctx.yaml", "--output-dir", test_dir,
         "--model-dir", train_dir, "--load-epoch", "last", "--eval-only", "DATASET.NUM_SHOTS", "0",
@@ -197,3 +200,44 @@ def test_a_stopping_signal_waits_for_torchruns_status():
     child = "import os, signal, sys; os.kill(os.getppid(), signal.SIGTERM); sys.exit(75)"
     assert run_train(["-c", child]) == 75
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+STOPPING_WORKER = """
+import os, signal, sys, time
+got = []
+for sig in (signal.SIGTERM, signal.SIGUSR1):
+    signal.signal(sig, lambda signum, frame: got.append(signum))
+folder, rank = sys.argv[1], os.environ["RANK"]
+open(os.path.join(folder, "ready" + rank), "w").close()
+deadline = time.monotonic() + float(sys.argv[3])
+if rank == "0":  # both workers wait for a signal: send it where a process group gets it (the unit, torchrun)
+    while not os.path.exists(os.path.join(folder, "ready1")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in (int(os.environ["UNIT_PID"]), os.getppid()):
+        os.kill(pid, getattr(signal, sys.argv[2]))
+while not got and time.monotonic() < deadline:
+    time.sleep(0.05)
+sys.exit(75 if got else 1)  # as train.py: 75 once its state is saved
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGUSR1", "SIGTERM"])
+def test_a_unit_reports_75_when_torchruns_workers_stop_on_a_signal(tmp_path, monkeypatch, name):
+    """A unit with NPROC > 1 runs torchrun, whose workers live in sessions of their own: a preemption signal to the
+    unit's process group (the unit and torchrun) must reach them through torchrun, which then exits 1 whatever their
+    status; the unit reports 75 (preempted), as its in-process train.py would."""
+    from engine.preemption import stopped_by
+    from trainers.catalog import by_scripts
+    from units.unit import Unit, run_train
+
+    unit = Unit(by_scripts("petr"), "scripts/petr/base2new_train.sh", {"NPROC": "2", "DATA": str(tmp_path)},
+                str(tmp_path))
+    argv = unit.argv("eurosat", str(tmp_path / "out"), [], "demo", "1")
+    launch = argv[:argv.index("train.py")]
+    assert launch[:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    worker = tmp_path / "worker.py"
+    worker.write_text(STOPPING_WORKER)
+    monkeypatch.setenv("UNIT_PID", str(os.getpid()))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert run_train([*launch, str(worker), str(tmp_path), name, str(HANG_GUARD_S)]) == 75
+    assert stopped_by() == name

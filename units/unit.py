@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
-from engine.preemption import signal_handlers
+from engine.preemption import stopped_by, waiting_for_child
 from engine.runs import POINTER_FILE, run_dir, run_state, saved_model
 from trainers.catalog import Method
-from units.facts import REPO, UnitError, dataset_yaml
+from units.facts import EXIT_PREEMPTED, REPO, UnitError, dataset_yaml
 
 FINISHED_STATES = ("finished", "finished-upstream")
 """Run states of a completed run (ours, or an upstream run whose log holds the final accuracy)."""
@@ -28,6 +28,10 @@ FINISHED_STATES = ("finished", "finished-upstream")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)
 """The signals that stop a run (Ctrl-C, a scheduler's end or preemption, a closed terminal)."""
+TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
+"""The signals torchrun passes on to its processes (``--signals-to-handle``: its own list and SIGUSR1). They run in
+sessions of their own, so outside a SLURM job step (which signals every process) only what torchrun passes on
+reaches them; without SIGUSR1 in the list torchrun dies of it and leaves them behind."""
 
 
 class StepFailed(Exception):
@@ -166,7 +170,8 @@ class Unit:
         nproc = self.knob("NPROC", "1")
         if not re.fullmatch(r"[1-9][0-9]*", nproc):
             raise UnitError(f"NPROC={nproc}: give the number of processes (GPUs), e.g. NPROC=4")
-        launch = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", nproc] if int(nproc) > 1 else []
+        launch = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", nproc, "--signals-to-handle",
+                  TORCHRUN_SIGNALS] if int(nproc) > 1 else []
         flags = ["--move-aside"] if self.env.get("MOVE_ASIDE") == "1" else []
         return [*launch, *train_argv(self.data, self.trainer, dataset, config, out, seed,
                                      [*flags, *args, *self.common_opts()])]
@@ -200,9 +205,10 @@ def train_argv(data: str, trainer: str, dataset: str, config: str, out: str, see
 
 def signals_to_child() -> AbstractContextManager[None]:
     """Inside: the stopping signals (SIGINT, SIGTERM, SIGUSR1, SIGHUP), which reach the child processes too, do
-    nothing in this process, so it waits for torchrun's status (75 once its processes saved their state) instead of
-    ending, or being requeued, first; the previous handlers come back afterwards."""
-    return signal_handlers(STOP_SIGNALS, lambda signum, frame: None)
+    nothing in this process, so it waits for torchrun's status instead of ending, or being requeued, first
+    (``engine.preemption.stopped_by`` names the preemption signal that came); the previous handlers come back
+    afterwards."""
+    return waiting_for_child(STOP_SIGNALS)
 
 
 def run_train(argv: list[str]) -> int:
@@ -210,7 +216,12 @@ def run_train(argv: list[str]) -> int:
     process for several processes; returns the exit status (75 after a preemption)."""
     if argv[0] != "train.py":
         with signals_to_child():
-            return subprocess.run([sys.executable, *argv], cwd=REPO).returncode
+            status = subprocess.run([sys.executable, *argv], cwd=REPO).returncode
+        if status and stopped_by():  # torchrun passed the signal on, waited for its processes and exits 1 anyway
+            print(f"torchrun stopped on {stopped_by()} (exit status {status}): its processes saved their state, or "
+                  f"keep the last one; exit {EXIT_PREEMPTED} (preempted)", file=sys.stderr, flush=True)
+            return EXIT_PREEMPTED
+        return status
     import train  # torch is imported only here: planning a unit stays quick and torch-free
 
     return train.cli(argv[1:])
