@@ -113,6 +113,16 @@ def lost_outcome(job_id: str, state: str, stdout: str, runs: Sequence[str]) -> O
     return Outcome(1, f"{where}: cancelled, out of time or memory, or its node failed")
 
 
+def failure_outcome(job_id: str, error: str) -> Outcome:
+    """How a SLURM job that raised ``error`` (submitit's text of its exception) ended: the unit's exit status when
+    :class:`UnitFailed` names it (negative: killed by that signal), else 1 with the error's last line."""
+    found = re.search(r"exit status (-?\d+)", error)
+    if found:
+        return Outcome(int(found.group(1)), f"SLURM job {job_id}: exit status {found.group(1)}")
+    lines = error.strip().splitlines()
+    return Outcome(1, f"SLURM job {job_id} failed: {lines[-1] if lines else 'no error text'}")
+
+
 def require_slurm() -> None:
     """ValueError with one line when this machine cannot submit SLURM jobs (no ``sbatch`` / ``squeue``)."""
     missing = [b for b in ("sbatch", "squeue", "scontrol") if shutil.which(b) is None]
@@ -197,10 +207,7 @@ class SlurmExecutor:
             handle.result()
             return Outcome(0)
         except Exception as e:  # the job's exception, pickled by submitit
-            found = re.search(r"exit status (\d+)", str(e))
-            if found:
-                return Outcome(int(found.group(1)), f"SLURM job {handle.job_id}: exit status {found.group(1)}")
-            return Outcome(1, f"SLURM job {handle.job_id} failed: {str(e).strip().splitlines()[-1]}")
+            return failure_outcome(handle.job_id, str(e))
 
     def close(self) -> None:
         """Nothing to release: the jobs are SLURM's."""

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from runner.slurm import lost_outcome
+from runner.slurm import failure_outcome, lost_outcome
 from tests.helpers_run import HANG_GUARD_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,3 +54,13 @@ def test_slurm_executor_without_slurm_is_one_error_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: --executor slurm: sbatch, squeue, scontrol not found"), \
         done.stderr
     assert not (tmp_path / "out" / "logs" / "base2new" / "slurm").exists()
+
+
+def test_a_failed_jobs_status_is_read_from_its_error_negative_ones_too():
+    """A unit killed by a signal (torchrun dead of SIGUSR1: -10) is reported with that status, not as a garbled
+    line; an error that names no status is a failure (1) with its last line."""
+    killed = failure_outcome("7", "Traceback (most recent call last):\nrunner.slurm.UnitFailed: PETR train dtd seed1: "
+                                  "exit status -10; log /out/logs/PETR_train_dtd_seed1.log\n")
+    assert (killed.status, killed.reason) == (-10, "SLURM job 7: exit status -10")
+    failed = failure_outcome("8", "Traceback (most recent call last):\nMemoryError: out of memory\n")
+    assert (failed.status, failed.reason) == (1, "SLURM job 8 failed: MemoryError: out of memory")
