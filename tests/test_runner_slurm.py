@@ -154,14 +154,16 @@ def slurm_story(output: str, cluster: dict) -> str:
 
 
 @pytest.mark.parametrize("how,procs", [*(pytest.param(how, 1, id=how) for how in PREEMPTIONS),
-                                       *(pytest.param(how, 2, id=f"{how}-2-processes") for how in PREEMPTIONS)])
+                                       *(pytest.param(how, 2, id=f"{how}-2-processes")
+                                         for how in ("scancel-USR1", "scontrol-requeue"))])
 def test_preempted_slurm_job_resumes_and_ends_identical(toy, cluster, request, how, procs):
     """A job preempted after saving its state resumes and ends identical to the uninterrupted local run (of as many
     processes). ``scancel --signal=USR1``: submitit checkpoints and requeues it; ``scontrol requeue``: SLURM requeues
     it, and the runner, killed too and run again, follows the requeued job instead of submitting another; a job of a
     higher partition: the cluster cancels the job (PREEMPTED), which saved its state, and the runner submits it
     again. With two processes (torchrun) SLURM signals every process of the job: each saves and stops (75), and the
-    unit command reports 75 for them."""
+    unit command reports 75 for them; USR1 and SIGTERM are its two stopping points (a higher partition's job ends
+    it with SIGTERM too, and the runner's resubmission is the one-process case's)."""
     local = request.getfixturevalue("local_run" if procs == 1 else "local_two_process_run")[0]
     output = str(toy["tmp"] / f"preempt_{how}_{procs}")
     run_dir = os.path.join(output, PETR_RUN)
