@@ -247,8 +247,7 @@ def test_train_samplers_are_distributed_and_reshuffled_every_epoch(one_process_g
 
 def test_scripts_launch_through_torchrun_when_nproc_is_set(tmp_path):
     """NPROC unset or 1: train.py itself; N > 1: train.py under torchrun with N processes; a non-number: one line."""
-    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--signals-to-handle",
-                "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1", "train.py"]
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "train.py"]
     for nproc, launch in (("", ["train.py"]), ("1", ["train.py"]), ("2", torchrun)):
         env = {**os.environ, "DATA": str(tmp_path), "NPROC": nproc, "TEACHER_CKPT": "none"}
         done = subprocess.run([sys.executable, "-m", "units", "--print-argv", "petr", "base2new_train", "eurosat",

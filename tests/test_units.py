@@ -57,8 +57,7 @@ def test_petr_base2new_train_and_test(tmp_path):
     done, commands = runner.record(["bash", "scripts/petr/base2new_test.sh", "eurosat", "1"], {"NPROC": "2"})
     assert done.stdout == f"Evaluating PETR on the novel classes of eurosat (seed 1) -> {test_dir}\n"
     assert commands == [[
-        "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--signals-to-handle",
-        "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1", "train.py", "--root", data,
+        "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "train.py", "--root", data,
         "--seed", "1", "--trainer", "PETR", "--dataset-config-file", "configs/datasets/eurosat.yaml",
         "--config-file", "configs/trainers/PETR/vit_b16_ep40_batch8_4ctx.yaml", "--output-dir", test_dir,
         "--model-dir", train_dir, "--load-epoch", "last", "--eval-only", "DATASET.NUM_SHOTS", "0",
@@ -217,7 +216,9 @@ if rank == "0":  # both workers wait for a signal: send it where a process group
         os.kill(pid, getattr(signal, sys.argv[2]))
 while not got and time.monotonic() < deadline:
     time.sleep(0.05)
-sys.exit(75 if got else 1)  # as train.py: 75 once its state is saved
+if got:  # as train.py: its state saved, then 75
+    open(os.path.join(folder, "saved" + rank), "w").write(signal.Signals(got[0]).name)
+sys.exit(75 if got else 1)
 """
 
 
@@ -225,7 +226,7 @@ sys.exit(75 if got else 1)  # as train.py: 75 once its state is saved
 def test_a_unit_reports_75_when_torchruns_workers_stop_on_a_signal(tmp_path, monkeypatch, name):
     """A unit with NPROC > 1 runs torchrun, whose workers live in sessions of their own: a preemption signal to the
     unit's process group (the unit and torchrun) must reach them through torchrun, which then exits 1 whatever their
-    status; the unit reports 75 (preempted), as its in-process train.py would."""
+    status; the unit reports 75 (preempted), as its in-process train.py would, once both processes saved."""
     from engine.preemption import stopped_by
     from trainers.catalog import by_scripts
     from units.unit import Unit, run_train
@@ -241,3 +242,5 @@ def test_a_unit_reports_75_when_torchruns_workers_stop_on_a_signal(tmp_path, mon
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert run_train([*launch, str(worker), str(tmp_path), name, str(HANG_GUARD_S)]) == 75
     assert stopped_by() == name
+    # torchrun passed the signal on and waited for both processes (a torchrun that dies of it leaves them behind)
+    assert [(tmp_path / f"saved{rank}").read_text() for rank in (0, 1)] == [name, name]

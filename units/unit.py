@@ -28,10 +28,11 @@ FINISHED_STATES = ("finished", "finished-upstream")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)
 """The signals that stop a run (Ctrl-C, a scheduler's end or preemption, a closed terminal)."""
-TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
-"""The signals torchrun passes on to its processes (``--signals-to-handle``: its own list and SIGUSR1). They run in
-sessions of their own, so outside a SLURM job step (which signals every process) only what torchrun passes on
-reaches them; without SIGUSR1 in the list torchrun dies of it and leaves them behind."""
+TORCHRUN_SIGNALS = {"PET_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"}
+"""The signals torchrun passes on to its processes: its own list and SIGUSR1 (its ``--signals-to-handle``, read
+from this variable, so a torch without the option runs the same command). They run in sessions of their own, so
+outside a SLURM job step (which signals every process) only what torchrun passes on reaches them; without SIGUSR1 in
+the list torchrun dies of it and leaves them behind."""
 
 
 class StepFailed(Exception):
@@ -170,8 +171,7 @@ class Unit:
         nproc = self.knob("NPROC", "1")
         if not re.fullmatch(r"[1-9][0-9]*", nproc):
             raise UnitError(f"NPROC={nproc}: give the number of processes (GPUs), e.g. NPROC=4")
-        launch = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", nproc, "--signals-to-handle",
-                  TORCHRUN_SIGNALS] if int(nproc) > 1 else []
+        launch = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", nproc] if int(nproc) > 1 else []
         flags = ["--move-aside"] if self.env.get("MOVE_ASIDE") == "1" else []
         return [*launch, *train_argv(self.data, self.trainer, dataset, config, out, seed,
                                      [*flags, *args, *self.common_opts()])]
@@ -216,7 +216,8 @@ def run_train(argv: list[str]) -> int:
     process for several processes; returns the exit status (75 after a preemption)."""
     if argv[0] != "train.py":
         with signals_to_child():
-            status = subprocess.run([sys.executable, *argv], cwd=REPO).returncode
+            env = {**os.environ, **TORCHRUN_SIGNALS}
+            status = subprocess.run([sys.executable, *argv], cwd=REPO, env=env).returncode
         if status and stopped_by():  # torchrun passed the signal on, waited for its processes and exits 1 anyway
             print(f"torchrun stopped on {stopped_by()} (exit status {status}): its processes saved their state, or "
                   f"keep the last one; exit {EXIT_PREEMPTED} (preempted)", file=sys.stderr, flush=True)
