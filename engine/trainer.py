@@ -455,6 +455,9 @@ class SimpleTrainer(TrainerBase):
         self.start_epoch = self.resume_model_if_exist(directory)
         if self.start_epoch > 0:
             self._restore_best_result(directory)
+        # every process has read the saved state before any writes the next one: a run resumed at the end of an
+        # epoch reaches rank 0's next save without a collective, and a slower rank would read that save instead
+        barrier()
         if self.cfg.TEST.FINAL_MODEL == "best_val" and not self.cfg.TEST.NO_TEST:
             self.selected_on = self.selection_split()
             if self.selected_on == "test":
