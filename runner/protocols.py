@@ -55,15 +55,9 @@ class Sweep:
     """Processes per run (NPROC of the scripts: torchrun when > 1): one per GPU, or CPU processes (gloo)."""
 
 
-def plan_sweeps(sweeps: Sequence[Sweep]) -> list[Job]:
-    """The jobs of several sweeps in one plan (e.g. cross-dataset and DG from one source): :func:`merge_plans` of
-    their plans."""
-    return merge_plans([Planner(sweep).plan() for sweep in sweeps])
-
-
 def merge_plans(plans: Iterable[Sequence[Job]]) -> list[Job]:
-    """The jobs of several plans in one: a job two plans share (the teacher, the source's runs) once; ValueError when
-    two different jobs have one name."""
+    """The jobs of several plans in one (e.g. cross-dataset and DG from one source, each a ``Planner(sweep).plan()``):
+    a job two plans share (the teacher, the source's runs) once; ValueError when two different jobs have one name."""
     jobs: dict[str, Job] = {}
     for plan in plans:
         for job in plan:

@@ -20,7 +20,7 @@ from demo.study import FULL as STUDY
 from demo.study import Demo
 from engine.utils import read_json
 from runner.jobs import record_job
-from runner.protocols import plan_sweeps
+from runner.protocols import Planner, merge_plans
 from runner.schedule import Report
 from tests.helpers_jobs import Toy
 from tests.helpers_run import HANG_GUARD_S
@@ -46,7 +46,8 @@ def test_default_paths_prefer_flags_then_environment(tmp_path, monkeypatch):
 
 def planned(tmp_path, size):
     paths = Paths(str(tmp_path / "data"), str(tmp_path / "out"), str(tmp_path / "cache"))
-    return {j.name: j for j in plan_sweeps(sweeps(size, paths, ("student.pt", "teacher.pt")))}
+    plans = [Planner(sweep).plan() for sweep in sweeps(size, paths, ("student.pt", "teacher.pt"))]
+    return {j.name: j for j in merge_plans(plans)}
 
 
 def test_make_demo_is_one_base_to_novel_sweep_of_six_methods(tmp_path):

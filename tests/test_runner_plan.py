@@ -16,7 +16,7 @@ from runner.cli import main as runner_main
 from runner.costs import projected_seconds
 from runner.jobs import job_states, record_job
 from runner.profiles import FAST, PAPER, bf16_opts, launch_env
-from runner.protocols import Planner, Sweep, plan_sweeps
+from runner.protocols import Planner, Sweep, merge_plans
 from tests.helpers_run import ScriptRunner
 from trainers.catalog import find_method
 
@@ -298,7 +298,7 @@ def test_sweeps_of_one_source_share_their_jobs(tmp_path):
     of both; two different jobs of one name are refused."""
     xd = sweep("xd", ("PETR", "PromptKD", "ZeroshotCLIP"), ("dtd",), tmp_path, seeds=(1,))
     dg = sweep("dg", ("PETR", "PromptKD", "ZeroshotCLIP"), ("imagenet_a",), tmp_path, seeds=(1,))
-    names = [j.name for j in plan_sweeps([xd, dg])]
+    names = [j.name for j in merge_plans([Planner(xd).plan(), Planner(dg).plan()])]
     shared = ["ZeroshotCLIP zero-shot imagenet", "teacher imagenet", "PETR train imagenet seed1",
               "PromptKD train imagenet seed1"]
     assert sorted(names) == sorted([*shared, "ZeroshotCLIP zero-shot dtd", "PETR train dtd seed1",
@@ -306,4 +306,4 @@ def test_sweeps_of_one_source_share_their_jobs(tmp_path):
                                     "PETR train imagenet_a seed1", "PromptKD test imagenet_a seed1"])
     other = sweep("dg", ("PETR",), ("imagenet_a",), tmp_path, seeds=(1,), knobs={"KD_WEIGHT": "5.0"})
     with pytest.raises(ValueError, match="two sweeps plan different jobs named 'teacher imagenet'"):
-        plan_sweeps([xd, other])
+        merge_plans([Planner(xd).plan(), Planner(other).plan()])
