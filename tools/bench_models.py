@@ -46,6 +46,11 @@ SPECS = {
     "vit_b16": ModelSpec("ViT-B/16 student, ViT-L/14 teacher", VIT_B16, VIT_L14),
     "tiny": ModelSpec("tiny student/teacher (tests, smoke runs)", TINY_STUDENT, TINY_TEACHER, depth=2),
     # tiny widths on 224 px images (patch 32): a train.py epoch whose cost is mostly data loading
+    # tiny widths with the real output widths (512 student, 768 teacher), which upstream PromptKD's student projector
+    # hard-codes: the CPU dry run of the comparison with upstream (tools/side_by_side.py)
+    "tiny_upstream": ModelSpec("tiny student/teacher with ViT-B/16 and ViT-L/14 output widths",
+                               dict(TINY_STUDENT, embed_dim=512),
+                               dict(TINY_TEACHER, embed_dim=768, vision_layers=3, transformer_layers=3), depth=3),
     "tiny224": ModelSpec("tiny student/teacher on 224 px images", dict(TINY_STUDENT, image_resolution=224,
                                                                       vision_patch_size=32),
                          dict(TINY_TEACHER, image_resolution=224, vision_patch_size=32), depth=2),
