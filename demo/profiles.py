@@ -27,6 +27,7 @@ from demo.pipeline import QUICK, default_paths, failures
 from demo.study import PLAN, RESULTS, Demo
 from engine.runs import LOG_FILE
 from engine.utils import read_json
+from runner.costs import trainer_config
 from runner.jobs import Job
 from runner.profiles import FAST, PAPER, Profile, bf16_opts, card_has_bf16
 
@@ -60,8 +61,6 @@ VARIANTS = (Variant("paper", PAPER), Variant("fast", FAST), Variant("fast + CUDA
 
 def demo_optimizer(trainer: str) -> str:
     """``OPTIM.NAME`` of the demo config of ``trainer``."""
-    from runner.costs import trainer_config
-
     return trainer_config(trainer, "demo").get("OPTIM", {}).get("NAME", "adam")
 
 
