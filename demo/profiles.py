@@ -136,9 +136,14 @@ class ProfileStudy:
             step = median_step_ms(f.read())
         return [base, new, harmonic_mean(base, new), step]
 
+    def finished(self, variant: Variant, trainer: str, seed: int) -> bool:
+        run = self.run_dir(variant, trainer, seed)
+        return all(os.path.exists(os.path.join(run, part, RESULTS)) for part in ("train_base", "test_new"))
+
     def table(self) -> str:
-        return profile_table({(t, v.name, s): self.read(v, t, s)
-                              for t in TRAINERS for v in self.variants for s in self.seeds})
+        """The table of the runs that finished (after a failed run, the others still show)."""
+        return profile_table({(t, v.name, s): self.read(v, t, s) for t in TRAINERS for v in self.variants
+                              for s in self.seeds if self.finished(v, t, s)})
 
 
 def profile_table(values: dict[tuple[str, str, int], list[float]]) -> str:
@@ -189,14 +194,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     study = ProfileStudy(demo, variants, args.seeds, args.device, has_bf16, extra)
     teacher = study.teacher_job()
     outcome = demo.run_jobs([teacher, *study.jobs(teacher.name)], os.path.join(study.root, "logs"))
-    if not outcome.ok:
-        print(failures(outcome))
-        return 1
     print(study.table())
     print(f"{size} size on {args.device} ({'bf16' if has_bf16 else 'shipped precision'} in the fast profile); "
           "test split; mean ± sample std over seeds.")
     for name, why in skipped.items():
         print(f"Not run: {name}: {why}")
+    if not outcome.ok:
+        print(failures(outcome))
+        return 1
     return 0
 
 

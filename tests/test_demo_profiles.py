@@ -59,3 +59,26 @@ def test_table_means_and_sample_stds():
     assert cells[6] == f"{statistics.mean(steps):.1f} ± {statistics.stdev(steps):.1f}" == "15.0 ± 3.6"
     assert not any("fast" in line and "mean" in line for line in lines)  # one seed: no mean row
     assert len(rows) == 5  # 3 + 1 seeds and the mean row of the three
+
+
+def test_table_reads_the_finished_runs_only(tmp_path):
+    """A failed or missing run leaves its row out; the others show with HM and step read from their files."""
+    import json
+
+    from demo.pipeline import Paths
+    from demo.profiles import ProfileStudy
+    from demo.study import PLAN, Demo
+
+    demo = Demo(PLAN, Paths(str(tmp_path / "data"), str(tmp_path / "out"), str(tmp_path / "cache")))
+    study = ProfileStudy(demo, VARIANTS[:1], [1, 2], "cpu", False, {})
+    for trainer in ("PromptKD", "PETR"):
+        run = tmp_path / "out" / "paper" / trainer / "seed1"
+        for part, accuracy in (("train_base", 80.0), ("test_new", 60.0)):
+            (run / part).mkdir(parents=True)
+            (run / part / "results.json").write_text(json.dumps({"accuracy": accuracy}))
+        (run / "train_base" / "log.txt").write_text(
+            "epoch [1/1] batch [12/24] time 0.020 (0.020) data 0.001 (0.001) loss 1.0\n")
+    (tmp_path / "out" / "paper" / "PETR" / "seed2" / "train_base").mkdir(parents=True)  # a run that failed
+    lines = study.table().splitlines()[2:]
+    assert [line.split()[:3] for line in lines] == [["PromptKD", "paper", "1"], ["PETR", "paper", "1"]]
+    assert lines[1].split()[3:] == ["80.00", "60.00", f"{2 * 80 * 60 / 140:.2f}", "20.0"]
