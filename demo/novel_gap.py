@@ -16,15 +16,14 @@ import hashlib
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tabulate import tabulate
 
 from analysis.stats import harmonic_mean
 from demo import report
 from demo.pipeline import default_paths, failures
-from demo.pretrain import SHIPPED
-from demo.study import FULL, RESULTS, Demo
+from demo.study import PLAN, RESULTS, Demo
 from engine.utils import read_json
 from runner.jobs import Job
 
@@ -67,10 +66,6 @@ VARIANTS: tuple[Variant, ...] = (
 )
 DEFAULT_VARIANTS = ("demo settings", "half the steps")
 """What a run without ``--variants`` measures (the others: about 4 min each on 2 cores)."""
-ALL_TRAIN = 0
-"""``DATASET.NUM_SHOTS`` of every train image, as the unit commands distil in the demo."""
-PLAN = replace(FULL, student=SHIPPED["student"], teacher=SHIPPED["teacher"], student_shots=ALL_TRAIN)
-"""The demo's world: the shipped tiny CLIPs, distillation on every train image."""
 
 
 def run_key(opts: Sequence[str]) -> str:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from demo.pipeline import CONFIG, DATASET, Paths, Size, tiny_clips
-from demo.pretrain import PretrainParams, default_params
+from demo.pretrain import SHIPPED, PretrainParams, default_params
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
 from engine.runs import RESULTS_FILE as RESULTS
 from engine.runs import run_dir
@@ -22,7 +22,7 @@ from runner.schedule import Report, run_plan
 from units.call import TrainCall
 from units.unit import train_argv
 
-__all__ = ["FULL", "RESULTS", "Demo", "DemoPlan"]
+__all__ = ["FULL", "PLAN", "RESULTS", "Demo", "DemoPlan"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,10 @@ class DemoPlan:
 
 
 FULL = DemoPlan()
+ALL_TRAIN = 0
+"""``DATASET.NUM_SHOTS`` of every train image, as the unit commands distil in the demo."""
+PLAN = replace(FULL, student=SHIPPED["student"], teacher=SHIPPED["teacher"], student_shots=ALL_TRAIN)
+"""The demo's world: the shipped tiny CLIPs, distillation on every train image."""
 
 
 class Demo:
@@ -83,10 +87,11 @@ class Demo:
     def teacher_run(self) -> str:
         return self.run_dir("train_base", self.plan.teacher_shots, "PromptSRC", self.plan.seeds[0])
 
-    def teacher_job(self) -> Job:
-        """The PromptSRC teacher's training on the base classes (first seed), which the students distil from."""
+    def teacher_job(self, opts: Sequence[str] = ()) -> Job:
+        """The PromptSRC teacher's training on the base classes (first seed), which the students distil from;
+        ``opts`` after the teacher CLIP."""
         call = self.train_call("PromptSRC", self.teacher_run(), self.plan.seeds[0], "base",
-                               ("MODEL.BACKBONE.NAME", self.teacher_clip))
+                               ("MODEL.BACKBONE.NAME", self.teacher_clip, *opts))
         return self.job("teacher", name="b2n PromptSRC base", kind="teacher", method="PromptSRC", dataset=self.short,
                         call=call, runs=(self.teacher_run(),), trainer="PromptSRC", config=CONFIG)
 

@@ -22,7 +22,15 @@ from collections.abc import Sequence
 from tabulate import tabulate
 
 from runner.arguments import check_opts_keys, check_pairs, check_writable
-from runner.costs import STEP_MS, missing_numbers, projected_seconds
+from runner.costs import (
+    EVAL_SOURCE,
+    JOB_OVERHEAD_SOURCE,
+    PROJECTED_PROFILES,
+    STEP_MS,
+    missing_numbers,
+    projected_hours,
+    projected_seconds,
+)
 from runner.jobs import KINDS, Job, command_line, job_states
 from runner.preflight import add_arguments, preflight
 from runner.profiles import PROFILES
@@ -138,46 +146,44 @@ def make_sweep(args: argparse.Namespace) -> Sweep:
 
 
 def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = True) -> None:
-    """Jobs per kind with their states and projected GPU-hours, the step times used, and every command."""
+    """Jobs per kind with their states and projected GPU-hours (paper, fast and upstream), the step times used, and
+    every command."""
     states = job_states(jobs)
     profile = sweep.profile.name
     print(f"Plan: {sweep.protocol}, {len(sweep.datasets)} dataset(s) ({' '.join(sweep.datasets)}), seeds "
           f"{' '.join(map(str, sweep.seeds))}, methods {' '.join(m.name for m in sweep.methods)}; profile {profile}"
           + (f", source {sweep.source}" if sweep.protocol != "base2new" else ""))
+    to_run = [j for j in jobs if states[j.name] not in ("finished", "check")]
     rows, unknown = [], set()
     for kind in KINDS:
         of_kind = [j for j in jobs if j.kind == kind]
         if not of_kind:
             continue
         count = Counter(states[j.name] for j in of_kind)
-        hours = 0.0
-        for job in of_kind:
-            seconds = projected_seconds(job, sweep.protocol, profile)
-            if seconds is None:
-                unknown.add(missing_numbers(job, profile))
-            elif states[job.name] not in ("finished", "check"):
-                hours += seconds / 3600
+        unknown |= {missing_numbers(j, p) for j in of_kind for p in PROJECTED_PROFILES} - {""}
         rows.append([kind, len(of_kind), count["new"], count["resume"], count["retry"], count["check"],
-                     count["finished"], hours])
-    rows.append(["tables", 1, 1, 0, 0, 0, 0, 0.0])
-    total = ["total", sum(r[1] for r in rows), *[sum(r[i] for r in rows) for i in range(2, 7)],
-             sum(r[7] for r in rows)]
+                     count["finished"], *projected_hours([j for j in to_run if j.kind == kind], sweep.protocol)])
+    rows.append(["tables", 1, 1, 0, 0, 0, 0, *[0.0] * len(PROJECTED_PROFILES)])
+    total = ["total", *[sum(r[i] for r in rows) for i in range(1, 7 + len(PROJECTED_PROFILES))]]
     print(tabulate([*rows, total], headers=["jobs", "count", "new", "resume", "retry", "check", "finished (skipped)",
-                                            "GPU-h (H100)"], floatfmt=".1f"))
+                                            *(f"GPU-h {p}" for p in PROJECTED_PROFILES)], floatfmt=".1f"))
     by_method = Counter()
-    for job in jobs:
+    for job in to_run:
         seconds = projected_seconds(job, sweep.protocol, profile)
-        if seconds is not None and states[job.name] not in ("finished", "check"):
+        if seconds is not None:
             by_method[job.method] += seconds / 3600
     if by_method:
-        print("GPU-hours to run, per method: " + ", ".join(f"{m} {h:.1f}" for m, h in by_method.items()))
+        print(f"GPU-hours (H100) to run in this sweep's profile ({profile}), per method: "
+              + ", ".join(f"{m} {h:.1f}" for m, h in by_method.items()))
     if unknown:
         print(f"No projection for {', '.join(sorted(unknown))}: counted as 0 h.")
-    used = sorted({(j.trainer, profile) for j in jobs if j.kind in ("train", "teacher")} & set(STEP_MS))
-    print("Projection: steps from the dataset sizes and each config's epochs and batch, times per step:")
-    for key in used:
-        print(f"  {key[0]}: {STEP_MS[key].ms} ms ({STEP_MS[key].source})")
-    print("  + evaluation, start-up and (fast) compilation and teacher-cache estimates: runner/costs.py")
+    trainers = sorted({j.trainer for j in jobs if j.kind in ("train", "teacher")})
+    print("Projection (one H100): steps from the dataset sizes and each config's epochs and batch, times per step:")
+    for trainer in trainers:
+        for key in [(trainer, p) for p in PROJECTED_PROFILES if (trainer, p) in STEP_MS]:
+            print(f"  {key[0]} {key[1]}: {STEP_MS[key].describe()}")
+    print(f"  + evaluation ({EVAL_SOURCE}), start-up ({JOB_OVERHEAD_SOURCE}) and (fast) compilation and "
+          "teacher-cache times: runner/costs.py")
     if not show_commands:
         return
     common = {k: v for k, v in jobs[0].knobs.items() if k in COMMON_ENV} if jobs else {}

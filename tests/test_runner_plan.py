@@ -152,6 +152,25 @@ def test_projected_seconds_by_hand(tmp_path):
     assert PUBLISHED_SIZES["imagenet"].train == 1_281_167
 
 
+def test_upstream_projection_by_hand(tmp_path):
+    """Upstream's speed: PromptKD's paper step plus the teacher's text features of every class each step, PETR as
+    two such steps, CoOp and the teacher at the paper step; no compilation or teacher cache."""
+    jobs = by_name(Planner(sweep("base2new", ("PETR", "PromptKD", "CoOp"), ("eurosat", "imagenet"), tmp_path,
+                                 seeds=(1,))).plan())
+    # EuroSAT: 10 classes, 13,500 train / 8,100 test images (base: 6,750 / 4,050); ImageNet: 1000 classes
+    kd = 60 + 4050 * 0.3 / 1000 + 20 * math.ceil(13500 / 8) * (31.5 + 10 * 0.047) / 1000
+    assert projected_seconds(jobs["PromptKD train eurosat seed1"], "base2new", "upstream") == pytest.approx(kd)
+    petr = 60 + 4050 * 0.6 / 1000 + 40 * math.ceil(6750 / 8) * (63.0 + 10 * 0.094) / 1000
+    assert projected_seconds(jobs["PETR train eurosat seed1"], "base2new", "upstream") == pytest.approx(petr)
+    imagenet_kd = 60 + 25000 * 0.3 / 1000 + 20 * math.ceil(1_281_167 / 8) * (31.5 + 1000 * 0.047) / 1000
+    assert projected_seconds(jobs["PromptKD train imagenet seed1"], "base2new", "upstream") == pytest.approx(
+        imagenet_kd)
+    coop = 60 + 4050 * 0.3 / 1000 + 200 * math.ceil(16 * 5 / 32) * 20.0 / 1000
+    assert projected_seconds(jobs["CoOp train eurosat seed1"], "base2new", "upstream") == pytest.approx(coop)
+    assert projected_seconds(jobs["teacher eurosat"], "base2new", "upstream") == pytest.approx(
+        60 + 4050 * 1.0 / 1000 + 20 * math.ceil(80 / 8) * 43.3 / 1000)
+
+
 def test_fast_profile_overrides(tmp_path):
     plan = sweep("base2new", ("PETR", "CoOp", "ZeroshotCLIP"), ("dtd",), tmp_path, seeds=(1,), profile=FAST,
                  extra_opts="OPTIM.MAX_EPOCH 2")
@@ -209,12 +228,15 @@ def test_dry_run_prints_the_plan(tmp_path, capsys):
              if line.split() and line.split()[0] in ("teacher", "train", "test", "total")}
     assert table["teacher"][:5] == ["2", "2", "0", "0", "0"] and table["train"][:5] == ["2", "1", "1", "0", "0"]
     assert table["total"][:2] == ["7", "6"]  # + the tables step
-    expected_h = sum(projected_seconds(j, "base2new", "paper") for j in Planner(sweep(
-        "base2new", ("PETR",), ("dtd", "eurosat"), tmp_path, seeds=(1,))).plan()) / 3600
-    assert float(table["total"][-1]) == pytest.approx(expected_h, abs=0.05)
+    planned = Planner(sweep("base2new", ("PETR",), ("dtd", "eurosat"), tmp_path, seeds=(1,))).plan()
+    assert re.search(r"GPU-h paper +GPU-h fast +GPU-h upstream$", out, re.MULTILINE)
+    for column, profile in ((-3, "paper"), (-2, "fast"), (-1, "upstream")):
+        expected_h = sum(projected_seconds(j, "base2new", profile) for j in planned) / 3600
+        assert float(table["total"][column]) == pytest.approx(expected_h, abs=0.05)
     assert "[resume] PETR train dtd seed1 (after teacher dtd)" in out
     assert "CFG=vit_b16_ep40_batch8_4ctx SHOTS=0 bash scripts/petr/base2new_train.sh eurosat 1" in out
-    assert "PETR: 38.4 ms (docs/throughput.md GPU table" in out
+    assert "PETR paper: 38.4 ms (docs/throughput.md GPU table" in out
+    assert "PETR upstream: 63.0 ms + 0.094 ms per class (two upstream PromptKD steps" in out
 
 
 def test_the_plan_says_why_a_job_has_no_projection(tmp_path, capsys):
