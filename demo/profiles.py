@@ -25,6 +25,7 @@ from tabulate import tabulate
 from analysis.stats import harmonic_mean
 from demo.pipeline import QUICK, default_paths, failures
 from demo.study import PLAN, RESULTS, Demo
+from engine.cuda_graph import CAPTURED_OPTIMS
 from engine.runs import LOG_FILE
 from engine.utils import read_json
 from runner.costs import trainer_config
@@ -35,8 +36,6 @@ GRAPH_OPTS = ("TRAIN.COMPILE", "none", "TRAIN.CUDA_GRAPH", "True")
 """Added after the fast profile's overrides: the whole step as one CUDA graph, on eager CLIPs (compilation and the
 graph do not capture together, docs/throughput.md)."""
 TRAINERS = ("PromptKD", "PETR")
-GRAPH_OPTIMIZER = "sgd"
-"""The one optimiser whose step ``TRAIN.CUDA_GRAPH`` captures (``engine.cuda_graph.check_cuda_graph``)."""
 STEP_TIME = re.compile(r"^epoch \[\d+/\d+\] batch \[\d+/\d+\] time ([\d.]+) ", re.MULTILINE)
 
 
@@ -66,14 +65,14 @@ def demo_optimizer(trainer: str) -> str:
 
 def skipped_variants(device: str) -> dict[str, str]:
     """Variant name -> why it does not run on ``device`` (the CUDA graph: off the GPU, or when a demo config's
-    optimiser is not the one the graph captures)."""
+    optimiser is not one the graph captures)."""
     if device != "cuda":
         return {"fast + CUDA graph": "TRAIN.CUDA_GRAPH needs a CUDA GPU (run with --device cuda)"}
-    other = {t: demo_optimizer(t) for t in TRAINERS if demo_optimizer(t) != GRAPH_OPTIMIZER}
+    other = {t: demo_optimizer(t) for t in TRAINERS if demo_optimizer(t) not in CAPTURED_OPTIMS}
     if other:
         named = ", ".join(f"{t} {o}" for t, o in other.items())
-        return {"fast + CUDA graph": f"TRAIN.CUDA_GRAPH captures {GRAPH_OPTIMIZER} steps only; the demo configs use "
-                                     f"{named} (configs/trainers/<trainer>/demo.yaml)"}
+        return {"fast + CUDA graph": f"TRAIN.CUDA_GRAPH captures {', '.join(CAPTURED_OPTIMS)} steps only; the demo "
+                                     f"configs use {named} (configs/trainers/<trainer>/demo.yaml)"}
     return {}
 
 

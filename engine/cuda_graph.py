@@ -12,9 +12,13 @@ summary. The learning rates are constants of the captured kernels, so the step i
 changes them (once per epoch). A batch of another shape (a last partial batch) runs eagerly. Replays run the very
 kernels of the eager step, so the numbers are the eager run's.
 
-Not supported (a clear error): the CPU; PREC amp (its grad scaler reads the device every step); optimisers other
-than SGD (Adam's step counter lives on the host); torchrun (DDP); ``TRAIN.COMPILE cudagraphs`` (graphs do not
-nest).
+Adam, AMSGrad and AdamW keep their step counter on the host unless built ``capturable`` (counter and bias
+corrections on the device): :func:`make_capturable` switches them to that before their first step. It is the same
+update, its bias corrections computed in the device's float32 instead of the host's float64, so an Adam run's
+numbers match the eager run's to float32 rounding, not bit for bit (an SGD run's match bit for bit).
+
+Not supported (a clear error): the CPU; PREC amp (its grad scaler reads the device every step); RMSprop and RAdam;
+torchrun (DDP); ``TRAIN.COMPILE cudagraphs`` (graphs do not nest).
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ import torch
 from .errors import ConfigError
 
 WARMUP_STEPS = 2
+CAPTURED_OPTIMS = ("sgd", "adam", "amsgrad", "adamw")
+"""OPTIM.NAME values whose update a graph can replay (the Adam family once :func:`make_capturable`)."""
 
 
 def check_cuda_graph(cfg, device: torch.device, prec: str, trainer, distributed: bool) -> None:
@@ -39,14 +45,25 @@ def check_cuda_graph(cfg, device: torch.device, prec: str, trainer, distributed:
         problems.append(f"{type(trainer).__name__} has no train_step() to capture (PETR, PromptKD and CoOp have)")
     if prec == "amp":
         problems.append("PREC amp's grad scaler reads the device every step; use PREC bf16 or fp16")
-    if cfg.OPTIM.NAME != "sgd":
-        problems.append(f"OPTIM.NAME {cfg.OPTIM.NAME} keeps its step count on the host; use sgd")
+    if cfg.OPTIM.NAME not in CAPTURED_OPTIMS:
+        problems.append(f"OPTIM.NAME {cfg.OPTIM.NAME} keeps its step count on the host; use one of "
+                        f"{', '.join(CAPTURED_OPTIMS)}")
     if distributed:
         problems.append("torchrun (DDP) runs are not captured")
     if cfg.TRAIN.get("COMPILE", "none") == "cudagraphs":
         problems.append("TRAIN.COMPILE cudagraphs already replays graphs inside the step; use compile or none")
     if problems:
         raise ConfigError("TRAIN.CUDA_GRAPH True: " + "; ".join(problems))
+
+
+def make_capturable(optimizers: list[torch.optim.Optimizer]) -> None:
+    """Make every Adam / AdamW among ``optimizers`` keep its step counter on the device (``capturable``), as if built
+    so; call before their first step. SGD keeps no counter and is left as it is."""
+    for optim in optimizers:
+        if isinstance(optim, (torch.optim.Adam, torch.optim.AdamW)):
+            optim.defaults["capturable"] = True
+            for group in optim.param_groups:
+                group["capturable"] = True
 
 
 class StepGraph:

@@ -37,7 +37,7 @@ from .checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from .cuda_graph import StepGraph, check_cuda_graph
+from .cuda_graph import StepGraph, check_cuda_graph, make_capturable
 from .data_manager import DataManager
 from .data_stream import LoaderStream
 from .distributed import (
@@ -396,8 +396,11 @@ class SimpleTrainer(TrainerBase):
         self.build_model()
         self._ddp = wrap_trainable_models(self._models, self.device, cfg.TRAIN.SYNC_BN)
         check_cuda_graph(cfg, self.device, self.prec, self, is_distributed())
-        self.step_graph = StepGraph(self.train_step, [o for o in self._optims.values() if o is not None]) \
-            if cfg.TRAIN.get("CUDA_GRAPH", False) else None
+        self.step_graph = None
+        if cfg.TRAIN.get("CUDA_GRAPH", False):
+            optims = [o for o in self._optims.values() if o is not None]
+            make_capturable(optims)
+            self.step_graph = StepGraph(self.train_step, optims)
         self.evaluator = build_evaluator(cfg, lab2cname=self.lab2cname)
         self.best_result = -np.inf
         self._state_time = time.monotonic()  # when the last resume state was written (TRAIN.STEP_RESUME_MINUTES)
