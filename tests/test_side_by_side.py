@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from datasets.splits import split_class_folders
@@ -136,6 +137,9 @@ def test_table_names_the_card_torch_and_notes():
                         "PromptKD abc")
     assert "Note: PETR best, 10 classes: failed at batch 64" in lines and "Upstream patch: p1" in lines
     assert sum(" PETR best " in line for line in lines) == 2
+    # the table prints the rows' strings as they are (tabulate would print 60.0 as 60)
+    assert lines[3].split() == ["8", "10", "upstream", "PromptKD", "fp16", "(upstream)", "60.0", "ref", "800.0",
+                                "ref", "3.00"]
 
 
 def one_error_line(capsys, argv: list[str], status: int = 2) -> str:
@@ -217,7 +221,7 @@ def test_end_to_end_with_a_stand_in_child(tmp_path, capsys):
                               "--warmup", "0", "--eval-images", "6", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     argv = result["upstream"]["argv"]
-    assert argv[argv.index("--prec") + 1] == "fp32" and argv[argv.index("--eval-images") + 1] == "6"
+    assert argv[argv.index("--prec") + 1] == "fp16" and argv[argv.index("--eval-images") + 1] == "6"
     assert argv[argv.index("--opts") + 1:] == [
         "INPUT.SIZE", "(32, 32)", "TRAINER.PROMPTKD.N_CTX_VISION", "4", "TRAINER.PROMPTKD.N_CTX_TEXT", "4",
         "TRAINER.PROMPTKD.PROMPT_DEPTH_VISION", "3", "TRAINER.PROMPTKD.PROMPT_DEPTH_TEXT", "3"]
@@ -232,4 +236,38 @@ def test_end_to_end_with_a_stand_in_child(tmp_path, capsys):
     petr = result["table"][3]
     step_ms = next(r["step_ms"] for r in ours["steps"] if r["run"] == "PETR fp16")
     assert petr["step speed-up"] == f"{2 * 10.0 / step_ms:.2f}x"
+    assert result["table_text"] in capsys.readouterr().out
+
+
+def upstream_unavailable() -> str:
+    """Why the real upstream child cannot run here ("" when it can): CI has neither upstream's checkout nor Dassl."""
+    upstream = os.path.join(REPO, ".upstream", "PromptKD")
+    if not os.path.isfile(side_by_side.CHILD):
+        return f"no upstream child at {side_by_side.CHILD}"
+    if not os.path.isfile(os.path.join(upstream, "trainers", "promptkd.py")):
+        return f"no upstream PromptKD checkout at {upstream} (bash scripts/bench/upstream_setup.sh puts one there)"
+    probe = subprocess.run([sys.executable, "-c", "import sys; sys.path[:0] = sys.argv[1:]; import dassl.engine",
+                            upstream, os.path.join(upstream, "Dassl.pytorch")], capture_output=True, text=True,
+                           timeout=HANG_GUARD_S)
+    return f"upstream's Dassl does not import: {probe.stderr.strip().splitlines()[-1]}" if probe.returncode else ""
+
+
+UPSTREAM_UNAVAILABLE = upstream_unavailable()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(UPSTREAM_UNAVAILABLE), reason=UPSTREAM_UNAVAILABLE or "-")
+def test_the_real_pair_on_tiny_shapes(tmp_path, capsys):
+    """Upstream's own code (fp16, the CPU) and ours on the same tiny inputs: every record, the ratios from them."""
+    out = tmp_path / "sbs.json"
+    assert side_by_side.main(["--device", "cpu", "--model", "tiny_upstream", "--batches", "2", "--classes", "4",
+                              "--iters", "1", "--warmup", "0", "--eval-images", "4", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    upstream = result["upstream"]
+    assert upstream["prec"] == "fp16" and upstream["torch"] == torch.__version__
+    [up_step], [up_eval] = upstream["steps"], upstream["eval"]
+    assert (up_step["batch"], up_step["classes"], up_eval["classes"]) == (2, 4, 4)
+    assert result["ours"]["notes"] == [] and len(result["ours"]["steps"]) == 4
+    petr = next(r for r in result["ours"]["steps"] if r["run"] == "PETR best")
+    assert result["table"][4]["step speed-up"] == f"{2 * up_step['step_ms'] / petr['step_ms']:.2f}x"
     assert result["table_text"] in capsys.readouterr().out

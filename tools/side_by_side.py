@@ -2,12 +2,13 @@
 
 Writes the inputs once (``tools.side_by_side_inputs.write_inputs``: random student/teacher CLIPs and a random
 teacher checkpoint in upstream's layout), runs upstream PromptKD's own code on them as a child process
-(``tools/upstream_promptkd.py``: fp16 as upstream on CUDA, fp32 on the CPU), then our trainers in this process on
-the same files, as train.py builds them (``tools.benchmark_train``) on a generated EuroSAT-layout tree of C classes:
-PromptKD fp16 (as upstream) and "best", PETR fp16 and "best" (best: bf16 + teacher cache fixed + TRAIN.CUDA_GRAPH,
-eager, on CUDA; fp32 + teacher cache fixed on the CPU), at each batch x class count; then the evaluation images/s
-(the trainer's test pass over the tree's test split, batch 100: PromptKD's student, PETR's two branches + router)
-and peak GPU memory. Prints one ratio table and writes every raw number with it to ``--json``.
+(``tools/upstream_promptkd.py``, in fp16: upstream's setting and the only one its step runs in, on the CPU too), then
+our trainers in this process on the same files, as train.py builds them (``tools.benchmark_train``) on a generated
+EuroSAT-layout tree of C classes: PromptKD fp16 (as upstream) and "best", PETR fp16 and "best" (best: bf16 + teacher
+cache fixed + TRAIN.CUDA_GRAPH, eager, on CUDA; on the CPU, where our fp16 runs as fp32: fp32 + teacher cache fixed),
+at each batch x class count; then the evaluation images/s (the trainer's test pass over the tree's test split, batch
+100: PromptKD's student, PETR's two branches + router) and peak GPU memory. Prints one ratio table and writes every
+raw number with it to ``--json``.
 
     python tools/side_by_side.py --device cuda --json output/bench/side_by_side.json          # ViT-B/16, ViT-L/14
     python tools/side_by_side.py --device cpu --model tiny_upstream --batches 2 4 --iters 2    # CPU dry run
@@ -48,6 +49,7 @@ GPU_WORKERS = 8
 """DATALOADER.NUM_WORKERS of the shipped configs, kept on CUDA; the CPU dry run loads in the main process."""
 HEADERS = ["batch", "classes", "run", "settings", "step ms", "step speed-up", "eval images/s", "eval speed-up",
            "peak GiB"]
+COLALIGN = ["right", "right", "left", "left", "right", "right", "right", "right", "right"]
 
 
 class UsageError(Exception):
@@ -80,7 +82,7 @@ def our_runs(device: torch.device) -> list[OurRun]:
                      OurRun(f"{trainer} best", StepSetting(trainer, "bf16", cache=True, cuda_graph=True),
                             "bf16 + teacher cache fixed + CUDA graph (eager)")]
         else:
-            runs += [OurRun(f"{trainer} fp16", StepSetting(trainer, "fp32"), "fp32 (fp16 is a CUDA setting)"),
+            runs += [OurRun(f"{trainer} fp16", StepSetting(trainer, "fp32"), "fp32 (our fp16 is fp32 on a CPU)"),
                      OurRun(f"{trainer} best", StepSetting(trainer, "fp32", cache=True), "fp32 + teacher cache fixed")]
     return runs
 
@@ -115,10 +117,10 @@ def upstream_opts(spec: ModelSpec) -> list[str]:
 
 
 def upstream_command(args: argparse.Namespace, spec: ModelSpec, inputs: str, out_json: str) -> list[str]:
-    """The child's command line (the shared contract): fp16 as upstream on CUDA, fp32 on the CPU."""
-    prec = "fp16" if args.device == "cuda" else "fp32"
+    """The child's command line (the shared contract), fp16 as upstream (its only precision that steps: its fp32 and
+    amp branches fail on any torch), also on the CPU."""
     return [sys.executable, args.child, "--upstream", args.upstream, "--inputs", inputs, "--device", args.device,
-            "--prec", prec, "--batches", *map(str, args.batches), "--classes", *map(str, args.classes),
+            "--prec", "fp16", "--batches", *map(str, args.batches), "--classes", *map(str, args.classes),
             "--iters", str(args.iters), "--warmup", str(args.warmup), "--eval-images", str(args.eval_images),
             "--json", out_json, "--opts", *upstream_opts(spec)]
 
@@ -137,9 +139,9 @@ def check_upstream_json(result: dict, path: str, batches: list[int], classes: li
 
 
 def run_upstream(command: list[str], out_json: str, batches: list[int], classes: list[int]) -> dict:
-    """Run the upstream child (its progress lines pass through) and return its checked JSON."""
+    """Run the upstream child (its output and upstream's prints go to stderr) and return its checked JSON."""
     print("$ " + shlex.join(command), flush=True)
-    status = subprocess.run(command, cwd=REPO, check=False).returncode
+    status = subprocess.run(command, cwd=REPO, stdout=2, check=False).returncode  # fd 2: this process's stderr
     if status != 0:
         raise ChildError(f"the upstream child exited with status {status} (its output is above): {command[1]}")
     try:
@@ -282,7 +284,8 @@ step ms: median training step; step speed-up: upstream ms / ours (PETR: 2 x upst
 def format_table(result: dict) -> str:
     """The header, the ratio table, its legend and our notes, as printed."""
     lines = [table_header(result["device"], result["upstream"]),
-             tabulate(ratio_rows(result["upstream"], result["ours"]), headers=HEADERS), LEGEND]
+             tabulate(ratio_rows(result["upstream"], result["ours"]), headers=HEADERS, disable_numparse=True,
+                      colalign=COLALIGN), LEGEND]
     lines += [f"Note: {note}" for note in result["ours"]["notes"]]
     lines += [f"Upstream patch: {patch}" for patch in result["upstream"].get("patches", [])]
     return "\n".join(lines)
