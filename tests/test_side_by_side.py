@@ -239,6 +239,21 @@ def test_end_to_end_with_a_stand_in_child(tmp_path, capsys):
     assert result["table_text"] in capsys.readouterr().out
 
 
+def test_the_script_runs_the_dry_run_into_out_dir(tmp_path):
+    """scripts/bench/side_by_side.sh passes its knobs and extra options on and writes $OUT_DIR/side_by_side.json."""
+    env = {**os.environ, "PYTHON": sys.executable, "DEVICE": "cpu", "MODEL": "tiny_upstream", "BATCHES": "2",
+           "CLASSES": "4", "ITERS": "1", "WARMUP": "0", "EVAL_IMAGES": "6", "OUT_DIR": str(tmp_path / "bench"),
+           "UPSTREAM": fake_upstream(tmp_path)}
+    proc = subprocess.run(["bash", "scripts/bench/side_by_side.sh", "--child", stand_in(tmp_path)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith(f"torch {torch.__version__} | ")
+    result = json.loads((tmp_path / "bench" / "side_by_side.json").read_text())
+    argv = result["upstream"]["argv"]
+    assert argv[argv.index("--batches"):argv.index("--iters")] == ["--batches", "2", "--classes", "4"]
+    assert result["model"] == "tiny_upstream" and result["device"].startswith("CPU")
+
+
 def upstream_unavailable() -> str:
     """Why the real upstream child cannot run here ("" when it can): CI has neither upstream's checkout nor Dassl."""
     upstream = os.path.join(REPO, ".upstream", "PromptKD")
