@@ -243,7 +243,7 @@ def test_the_script_runs_the_dry_run_into_out_dir(tmp_path):
     """scripts/bench/side_by_side.sh passes its knobs and extra options on and writes $OUT_DIR/side_by_side.json."""
     env = {**os.environ, "PYTHON": sys.executable, "DEVICE": "cpu", "MODEL": "tiny_upstream", "BATCHES": "2",
            "CLASSES": "4", "ITERS": "1", "WARMUP": "0", "EVAL_IMAGES": "6", "OUT_DIR": str(tmp_path / "bench"),
-           "UPSTREAM": fake_upstream(tmp_path)}
+           "UPSTREAM_DIR": fake_upstream(tmp_path)}
     proc = subprocess.run(["bash", "scripts/bench/side_by_side.sh", "--child", stand_in(tmp_path)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr
