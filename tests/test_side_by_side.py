@@ -3,6 +3,7 @@ on the shared inputs, the ratio table from a contract-shaped upstream JSON, the 
 child is never run here (CI has no upstream checkout): the end-to-end test runs a stand-in child of its own."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
@@ -286,3 +287,20 @@ def test_the_real_pair_on_tiny_shapes(tmp_path, capsys):
     petr = next(r for r in result["ours"]["steps"] if r["run"] == "PETR best")
     assert result["table"][4]["step speed-up"] == f"{2 * up_step['step_ms'] / petr['step_ms']:.2f}x"
     assert result["table_text"] in capsys.readouterr().out
+
+
+def test_our_runs_leave_no_trainer_behind(tmp_path):
+    """Each run's trainer is freed before the next is built (PETR's only by the cycle collector: its router refers
+    back to it), so no peak counts an earlier run's models."""
+    from trainers.petr import PETR
+    from trainers.promptkd import PromptKD
+
+    files = write_inputs(str(tmp_path / "in"), SPEC)
+    trees = {4: write_jpeg_tree(str(tmp_path / "data"), 5, size=32, classes=4)}
+    gc.disable()
+    try:
+        ours = side_by_side.measure_ours(SPEC, CPU, files, trees, [2], 1, 0, str(tmp_path))
+        alive = sum(type(obj) in (PETR, PromptKD) for obj in gc.get_objects())
+    finally:
+        gc.enable()
+    assert len(ours["steps"]) == 4 and ours["notes"] == [] and alive == 0

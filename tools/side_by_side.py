@@ -38,7 +38,7 @@ if not __package__:  # run as `python tools/side_by_side.py`
 from engine.atomic import atomic_write_text
 from engine.errors import first_line
 from tools.bench_models import SPECS, ModelSpec, benchmark_device, time_calls
-from tools.benchmark_train import REPO, StepSetting, build_trainer, fixed_step, write_jpeg_tree
+from tools.benchmark_train import REPO, StepSetting, build_trainer, fixed_step, release_memory, write_jpeg_tree
 from tools.side_by_side_inputs import write_inputs
 
 CHILD = os.path.join(REPO, "tools", "upstream_promptkd.py")
@@ -226,8 +226,7 @@ def measure_ours(spec: ModelSpec, device: torch.device, files: dict, trees: dict
                 notes.append(f"{where}: failed: {type(e).__name__}: {first_line(e)[:200]}")
             finally:
                 trainer = None
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
+                release_memory(device)
     return {"runs": [{"name": r.name, "trainer": r.setting.trainer, "prec": r.setting.prec,
                       "teacher_cache": "fixed" if r.setting.cache else "none", "cuda_graph": r.setting.cuda_graph,
                       "settings": r.settings} for r in our_runs(device)],
