@@ -241,7 +241,7 @@ def _number(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def ratio_rows(upstream: dict, ours: dict) -> list[list[str]]:
+def ratio_rows(upstream: dict, ours: dict) -> list[list]:
     """Per batch x classes: upstream's row, then each of ours with its speed-up over upstream (PETR: over two
     upstream PromptKD steps / evaluations, one per student): step ms ratio upstream / ours, eval images/s ratio
     ours / upstream."""
