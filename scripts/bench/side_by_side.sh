@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Upstream PromptKD's student step next to ours, in one run (about 4 minutes on an H100): upstream's own code as a
-# child process (fp16, as upstream) and our PromptKD and PETR (fp16, then bf16 + teacher cache + CUDA graph) on the
-# same random-weight ViT-B/16 student / ViT-L/14 teacher files, batch 8 and 64, 10 and 1000 classes; then evaluation
-# images/s and peak GPU memory. Prints one ratio table headed by the card and torch version; writes every number to
+# Upstream PromptKD's student step next to ours, in one run sized for a short GPU call (each of our trainers built
+# once per class count, nothing compiled; not yet timed on a GPU): upstream's own code as a child process (fp16, as
+# upstream) and our PromptKD and PETR (fp16, then bf16 + teacher cache + CUDA graph) on the same random-weight
+# ViT-B/16 student / ViT-L/14 teacher files, batch 8 and 64, 10 and 1000 classes; then evaluation images/s and peak
+# GPU memory. Prints one ratio table headed by the card and torch version; writes every number to
 # $OUT_DIR/side_by_side.json (default ./output/bench). Needs upstream's checkout: bash scripts/bench/upstream_setup.sh
 # Usage: bash scripts/bench/side_by_side.sh [more tools/side_by_side.py options]
-#        DEVICE=cpu MODEL=tiny_upstream bash scripts/bench/side_by_side.sh     (the CPU dry run, a few minutes: 10 and
-#        100 classes, 2 timed steps after 1; upstream's fp16 on a CPU takes seconds a step at 100 classes)
+#        DEVICE=cpu MODEL=tiny_upstream bash scripts/bench/side_by_side.sh     (the CPU dry run, about a minute: 10
+#        and 100 classes, 2 timed steps after 1; upstream's fp16 step on a CPU takes seconds at 1000 classes)
 # BATCHES, CLASSES, ITERS, WARMUP, EVAL_IMAGES, UPSTREAM_DIR and OUT_DIR override the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
