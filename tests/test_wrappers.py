@@ -23,7 +23,7 @@ from units.commands import COMMANDS
 from units.wrappers import main, render
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NOT_WRAPPERS = {"bench/gpu_step.sh", "bench/upstream_setup.sh"}
+NOT_WRAPPERS = {"bench/gpu_step.sh", "bench/upstream_setup.sh", "bench/side_by_side.sh", "bench/gpu_costs.sh"}
 """The scripts/*/*.sh files that are no unit wrapper (written by hand)."""
 EXEC = re.compile(r'exec bash "\$\(dirname "\$0"\)/\.\./unit\.sh" "\$0" (\w+) (\w+) "\$@"')
 KGCOOP = Method("KgCoOp", "KgCoOp", "trainers.kgcoop", "learner", "kgcoop", "vit_b16_kg_ep5",

@@ -12,11 +12,15 @@ projection.
   persistent workers off and on (the default).
 * projection: one ImageNet base-to-novel epoch (every train image: PromptKD distils all 1,281,167, PETR steps over
   the ~640,584 labelled base images, each step also taking 8 unlabelled novel ones) from the measured step times.
+
+The tree of any class count, the CLIP files and teacher checkpoint given from outside and the trainer built once for
+steps of several batch sizes (``build_trainer``, ``fixed_step``) also serve tools/side_by_side.py.
 """
 from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import io
 import os
 import re
@@ -30,6 +34,7 @@ import torch
 from PIL import Image
 from tabulate import tabulate
 
+from engine.cuda_graph import StepGraph
 from engine.data_stream import LoaderStream
 from engine.errors import ConfigError
 from engine.precision import PRECISIONS, resolve_precision
@@ -55,6 +60,14 @@ def _peak_memory(device: torch.device, fn) -> str:
     return f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f}"
 
 
+def release_memory(device: torch.device) -> None:
+    """Free the trainers dropped so far before the next is built: PETR's refers to itself through its router, so only
+    the cycle collector frees it (else the next row's peak memory counts it); then CUDA's cached blocks."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def _first_call(device: torch.device, fn) -> float:
     start = time.perf_counter()
     fn()
@@ -74,15 +87,18 @@ def write_clip_files(spec: ModelSpec, folder: str) -> dict[str, str]:
 
 
 def trainer_argv(trainer: str, spec: ModelSpec, files: dict, data: str, out: str, device: torch.device, prec: str,
-                 *opts: str) -> list[str]:
-    """train.py arguments of PETR or PromptKD with the shipped config (base2novel on the generated EuroSAT tree)."""
+                 *opts: str, subsample: str = "base") -> list[str]:
+    """train.py arguments of PETR or PromptKD with the shipped config (base2novel on the generated EuroSAT tree,
+    evaluating the ``subsample`` classes); ``files`` names the student and teacher CLIPs and, with a
+    ``teacher_ckpt`` entry, the teacher prompts (TEACHER_CKPT)."""
     config = {"PETR": "PETR/vit_b16_ep40_batch8_4ctx", "PromptKD": "PromptKD/vit_b16_c2_ep20_batch8_4+4ctx"}[trainer]
     ns, size = trainer.upper(), spec.student["image_resolution"]
+    ckpt = [f"TRAINER.{ns}.TEACHER_CKPT", files["teacher_ckpt"]] if files.get("teacher_ckpt") else []
     return ["--root", data, "--seed", "1", "--trainer", trainer, "--no-train",
             "--dataset-config-file", os.path.join(REPO, "configs/datasets/eurosat.yaml"),
             "--config-file", os.path.join(REPO, f"configs/trainers/{config}.yaml"), "--output-dir", out,
-            "INPUT.SIZE", f"({size}, {size})", "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "base",
-            "MODEL.BACKBONE.NAME", files["student"], f"TRAINER.{ns}.TEACHER_NAME", files["teacher"],
+            "INPUT.SIZE", f"({size}, {size})", "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", subsample,
+            "MODEL.BACKBONE.NAME", files["student"], f"TRAINER.{ns}.TEACHER_NAME", files["teacher"], *ckpt,
             f"TRAINER.{ns}.N_CTX_VISION", str(spec.n_ctx), f"TRAINER.{ns}.PROMPT_DEPTH_VISION", str(spec.depth),
             f"TRAINER.{ns}.PREC", prec, "USE_CUDA", str(device.type == "cuda"), *opts]
 
@@ -102,23 +118,40 @@ class StepSetting:
                 f"TRAINER.{self.trainer.upper()}.TEACHER_CACHE", "fixed" if self.cache else "none"]
 
 
-def build_step(setting: StepSetting, spec: ModelSpec, files: dict, data: str, out: str, device: torch.device,
-               batch: int):
-    """The trainer of ``setting`` built by ``train.main`` (as train.py builds it, teacher cache included) and its
-    ``forward_backward`` on one fixed batch of its training loaders, as a function of no argument."""
+def build_trainer(setting: StepSetting, spec: ModelSpec, files: dict, data: str, out: str, device: torch.device,
+                  batch: int, *opts: str, subsample: str = "base"):
+    """The trainer of ``setting`` built by ``train.main`` as train.py builds it (training batch ``batch``, teacher
+    cache included), its output quiet; ``opts`` are further KEY VALUE overrides (the later value of a key wins)."""
     import train
 
     argv = trainer_argv(setting.trainer, spec, files, data, out, device, setting.prec,
-                        "DATALOADER.TRAIN_X.BATCH_SIZE", str(batch), "DATALOADER.NUM_WORKERS", "0", *setting.opts())
+                        "DATALOADER.TRAIN_X.BATCH_SIZE", str(batch), "DATALOADER.NUM_WORKERS", "0", *setting.opts(),
+                        *opts, subsample=subsample)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         trainer = train.main(argv)
         if setting.cache:
             trainer.build_teacher_cache()
+    return trainer
+
+
+def fixed_step(trainer, size: int | None = None):
+    """``trainer.forward_backward`` on one fixed batch of its training loaders (the first ``size`` images of each,
+    all when None), as a function of no argument; a CUDA-graph trainer gets a new graph for this batch's shape."""
     trainer.set_model_mode("train")
     streams = [LoaderStream(loader) for loader in trainer.train_loaders().values()]
-    batches = [stream.next() for stream in streams]
+    batches = [{key: value[:size] for key, value in stream.next().items()} for stream in streams]
+    if trainer.step_graph is not None:
+        trainer.step_graph = StepGraph(trainer.train_step, trainer.step_graph.optimizers)
     trainer.epoch, trainer.batch_idx, trainer.num_batches = 0, 0, 1 << 30  # no end of epoch (no LR step)
-    return trainer, partial(trainer.forward_backward, *batches)
+    return partial(trainer.forward_backward, *batches)
+
+
+def build_step(setting: StepSetting, spec: ModelSpec, files: dict, data: str, out: str, device: torch.device,
+               batch: int):
+    """The trainer of ``setting`` (``build_trainer``) and its ``forward_backward`` on one fixed batch
+    (``fixed_step``)."""
+    trainer = build_trainer(setting, spec, files, data, out, device, batch)
+    return trainer, fixed_step(trainer)
 
 
 GPU_ROWS = [setting for trainer in ("PETR", "PromptKD") for setting in (
@@ -189,8 +222,7 @@ def step_report(spec: ModelSpec, device: torch.device, settings: list[StepSettin
             rows.append(row)
             print("  " + "  ".join(str(v) for v in row), flush=True)
             del trainer, step
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            release_memory(device)
     return rows, sorted(set(notes))
 
 
@@ -198,10 +230,19 @@ def format_steps(rows: list) -> str:
     return tabulate(rows, headers=STEP_HEADERS)
 
 
-def write_jpeg_tree(root: str, per_class: int, size: int = 224, seed: int = 0) -> str:
-    """``<root>/eurosat/2750/<Class>/<Class>_<i>.jpg``: smooth random ``size`` px JPEGs (train.py makes the split)."""
+def tree_classes(classes: int) -> list[str]:
+    """Class folder names of a generated tree: EuroSAT's ten (the first ``classes`` of them), then ``Class0010``,
+    ``Class0011``, ... for more."""
+    return list(EUROSAT_CLASSES[:classes]) + [f"Class{i:04d}" for i in range(len(EUROSAT_CLASSES), classes)]
+
+
+def write_jpeg_tree(root: str, per_class: int, size: int = 224, seed: int = 0,
+                    classes: int = len(EUROSAT_CLASSES)) -> str:
+    """``<root>/eurosat/2750/<Class>/<Class>_<i>.jpg``: smooth random ``size`` px JPEGs, ``per_class`` in each of
+    ``classes`` class folders (``tree_classes``); EuroSAT's reader splits each folder 50/20/30, so a class needs at
+    least 4 images."""
     rng = np.random.default_rng(seed)
-    for name in EUROSAT_CLASSES:
+    for name in tree_classes(classes):
         folder = os.path.join(root, "eurosat", "2750", name)
         os.makedirs(folder, exist_ok=True)
         for i in range(per_class):
