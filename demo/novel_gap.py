@@ -22,8 +22,8 @@ from tabulate import tabulate
 
 from analysis.stats import harmonic_mean
 from demo import report
-from demo.pipeline import default_paths, failures
-from demo.study import PLAN, RESULTS, Demo
+from demo.pipeline import failures
+from demo.study import PLAN, RESULTS, Demo, add_study_options, study_paths
 from engine.utils import read_json
 from runner.jobs import Job
 
@@ -137,14 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", choices=[v.name for v in VARIANTS], metavar="NAME",
                         help=f"variants to run (default: {', '.join(DEFAULT_VARIANTS)}): "
                              + "; ".join(v.name for v in VARIANTS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    parser.add_argument("--workdir", default=".", help="folder under which data/demo, output/demo, demo_cache go")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run (default 1)")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="runs at once")
+    add_study_options(parser)
     args = parser.parse_args(argv)
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = default_paths(os.path.abspath(args.workdir), None, None, None)
-    os.chdir(repo)
+    paths = study_paths(args.workdir)
     demo = Demo(PLAN, paths, args.threads, args.jobs)
     demo.prepare()
     teacher = demo.teacher_job()

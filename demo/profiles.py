@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from tabulate import tabulate
 
 from analysis.stats import harmonic_mean
-from demo.pipeline import QUICK, default_paths, failures
-from demo.study import PLAN, RESULTS, Demo
+from demo.pipeline import QUICK, failures
+from demo.study import PLAN, RESULTS, Demo, add_study_options, study_paths
 from engine.cuda_graph import CAPTURED_OPTIMS
 from engine.runs import LOG_FILE
 from engine.utils import read_json
@@ -167,19 +167,14 @@ def profile_table(values: dict[tuple[str, str, int], list[float]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line of the profile study."""
     parser = argparse.ArgumentParser(description="The runner's paper and fast profiles on the toy world.")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    add_study_options(parser)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--quick", action="store_true", help="the quick demo's smaller data and fewer epochs")
-    parser.add_argument("--workdir", default=".", help="folder under which data/demo, output/demo, demo_cache go")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run (default 1)")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="runs at once")
     args = parser.parse_args(argv)
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = default_paths(os.path.abspath(args.workdir), None, None, None)
+    paths = study_paths(args.workdir)
     size = "quick" if args.quick else "demo"
     paths = replace(paths, output=os.path.join(paths.output, "profiles", f"{args.device}-{size}"),
                     data=paths.data + ("-quick" if args.quick else ""))
-    os.chdir(repo)
     plan = replace(PLAN, seeds=tuple(args.seeds))
     extra: dict[str, tuple[str, ...]] = {}
     if args.quick:

@@ -6,12 +6,14 @@ and the runner job around it, and runs such jobs on the protocol runner's CPU sl
 """
 from __future__ import annotations
 
+import argparse
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from demo.pipeline import CONFIG, DATASET, Paths, Size, tiny_clips
+from demo.pipeline import CONFIG, DATASET, Paths, Size, default_paths, tiny_clips
 from demo.pretrain import SHIPPED, PretrainParams, default_params
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
 from engine.runs import RESULTS_FILE as RESULTS
@@ -20,9 +22,10 @@ from runner.jobs import Job, check_graph
 from runner.local import LocalExecutor
 from runner.schedule import Report, run_plan
 from units.call import TrainCall
+from units.facts import REPO
 from units.unit import train_argv
 
-__all__ = ["FULL", "PLAN", "RESULTS", "Demo", "DemoPlan"]
+__all__ = ["FULL", "PLAN", "RESULTS", "Demo", "DemoPlan", "add_study_options", "study_paths"]
 
 
 @dataclass(frozen=True)
@@ -114,3 +117,20 @@ class Demo:
             return run_plan(jobs, executor, log_dir)
         finally:
             executor.close()
+
+
+def add_study_options(parser: argparse.ArgumentParser) -> None:
+    """The options every demo study takes: its seeds, the folder its data and runs go under, threads per run and runs
+    at once."""
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(FULL.seeds))
+    parser.add_argument("--workdir", default=".", help="folder under which data/demo, output/demo, demo_cache go")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run (default 1)")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="runs at once")
+
+
+def study_paths(workdir: str) -> Paths:
+    """The demo's folders under ``workdir`` (absolute), once the repository root is the working folder (where the
+    studies' train.py runs start)."""
+    paths = default_paths(os.path.abspath(workdir), None, None, None)
+    os.chdir(REPO)
+    return paths

@@ -27,10 +27,10 @@ from tabulate import tabulate
 
 from demo import report
 from demo.novel_gap import ALL_VAL, VAL, run_key
-from demo.pipeline import Paths, default_paths, failures
+from demo.pipeline import Paths, failures
 from demo.pretrain import SHIPPED, PretrainParams, default_params
 from demo.shapes import PRETRAIN, PRETRAIN_RELIT
-from demo.study import FULL, RESULTS, Demo, DemoPlan
+from demo.study import FULL, RESULTS, Demo, DemoPlan, add_study_options, study_paths
 from engine.run_identity import evaluated_files, file_digest
 from engine.utils import read_json, write_json
 from runner.jobs import Job
@@ -314,15 +314,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", choices=[v.name for v in VARIANTS], metavar="NAME",
                         help="variants to run (default: shipped, the demo's design): "
                              + "; ".join(v.name for v in VARIANTS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(FULL.seeds))
-    parser.add_argument("--workdir", default=".", help="folder under which data/demo, output/demo, demo_cache go")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run (default 1)")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="runs at once")
+    add_study_options(parser)
     parser.add_argument("--no-probes", action="store_true", help="leave out the two linear-probe columns")
     args = parser.parse_args(argv)
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = default_paths(os.path.abspath(args.workdir), None, None, None)
-    os.chdir(repo)
+    paths = study_paths(args.workdir)
     chosen = args.variants or ["shipped"]
     variants = [v for v in VARIANTS if v.name in chosen]
     study = TransferStudy(variants, args.seeds, paths, args.threads, args.jobs)
