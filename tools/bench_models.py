@@ -96,7 +96,8 @@ def count_flops(fn: Callable, *args) -> int:
     return counter.get_total_flops()
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (CUDA); nothing on the CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -107,14 +108,14 @@ def time_calls(fns: dict[str, Callable[[], object]], iters: int, warmup: int,
     for _ in range(warmup):
         for fn in fns.values():
             fn()
-    _sync(device)
+    sync(device)
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(iters):
         for name, fn in fns.items():
-            _sync(device)
+            sync(device)
             start = time.perf_counter()
             fn()
-            _sync(device)
+            sync(device)
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 

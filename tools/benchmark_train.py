@@ -26,6 +26,7 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 
@@ -38,7 +39,7 @@ from engine.cuda_graph import StepGraph
 from engine.data_stream import LoaderStream
 from engine.errors import ConfigError
 from engine.precision import PRECISIONS, resolve_precision
-from tools.bench_models import SPECS, ModelSpec, random_clip, time_calls
+from tools.bench_models import SPECS, ModelSpec, random_clip, sync, time_calls
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGENET_TRAIN = 1_281_167
@@ -53,10 +54,10 @@ def _peak_memory(device: torch.device, fn) -> str:
     if device.type != "cuda":
         fn()
         return "-"
-    torch.cuda.synchronize(device)
+    sync(device)
     torch.cuda.reset_peak_memory_stats(device)
     fn()
-    torch.cuda.synchronize(device)
+    sync(device)
     return f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f}"
 
 
@@ -71,8 +72,7 @@ def release_memory(device: torch.device) -> None:
 def _first_call(device: torch.device, fn) -> float:
     start = time.perf_counter()
     fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    sync(device)
     return time.perf_counter() - start
 
 
@@ -86,19 +86,47 @@ def write_clip_files(spec: ModelSpec, folder: str) -> dict[str, str]:
     return files
 
 
-def trainer_argv(trainer: str, spec: ModelSpec, files: dict, data: str, out: str, device: torch.device, prec: str,
-                 *opts: str, subsample: str = "base") -> list[str]:
-    """train.py arguments of PETR or PromptKD with the shipped config (base2novel on the generated EuroSAT tree,
-    evaluating the ``subsample`` classes); ``files`` names the student and teacher CLIPs and, with a
-    ``teacher_ckpt`` entry, the teacher prompts (TEACHER_CKPT)."""
-    config = {"PETR": "PETR/vit_b16_ep40_batch8_4ctx", "PromptKD": "PromptKD/vit_b16_c2_ep20_batch8_4+4ctx"}[trainer]
-    ns, size = trainer.upper(), spec.student["image_resolution"]
-    ckpt = [f"TRAINER.{ns}.TEACHER_CKPT", files["teacher_ckpt"]] if files.get("teacher_ckpt") else []
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Inside: stdout and stderr go nowhere (a benchmark's table stays readable)."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        yield
+
+
+def quiet_main(argv: list[str]):
+    """The trainer ``train.main`` builds from ``argv`` (``--no-train``), its output silenced."""
+    import train
+
+    with quiet():
+        return train.main(argv)
+
+
+CONFIGS = {"PETR": "PETR/vit_b16_ep40_batch8_4ctx", "PromptKD": "PromptKD/vit_b16_c2_ep20_batch8_4+4ctx",
+           "CoOp": "CoOp/vit_b16_ctxv1", "PromptSRC": "PromptSRC/vit_l14_c2_ep20_batch8_4+4ctx"}
+"""The shipped base-to-novel config each benchmarked trainer runs (the runner's default for it)."""
+
+
+def config_argv(trainer: str, spec: ModelSpec, backbone: str, data: str, out: str, subsample: str = "base"
+                ) -> list[str]:
+    """The start of a benchmark's train.py arguments: ``trainer`` with its shipped config (:data:`CONFIGS`),
+    base2novel on the generated EuroSAT tree evaluating the ``subsample`` classes, the spec's image size and the
+    ``backbone`` CLIP file."""
+    size = spec.student["image_resolution"]
     return ["--root", data, "--seed", "1", "--trainer", trainer, "--no-train",
             "--dataset-config-file", os.path.join(REPO, "configs/datasets/eurosat.yaml"),
-            "--config-file", os.path.join(REPO, f"configs/trainers/{config}.yaml"), "--output-dir", out,
+            "--config-file", os.path.join(REPO, f"configs/trainers/{CONFIGS[trainer]}.yaml"), "--output-dir", out,
             "INPUT.SIZE", f"({size}, {size})", "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", subsample,
-            "MODEL.BACKBONE.NAME", files["student"], f"TRAINER.{ns}.TEACHER_NAME", files["teacher"], *ckpt,
+            "MODEL.BACKBONE.NAME", backbone]
+
+
+def trainer_argv(trainer: str, spec: ModelSpec, files: dict, data: str, out: str, device: torch.device, prec: str,
+                 *opts: str, subsample: str = "base") -> list[str]:
+    """train.py arguments of PETR or PromptKD (:func:`config_argv`); ``files`` names the student and teacher CLIPs
+    and, with a ``teacher_ckpt`` entry, the teacher prompts (TEACHER_CKPT)."""
+    ns = trainer.upper()
+    ckpt = [f"TRAINER.{ns}.TEACHER_CKPT", files["teacher_ckpt"]] if files.get("teacher_ckpt") else []
+    return [*config_argv(trainer, spec, files["student"], data, out, subsample),
+            f"TRAINER.{ns}.TEACHER_NAME", files["teacher"], *ckpt,
             f"TRAINER.{ns}.N_CTX_VISION", str(spec.n_ctx), f"TRAINER.{ns}.PROMPT_DEPTH_VISION", str(spec.depth),
             f"TRAINER.{ns}.PREC", prec, "USE_CUDA", str(device.type == "cuda"), *opts]
 
@@ -122,14 +150,12 @@ def build_trainer(setting: StepSetting, spec: ModelSpec, files: dict, data: str,
                   batch: int, *opts: str, subsample: str = "base"):
     """The trainer of ``setting`` built by ``train.main`` as train.py builds it (training batch ``batch``, teacher
     cache included), its output quiet; ``opts`` are further KEY VALUE overrides (the later value of a key wins)."""
-    import train
-
     argv = trainer_argv(setting.trainer, spec, files, data, out, device, setting.prec,
                         "DATALOADER.TRAIN_X.BATCH_SIZE", str(batch), "DATALOADER.NUM_WORKERS", "0", *setting.opts(),
                         *opts, subsample=subsample)
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        trainer = train.main(argv)
-        if setting.cache:
+    trainer = quiet_main(argv)
+    if setting.cache:
+        with quiet():
             trainer.build_teacher_cache()
     return trainer
 

@@ -16,8 +16,6 @@ Random-weight CLIPs of the real shapes (``--model vit_b16``) or the tiny pair (`
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import re
@@ -37,14 +35,22 @@ if not __package__:  # run as `python tools/measure_costs.py`
 
     add_to_path()
 
-from engine.data_stream import LoaderStream
 from engine.precision import resolve_precision
 from tools.bench_models import SPECS, ModelSpec, benchmark_device, time_calls
-from tools.benchmark_train import REPO, StepSetting, build_step, trainer_argv, write_clip_files, write_jpeg_tree
+from tools.benchmark_train import (
+    CONFIGS,
+    REPO,
+    StepSetting,
+    build_trainer,
+    config_argv,
+    fixed_step,
+    quiet,
+    quiet_main,
+    trainer_argv,
+    write_clip_files,
+    write_jpeg_tree,
+)
 
-CONFIGS = {"CoOp": "CoOp/vit_b16_ctxv1", "PromptKD": "PromptKD/vit_b16_c2_ep20_batch8_4+4ctx",
-           "PETR": "PETR/vit_b16_ep40_batch8_4ctx", "PromptSRC": "PromptSRC/vit_l14_c2_ep20_batch8_4+4ctx"}
-"""The base-to-novel configs measured (the runner's defaults for these trainers)."""
 EVAL_BATCH = 100
 PER_CLASS = 16
 """Images per class of the generated tree: 40 base-class train images, one CoOp batch of 32."""
@@ -60,32 +66,12 @@ def shipped_prec(trainer: str) -> str:
 
 def base_argv(trainer: str, spec: ModelSpec, clip_file: str, data: str, out: str, device: torch.device) -> list[str]:
     """``train.py --no-train`` arguments of CoOp or the PromptSRC teacher on the generated tree (base classes)."""
-    size = spec.student["image_resolution"]
-    argv = ["--root", data, "--seed", "1", "--trainer", trainer, "--no-train",
-            "--dataset-config-file", os.path.join(REPO, "configs/datasets/eurosat.yaml"),
-            "--config-file", os.path.join(REPO, f"configs/trainers/{CONFIGS[trainer]}.yaml"), "--output-dir", out,
-            "INPUT.SIZE", f"({size}, {size})", "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "base",
-            "MODEL.BACKBONE.NAME", clip_file, "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", str(device.type == "cuda")]
+    argv = [*config_argv(trainer, spec, clip_file, data, out), "DATALOADER.NUM_WORKERS", "0",
+            "USE_CUDA", str(device.type == "cuda")]
     if trainer == "PromptSRC":
         argv += ["TRAINER.PROMPTSRC.PROMPT_DEPTH_VISION", str(spec.depth),
                  "TRAINER.PROMPTSRC.PROMPT_DEPTH_TEXT", str(spec.depth)]
     return argv
-
-
-def build(argv: list[str]):
-    """The trainer ``train.main`` builds from ``argv``, its output silenced."""
-    import train
-
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        return train.main(argv)
-
-
-def coop_step(trainer):
-    """CoOp's ``forward_backward`` on one fixed batch, as a function of no argument."""
-    trainer.set_model_mode("train")
-    batches = [LoaderStream(loader).next() for loader in trainer.train_loaders().values()]
-    trainer.epoch, trainer.batch_idx, trainer.num_batches = 0, 0, 1 << 30  # no end of epoch (no LR step)
-    return partial(trainer.forward_backward, *batches)
 
 
 def eval_forwards(spec: ModelSpec, files: dict, data: str, tmp: str, device: torch.device) -> dict:
@@ -95,11 +81,12 @@ def eval_forwards(spec: ModelSpec, files: dict, data: str, tmp: str, device: tor
     out = {}
     for trainer in ("PromptKD", "PETR"):
         setting = StepSetting(trainer, shipped_prec(trainer))
-        built, _ = build_step(setting, spec, files, data, os.path.join(tmp, f"eval_{trainer}"), device, 8)
+        built = build_trainer(setting, spec, files, data, os.path.join(tmp, f"eval_{trainer}"), device, 8)
         built.set_model_mode("eval")
         forward = built.branch_logits if trainer == "PETR" else built.model_inference
         out["ViT-B/16 x2" if trainer == "PETR" else "ViT-B/16"] = torch.no_grad()(partial(forward, images))
-    teacher = build(base_argv("PromptSRC", spec, files["teacher"], data, os.path.join(tmp, "eval_teacher"), device))
+    teacher_out = os.path.join(tmp, "eval_teacher")
+    teacher = quiet_main(base_argv("PromptSRC", spec, files["teacher"], data, teacher_out, device))
     teacher.set_model_mode("eval")
     teacher.before_test()
     out["ViT-L/14"] = torch.no_grad()(partial(teacher.model_inference, images))
@@ -129,7 +116,7 @@ def startup_seconds(spec: ModelSpec, files: dict, data: str, out: str, device: t
 
 def resolve_quiet(prec: str, device: torch.device) -> str:
     """The precision ``prec`` runs at on ``device`` (engine.precision's fallback, its note silenced)."""
-    with contextlib.redirect_stdout(io.StringIO()):
+    with quiet():
         return resolve_precision(prec, device)
 
 
@@ -138,8 +125,8 @@ def measure(spec: ModelSpec, device: torch.device, iters: int, warmup: int) -> d
     with tempfile.TemporaryDirectory() as tmp:
         data = write_jpeg_tree(os.path.join(tmp, "data"), PER_CLASS, spec.student["image_resolution"])
         files = write_clip_files(spec, tmp)
-        coop = build(base_argv("CoOp", spec, files["student"], data, os.path.join(tmp, "coop"), device))
-        calls = {"CoOp step": coop_step(coop)}
+        coop = quiet_main(base_argv("CoOp", spec, files["student"], data, os.path.join(tmp, "coop"), device))
+        calls = {"CoOp step": fixed_step(coop)}
         evals = eval_forwards(spec, files, data, tmp, device)
         calls |= {f"eval {model}": fn for model, fn in evals.items()}
         seconds = time_calls(calls, iters, warmup, device)

@@ -16,8 +16,6 @@ raw number with it to ``--json``.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import shlex
@@ -37,12 +35,20 @@ if not __package__:  # run as `python tools/side_by_side.py`
 
 from engine.atomic import atomic_write_text
 from engine.errors import first_line
-from tools.bench_models import SPECS, ModelSpec, benchmark_device, time_calls
-from tools.benchmark_train import REPO, StepSetting, build_trainer, fixed_step, release_memory, write_jpeg_tree
+from tools.bench_models import SPECS, ModelSpec, benchmark_device, sync, time_calls
+from tools.benchmark_train import (
+    REPO,
+    StepSetting,
+    build_trainer,
+    fixed_step,
+    quiet,
+    release_memory,
+    write_jpeg_tree,
+)
 from tools.side_by_side_inputs import write_inputs
+from tools.upstream_promptkd import SETUP_SCRIPT, UPSTREAM_MARKER
 
 CHILD = os.path.join(REPO, "tools", "upstream_promptkd.py")
-SETUP = "scripts/bench/upstream_setup.sh"
 EVAL_BATCH = 100
 """DATALOADER.TEST.BATCH_SIZE of the shipped PromptKD and PETR configs (and upstream's)."""
 GPU_WORKERS = 8
@@ -153,21 +159,16 @@ def run_upstream(command: list[str], out_json: str, batches: list[int], classes:
     return result
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _reset_peak(device: torch.device) -> None:
     if device.type == "cuda":
-        _sync(device)
+        sync(device)
         torch.cuda.reset_peak_memory_stats(device)
 
 
 def _peak_gib(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
-    _sync(device)
+    sync(device)
     return round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
 
 
@@ -177,7 +178,7 @@ def measure_step(step, device: torch.device, iters: int, warmup: int) -> dict:
     _reset_peak(device)
     start = time.perf_counter()
     loss = float(step()["loss"])
-    _sync(device)
+    sync(device)
     first = time.perf_counter() - start
     median = time_calls({"step": step}, iters, warmup, device)["step"]
     return {"first_step_s": round(first, 3), "step_ms": round(1e3 * median, 3), "peak_gib": _peak_gib(device),
@@ -187,13 +188,13 @@ def measure_step(step, device: torch.device, iters: int, warmup: int) -> dict:
 def measure_eval(trainer, device: torch.device) -> dict:
     """The trainer's test pass (its loader, batch 100) after one untimed pass: images/s and peak GiB (a routed
     trainer's router is fitted first, when it deploys)."""
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    with quiet():
         trainer.deploy()
         trainer.test()
         _reset_peak(device)
         start = time.perf_counter()
         trainer.test()
-        _sync(device)
+        sync(device)
         elapsed = time.perf_counter() - start
     images = len(trainer.test_loader.dataset)
     return {"batch": trainer.test_loader.batch_size, "images": images, "images_per_s": round(images / elapsed, 2),
@@ -296,7 +297,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="CLIP shapes (tiny_upstream: the CPU dry run)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cuda", "cpu"])
     p.add_argument("--upstream", default=os.path.join(REPO, ".upstream", "PromptKD"),
-                   help=f"upstream PromptKD's checkout ({SETUP} puts it there)")
+                   help=f"upstream PromptKD's checkout ({SETUP_SCRIPT} puts it there)")
     p.add_argument("--child", default=CHILD, help="the upstream child script")
     p.add_argument("--batches", type=int, nargs="+", default=[8, 64], help="training batches")
     p.add_argument("--classes", type=int, nargs="+", default=[10, 1000], help="class counts C")
@@ -316,9 +317,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for ok, message in checks:
         if not ok:
             raise UsageError(message)
-    if not os.path.isfile(os.path.join(args.upstream, "trainers", "promptkd.py")):
-        raise UsageError(f"--upstream {args.upstream}: no upstream PromptKD checkout there (trainers/promptkd.py "
-                         f"missing); run bash {SETUP} to put it there, or pass --upstream DIR")
+    if not os.path.isfile(os.path.join(args.upstream, UPSTREAM_MARKER)):
+        raise UsageError(f"--upstream {args.upstream}: no upstream PromptKD checkout there ({UPSTREAM_MARKER} "
+                         f"missing); run bash {SETUP_SCRIPT} to put it there, or pass --upstream DIR")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda, but CUDA is not available here; use --device cpu (with --model "
                          "tiny_upstream for the dry run)")
