@@ -22,7 +22,9 @@ from dataclasses import dataclass, replace
 
 from tabulate import tabulate
 
+from analysis import stats
 from analysis.stats import harmonic_mean
+from demo import report
 from demo.pipeline import QUICK, failures
 from demo.study import PLAN, RESULTS, Demo, add_study_options, study_paths
 from engine.cuda_graph import CAPTURED_OPTIMS
@@ -80,11 +82,6 @@ def median_step_ms(log_text: str) -> float:
     """Median of the per-step times train.py's progress lines print (ms); NaN without a progress line."""
     times = [float(t) for t in STEP_TIME.findall(log_text)]
     return 1000 * statistics.median(times) if times else float("nan")
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation of two or more values."""
-    return statistics.fmean(values), statistics.stdev(values)
 
 
 class ProfileStudy:
@@ -157,9 +154,10 @@ def profile_table(values: dict[tuple[str, str, int], list[float]]) -> str:
                  for seed, row in by_seed.items()]
         if len(by_seed) < 2:
             continue
-        stats = [mean_std([row[i] for row in by_seed.values()]) for i in range(4)]
-        rows.append([method, profile, "mean ± std", *(f"{m:.2f} ± {s:.2f}" for m, s in stats[:3]),
-                     f"{stats[3][0]:.1f} ± {stats[3][1]:.1f}"])
+        steps = [row[3] for row in by_seed.values()]
+        rows.append([method, profile, "mean ± std", *(report.mean_std([row[i] for row in by_seed.values()])
+                                                      for i in range(3)),
+                     f"{stats.mean(steps):.1f} ± {stats.std(steps, report.CONVENTION):.1f}"])
     return tabulate(rows, headers=["method", "profile", "seed", "base", "new", "HM", "step ms (median)"],
                     disable_numparse=True)
 
