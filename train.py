@@ -93,11 +93,12 @@ def read_yaml(path: str, what: str) -> dict:
     import yaml
 
     from engine.errors import ConfigError, InputNotFoundError
+    from engine.inputs import open_input
 
     if not os.path.isfile(path):
         raise InputNotFoundError(f"{what} not found: {path}")
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_input(path, "config", text=True) as f:
             data = yaml.safe_load(f)
     except UnicodeDecodeError:
         raise ConfigError(f"{what} {path} is not a text (UTF-8) file; give a YAML config") from None
@@ -122,28 +123,29 @@ def _merge_file(cfg, path: str, what: str) -> dict:
     return data
 
 
+FLAG_KEYS = {"root": "DATASET.ROOT", "output_dir": "OUTPUT_DIR", "resume": "RESUME", "seed": "SEED",
+             "source_domains": "DATASET.SOURCE_DOMAINS", "target_domains": "DATASET.TARGET_DOMAINS",
+             "transforms": "INPUT.TRANSFORMS", "trainer": "TRAINER.NAME", "backbone": "MODEL.BACKBONE.NAME",
+             "head": "MODEL.HEAD.NAME"}
+"""The command-line arguments that set a config key, and the key each sets."""
+
+
+def flag_settings(args: argparse.Namespace) -> dict[str, object]:
+    """``{config key: value}`` of the command-line arguments given (a seed only when non-negative)."""
+    given = {key: getattr(args, flag) for flag, key in FLAG_KEYS.items() if flag != "seed" and getattr(args, flag)}
+    if args.seed is not None and args.seed >= 0:
+        given["SEED"] = args.seed
+    return given
+
+
 def reset_cfg(cfg, args: argparse.Namespace) -> None:
     """Copy the command-line arguments into the config (only those given)."""
-    if args.root:
-        cfg.DATASET.ROOT = args.root
-    if args.output_dir:
-        cfg.OUTPUT_DIR = args.output_dir
-    if args.resume:
-        cfg.RESUME = args.resume
-    if args.seed is not None and args.seed >= 0:
-        cfg.SEED = args.seed
-    if args.source_domains:
-        cfg.DATASET.SOURCE_DOMAINS = args.source_domains
-    if args.target_domains:
-        cfg.DATASET.TARGET_DOMAINS = args.target_domains
-    if args.transforms:
-        cfg.INPUT.TRANSFORMS = args.transforms
-    if args.trainer:
-        cfg.TRAINER.NAME = args.trainer
-    if args.backbone:
-        cfg.MODEL.BACKBONE.NAME = args.backbone
-    if args.head:
-        cfg.MODEL.HEAD.NAME = args.head
+    for key, value in flag_settings(args).items():
+        *path, leaf = key.split(".")
+        node = cfg
+        for part in path:
+            node = node[part]
+        node[leaf] = value
 
 
 def register_project() -> None:
@@ -206,6 +208,12 @@ def dataset_digest(cfg, dataset=None) -> dict[str, str]:
     return data_digest(dataset, cfg.DATASET.ROOT)
 
 
+def input_roots(cfg) -> dict[str, str]:
+    """The folders the inputs ledger names inputs relative to: the data root, which is no part of a run's identity
+    (a moved data root keeps finished runs valid)."""
+    return {"DATASET.ROOT": os.path.abspath(os.path.expanduser(cfg.DATASET.ROOT))} if cfg.DATASET.ROOT else {}
+
+
 def _claim(args: argparse.Namespace, cfg, command: str):
     """Lock OUTPUT_DIR and compare the run there with this one: config first, then (for a finished or interrupted
     run) the data. A finished run whose data cannot be read any more is skipped on its config alone, with a note."""
@@ -213,7 +221,7 @@ def _claim(args: argparse.Namespace, cfg, command: str):
     from engine.run_identity import claim_run, run_identity
 
     identity = None if args.no_train else run_identity(cfg, args.eval_only, args.model_dir, args.load_epoch)
-    claim = claim_run(cfg.OUTPUT_DIR, identity, command, args.move_aside, cfg.RESUME)
+    claim = claim_run(cfg.OUTPUT_DIR, identity, command, args.move_aside, cfg.RESUME, input_roots(cfg))
     try:
         if claim.check_data:
             try:
@@ -262,6 +270,16 @@ def claim_output_dir(args: argparse.Namespace, cfg, command: str):
     return claim, skip
 
 
+def record_inputs(claim, data: dict[str, str]) -> None:
+    """Write the run's identity with its data digest and inputs ledger now, and again whenever the engine commits
+    the ledger (before results.json is written: ``engine.inputs.commit``)."""
+    from engine.inputs import active
+
+    ledger = active()
+    ledger.on_commit = lambda: claim.record(data, ledger)
+    ledger.on_commit()
+
+
 def require_model_dir(args: argparse.Namespace, trainer) -> None:
     """``--eval-only`` of a trainer with learned weights needs the run that learned them (``--model-dir``)."""
     from engine.errors import ConfigError
@@ -281,9 +299,18 @@ def main(argv: list[str] | None = None):
     interruption, or the preemption) is written there too. The output folder is locked for the whole run (rank 0);
     preemption signals are handled while it runs (engine/preemption.py).
     """
+    from engine.inputs import recording
+
     args = build_parser().parse_args(argv)
     command = "train.py " + shlex.join(sys.argv[1:] if argv is None else argv)
-    cfg = setup_cfg(args)
+    with recording("") as ledger:
+        cfg = setup_cfg(args)
+        ledger.run_dir, ledger.roots = os.path.abspath(cfg.OUTPUT_DIR), input_roots(cfg)
+        return _claim_and_run(args, cfg, command)
+
+
+def _claim_and_run(args: argparse.Namespace, cfg, command: str):
+    """Claim OUTPUT_DIR, then skip the run or make it (see :func:`main`)."""
     claim = None
     try:
         claim, skip = claim_output_dir(args, cfg, command)
@@ -342,7 +369,7 @@ def _train_or_evaluate(args: argparse.Namespace, cfg, claim):
         trainer = build_trainer(cfg)
         require_model_dir(args, trainer)
         if claim is not None and claim.identity is not None:
-            claim.record(dataset_digest(cfg, trainer.dm.dataset))
+            record_inputs(claim, dataset_digest(cfg, trainer.dm.dataset))
         barrier()  # no process goes on (and clears cut-off writes) while rank 0 writes run.json
         if args.eval_only:
             trainer.load_model(args.model_dir, epoch=args.load_epoch)

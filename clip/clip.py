@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 import warnings
 import zipfile
+from typing import BinaryIO
 
 import torch
 import torchvision.transforms as T
@@ -17,6 +18,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from engine.errors import ConfigError, CorruptFileError, InputNotFoundError, InvalidInputError, UserError, first_line
+from engine.inputs import open_input
 
 from .model import CLIP, build_model
 from .tokenizer import EOT_TOKEN, SOT_TOKEN, encode
@@ -85,22 +87,31 @@ _WEIGHTS_FIX = ("point MODEL.BACKBONE.NAME (or the teacher's TEACHER_NAME) to CL
                 "ViT-B/16, or an OpenAI-format weight file")
 
 
-def _is_torchscript(path: str) -> bool:
-    """True for TorchScript archives (OpenAI's .pt files), which hold code/ and constants.pkl entries."""
-    if not zipfile.is_zipfile(path):
-        return False
-    with zipfile.ZipFile(path) as archive:
-        return any(n.endswith("/constants.pkl") or "/code/" in n for n in archive.namelist())
+def _is_torchscript(f: BinaryIO) -> bool:
+    """True for TorchScript archives (OpenAI's .pt files), which hold code/ and constants.pkl entries; ``f`` (an open
+    weight file) is left at its start."""
+    try:
+        if not zipfile.is_zipfile(f):
+            return False
+        f.seek(0)
+        with zipfile.ZipFile(f) as archive:
+            return any(n.endswith("/constants.pkl") or "/code/" in n for n in archive.namelist())
+    finally:
+        f.seek(0)
 
 
 def _read_state_dict(path: str) -> dict:
-    """State dict from a TorchScript archive or a plain (possibly {'state_dict': ...}-wrapped) torch.save file."""
+    """State dict from a TorchScript archive or a plain (possibly {'state_dict': ...}-wrapped) torch.save file, read
+    through the inputs ledger (``engine.inputs``: role ``clip``)."""
     try:
-        if _is_torchscript(path):
-            with warnings.catch_warnings():  # torch.jit's deprecation notice is no use to someone loading weights
-                warnings.simplefilter("ignore", FutureWarning)
-                return torch.jit.load(path, map_location="cpu").state_dict()
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with open_input(path, "clip") as f:
+            if _is_torchscript(f):
+                with warnings.catch_warnings():  # torch.jit's deprecation notice is no use to someone loading weights
+                    warnings.simplefilter("ignore", FutureWarning)
+                    return torch.jit.load(f, map_location="cpu").state_dict()
+            obj = torch.load(f, map_location="cpu", weights_only=True)
+    except UserError:
+        raise
     except pickle.UnpicklingError:  # no torch file at all (a text file, say), or one that pickles objects
         raise CorruptFileError(f"cannot read CLIP weights from {path}: it is no torch weight file (or it pickles "
                                f"objects, which are never loaded); {_WEIGHTS_FIX}") from None

@@ -24,7 +24,8 @@ from collections.abc import Iterator, Sequence
 
 from engine.dataset_base import Datum
 from engine.errors import ConfigError, InvalidInputError
-from engine.utils import read_json, write_json
+from engine.inputs import declare_cache, read_input_json, record_input
+from engine.utils import write_json
 
 from .files import FEWSHOT_FOLDER, fewshot_path
 from .splits import SplitData, encode_items, make_datum, relative_paths, shown
@@ -120,7 +121,7 @@ def _check_within(items: list[Datum], split: str, pool: Sequence[Datum] | None, 
 
 def _read_cache(cache: str, data: SplitData, digest: str) -> tuple[list[Datum], list[Datum] | None]:
     print(f"Loading few-shot data from {cache}")
-    content = read_json(cache)
+    content = read_input_json(cache, "fewshot")
     if not isinstance(content, dict) or not isinstance(content.get("train"), list):
         raise InvalidInputError(f"Few-shot file {cache} must hold a JSON object with a 'train' list; delete it")
     found = content.get("digest")
@@ -143,6 +144,7 @@ def _read_cache(cache: str, data: SplitData, digest: str) -> tuple[list[Datum], 
 def _write_cache(content: dict, data: SplitData, num_shots: int, seed: int, folder: str, fallback: str) -> str:
     """Write the few-shot file into ``folder``; where that is read-only, into ``fallback`` (with a note)."""
     cache = fewshot_path(data.dataset_dir, num_shots, seed, folder)
+    declare_cache(os.path.dirname(cache), "few-shot samples")
     try:
         write_json(content, cache)
         return cache
@@ -153,6 +155,7 @@ def _write_cache(content: dict, data: SplitData, num_shots: int, seed: int, fold
             raise ConfigError(f"Cannot write the few-shot file {cache} ({e.strerror}); set DATASET.FEWSHOT_DIR to "
                               "a writable folder") from None
     written = fewshot_path(data.dataset_dir, num_shots, seed, fallback)
+    declare_cache(os.path.dirname(written), "few-shot samples")
     write_json(content, written)
     print(f"Note: {os.path.dirname(cache)} is read-only; wrote the few-shot file to {written} instead (set "
           "DATASET.FEWSHOT_DIR to share one folder across runs)")
@@ -201,6 +204,7 @@ def fewshot_splits(data: SplitData, num_shots: int, seed: int, fewshot_dir: str 
             content = {"digest": digest, "train": encode_items(train, data.dataset_dir),
                        "val": encode_items(val or [], data.dataset_dir)}
             cache = _write_cache(content, data, num_shots, seed, folder, fallback)
+            record_input(cache, "fewshot")
             print(f"Saved {num_shots}-shot data (seed {seed}) to {cache}")
     check_all_classes(train, data.lab2cname, "train", source)
     if val is not None:

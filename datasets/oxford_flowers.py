@@ -7,8 +7,8 @@ import random
 from collections import defaultdict
 
 from engine.errors import InvalidInputError
+from engine.inputs import open_input, read_input_json
 from engine.registry import DATASET_REGISTRY
-from engine.utils import read_json
 
 from .protocols import ProtocolDataset
 from .splits import SplitData, native_file, read_or_create_split, require_dir, split_by_label_group
@@ -31,8 +31,10 @@ class OxfordFlowers(ProtocolDataset):
             from scipy.io import loadmat  # only for the native-file fallback (no split file)
 
             label_file = native_file(os.path.join(dataset_dir, "imagelabels.mat"), split_path, name)
-            labels = loadmat(label_file)["labels"][0]
-            names = read_json(native_file(os.path.join(dataset_dir, "cat_to_name.json"), split_path, name))
+            with open_input(label_file, "split") as f:
+                labels = loadmat(f)["labels"][0]
+            names = read_input_json(native_file(os.path.join(dataset_dir, "cat_to_name.json"), split_path, name),
+                                    "split")
             groups: dict[int, list[str]] = defaultdict(list)
             for i, label in enumerate(labels):
                 groups[int(label) - 1].append(os.path.join(image_dir, f"image_{i + 1:05d}.jpg"))

@@ -9,6 +9,7 @@ from engine.dataset_base import Datum
 from engine.registry import DATASET_REGISTRY
 
 from .protocols import ProtocolDataset
+from .split_files import open_list
 from .splits import (
     SplitData,
     make_datum,
@@ -35,7 +36,7 @@ class OxfordPets(ProtocolDataset):
         def read_list(fname: str) -> list[Datum]:
             path = native_file(os.path.join(dataset_dir, "annotations", fname), split_path, name)
             items = []
-            with open(path) as f:
+            with open_list(path) as f:
                 for line in f:
                     if line.strip() and not line.startswith("#"):
                         imname, label = line.split()[:2]

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
+from typing import IO
 
 from engine.errors import InvalidInputError
+from engine.inputs import open_input
 
 SPLITS = ("train", "val", "test")
 Entry = tuple[str, int, str]
@@ -19,6 +21,12 @@ Entry = tuple[str, int, str]
 def layout_hint(name: str) -> str:
     """The pointer to the dataset's section of DATASETS.md used in every error message."""
     return f"expected layout for {name}: see DATASETS.md#{name.lower()}"
+
+
+def open_list(path: str) -> IO[str]:
+    """Open a split, class-list or native list file of a dataset as text, through the inputs ledger (role
+    ``split``): a run records every list its images come from."""
+    return open_input(path, "split", text=True)
 
 
 def sorted_subdirs(path: str) -> list[str]:
@@ -34,7 +42,7 @@ def sorted_files(path: str) -> list[str]:
 def read_wnid_classnames(path: str) -> OrderedDict[str, str]:
     """``classnames.txt`` of the ImageNet family: lines ``<wnid> <class name ...>`` → ordered wnid → name."""
     classnames: OrderedDict[str, str] = OrderedDict()
-    with open(path) as f:
+    with open_list(path) as f:
         for line in f:
             parts = line.strip().split(" ")
             if parts[0]:
@@ -46,7 +54,7 @@ def split_entries(split_path: str, name: str) -> dict[str, list[Entry]]:
     """The entries of a ``split_zhou_*.json`` file: ``{"train"|"val"|"test": [[relpath, label, classname], ...]}``;
     a malformed file is a ValueError naming it."""
     try:
-        with open(split_path) as f:
+        with open_list(split_path) as f:
             split = json.load(f)
     except json.JSONDecodeError as e:
         raise ValueError(f"Malformed JSON in {split_path}: {e}") from None
@@ -68,14 +76,14 @@ def split_entries(split_path: str, name: str) -> dict[str, list[Entry]]:
 
 def read_variants(path: str) -> dict[str, int]:
     """FGVC-Aircraft's ``variants.txt``: class name → label in line order."""
-    with open(path) as f:
+    with open_list(path) as f:
         return {c: i for i, c in enumerate(line.strip() for line in f if line.strip())}
 
 
 def variant_entries(path: str, cname2lab: dict[str, int], variants_path: str, name: str) -> list[Entry]:
     """FGVC-Aircraft's ``images_variant_<split>.txt`` (lines ``<image id> <variant>``) as entries ``<id>.jpg``."""
     items = []
-    with open(path) as f:
+    with open_list(path) as f:
         for line in f:
             if line.strip():
                 imname, classname = line.strip().split(" ", 1)

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from engine.dataset_base import Datum
 from engine.errors import InvalidInputError
+from engine.inputs import declare_cache, record_input
 from engine.utils import write_json
 
 from .split_files import (
@@ -236,7 +237,9 @@ def read_or_create_split(name: str, dataset_dir: str, split_path: str, prefix: s
         train, val, test = read_split(split_path, prefix, name)
     else:
         train, val, test = create(random.Random(SPLIT_SEED))
+        declare_cache(os.path.dirname(split_path), "a split file created from the dataset's own lists")
         write_split(train, val, test, split_path, prefix)
+        record_input(split_path, "split")
         print(f"Created split file {split_path} (not the published split; download {os.path.basename(split_path)} "
               f"for comparable numbers, see DATASETS.md)")
     return make_split_data(name, dataset_dir, split_path, train, val, test)

@@ -9,6 +9,7 @@ from engine.errors import InvalidInputError
 from engine.registry import DATASET_REGISTRY
 
 from .protocols import ProtocolDataset
+from .split_files import open_list
 from .splits import (
     SplitData,
     make_datum,
@@ -36,7 +37,7 @@ class SUN397(ProtocolDataset):
         def read_list(fname: str, cname2lab: dict[str, int]) -> list[Datum]:
             path = native_file(os.path.join(dataset_dir, fname), split_path, name)
             items = []
-            with open(path) as f:
+            with open_list(path) as f:
                 for line in f:
                     imname = line.strip().lstrip("/")
                     if imname:
@@ -49,7 +50,7 @@ class SUN397(ProtocolDataset):
             return items
 
         def create(rng: random.Random):
-            with open(native_file(os.path.join(dataset_dir, "ClassName.txt"), split_path, name)) as f:
+            with open_list(native_file(os.path.join(dataset_dir, "ClassName.txt"), split_path, name)) as f:
                 classes = [line.strip().lstrip("/") for line in f if line.strip()]
             cname2lab = {c: i for i, c in enumerate(classes)}
             trainval, test = read_list("Training_01.txt", cname2lab), read_list("Testing_01.txt", cname2lab)

@@ -10,6 +10,7 @@ from engine.errors import InvalidInputError
 from engine.registry import DATASET_REGISTRY
 
 from .protocols import ProtocolDataset
+from .split_files import open_list
 from .splits import (
     SplitData,
     make_datum,
@@ -38,7 +39,7 @@ class UCF101(ProtocolDataset):
         def read_list(fname: str, cname2lab: dict[str, int]) -> list[Datum]:
             path = native_file(os.path.join(list_dir, fname), split_path, name)
             items = []
-            with open(path) as f:
+            with open_list(path) as f:
                 for line in f:
                     if line.strip():
                         action, filename = line.split()[0].split("/")
@@ -51,7 +52,7 @@ class UCF101(ProtocolDataset):
 
         def create(rng: random.Random):
             cname2lab = {}
-            with open(native_file(os.path.join(list_dir, "classInd.txt"), split_path, name)) as f:
+            with open_list(native_file(os.path.join(list_dir, "classInd.txt"), split_path, name)) as f:
                 for line in f:
                     if line.strip():
                         label, action = line.split()

@@ -31,7 +31,8 @@ from demo.pipeline import Paths, failures
 from demo.pretrain import SHIPPED, PretrainParams, default_params
 from demo.shapes import PRETRAIN, PRETRAIN_RELIT
 from demo.study import FULL, RESULTS, Demo, DemoPlan, add_study_options, study_paths
-from engine.run_identity import evaluated_files, file_digest
+from engine.digests import file_digest
+from engine.runs import evaluated_files
 from engine.utils import read_json, write_json
 from runner.jobs import Job
 from units.call import TrainCall

@@ -13,7 +13,7 @@ import shutil
 import warnings
 import zipfile
 from collections import OrderedDict
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ from torch import nn
 
 from .atomic import atomic_write, atomic_write_text
 from .errors import CorruptFileError, InputNotFoundError, InvalidInputError, first_line
+from .inputs import open_input
 from .restricted_pickle import dropped_entries, load_upstream_checkpoint, plain_entries
 from .run_files import file_kind, not_regular_error
 from .runs import POINTER_FILE, pointed_checkpoint
@@ -86,17 +87,21 @@ def checkpoint_epoch(path: str) -> int | None:
     return int(suffix) if suffix.isdigit() else None
 
 
-def check_archive(fpath: str) -> None:
-    """Refuse a zip checkpoint whose records would unpack to more than the file holds, before any is read: torch
-    writes its records uncompressed, so a compressed record or such a total is a zip bomb or no torch file."""
-    if not zipfile.is_zipfile(fpath):
-        return
+def check_archive(f: BinaryIO, fpath: str) -> None:
+    """Refuse a zip checkpoint (the open file ``f`` of ``fpath``) whose records would unpack to more than the file
+    holds, before any is read: torch writes its records uncompressed, so a compressed record or such a total is a zip
+    bomb or no torch file. ``f`` is left at its start."""
     try:
-        with zipfile.ZipFile(fpath) as archive:
+        if not zipfile.is_zipfile(f):
+            return
+        f.seek(0)
+        with zipfile.ZipFile(f) as archive:
             records = archive.infolist()
     except (zipfile.BadZipFile, OSError, ValueError):  # torch's reader names what is wrong with it
         return
-    size = os.path.getsize(fpath)
+    finally:
+        f.seek(0)
+    size = os.fstat(f.fileno()).st_size
     total = sum(r.file_size for r in records)
     packed = [r.filename for r in records if r.compress_type != zipfile.ZIP_STORED]
     if packed or total > size:
@@ -106,9 +111,10 @@ def check_archive(fpath: str) -> None:
                                "restore a good copy or point to another file")
 
 
-def load_checkpoint(fpath: str, trust_pickle: bool = False) -> Any:
+def load_checkpoint(fpath: str, trust_pickle: bool = False, role: str = "checkpoint") -> Any:
     """Load a checkpoint on CPU with ``weights_only=True`` (restricted unpickling for upstream files that hold
-    pickled objects); ``trust_pickle=True`` unpickles a trusted file as it is."""
+    pickled objects); ``trust_pickle=True`` unpickles a trusted file as it is. The file is read through the inputs
+    ledger as ``role`` (``engine.inputs``)."""
     if fpath is None:
         raise ValueError("load_checkpoint: file path is None")
     if not os.path.exists(fpath):
@@ -116,17 +122,18 @@ def load_checkpoint(fpath: str, trust_pickle: bool = False) -> Any:
     kind = file_kind(os.stat(fpath).st_mode)
     if kind != "a regular file":  # a FIFO would block the read
         raise not_regular_error(fpath, kind)
-    check_archive(fpath)
-    if trust_pickle:
-        return torch.load(fpath, map_location="cpu", weights_only=False)
-    try:
-        checkpoint = torch.load(fpath, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:  # pickled objects (an upstream Dassl checkpoint) or no checkpoint at all
-        return load_upstream_checkpoint(fpath)
-    except Exception as e:  # torch's readers on a cut-off or foreign file
-        raise CorruptFileError(
-            f"{fpath} is truncated or corrupt ({first_line(e)[:120]}); delete it (a rerun of the same command "
-            "resumes from the previous checkpoint, if any) or restore a good copy") from None
+    with open_input(fpath, role) as f:
+        check_archive(f, fpath)
+        if trust_pickle:
+            return torch.load(f, map_location="cpu", weights_only=False)
+        try:
+            checkpoint = torch.load(f, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:  # pickled objects (an upstream Dassl checkpoint) or no checkpoint at all
+            return load_upstream_checkpoint(fpath, f)
+        except Exception as e:  # torch's readers on a cut-off or foreign file
+            raise CorruptFileError(
+                f"{fpath} is truncated or corrupt ({first_line(e)[:120]}); delete it (a rerun of the same command "
+                "resumes from the previous checkpoint, if any) or restore a good copy") from None
     kept, ignored = plain_entries(checkpoint, fpath)  # weights_only also rebuilds the functions and classes it allows
     if ignored:
         print(f"Note: {fpath}: ignored the entries that are not tensors or plain values: {dropped_entries(ignored)}")

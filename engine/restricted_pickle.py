@@ -15,7 +15,7 @@ import importlib
 import pickle
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -138,9 +138,10 @@ def _pickle_module() -> types.ModuleType:
     return module
 
 
-def restricted_load(path: str) -> Any:
-    """``torch.load`` of ``path`` on CPU through the restricted unpickler (placeholders where objects were)."""
-    return torch.load(path, map_location="cpu", pickle_module=_pickle_module(), weights_only=False)
+def restricted_load(f: str | BinaryIO) -> Any:
+    """``torch.load`` of the file ``f`` (a path or an open file) on CPU through the restricted unpickler
+    (placeholders where objects were)."""
+    return torch.load(f, map_location="cpu", pickle_module=_pickle_module(), weights_only=False)
 
 
 def opaque_names(obj: Any) -> set[str]:
@@ -192,12 +193,14 @@ def dropped_entries(ignored: dict[Any, list[str]]) -> str:
     return "; ".join(f"{key} ({', '.join(names)})" for key, names in ignored.items())
 
 
-def load_upstream_checkpoint(path: str) -> dict:
+def load_upstream_checkpoint(path: str, f: BinaryIO | None = None) -> dict:
     """A checkpoint dict holding pickled objects, loaded without running them: entries free of objects are kept
     (``state_dict``, ``epoch``, ...), the others dropped and named in one log line. A file that is not such a
-    checkpoint is refused with one line."""
+    checkpoint is refused with one line. ``f``: the file ``path`` already open (read from its start)."""
     try:
-        checkpoint = restricted_load(path)
+        if f is not None:
+            f.seek(0)
+        checkpoint = restricted_load(path if f is None else f)
     except Exception as e:  # any failure of an untrusted file's unpickling: nothing of it ran
         why = f"{type(e).__name__}: {first_line(e)[:160]}"
         raise CorruptFileError(f"{path} cannot be read as a checkpoint ({why}); nothing in it was run: restore a "

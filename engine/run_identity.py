@@ -2,10 +2,11 @@
 folder by a run (lock, then compare with what the folder holds). Standard library only.
 
 The identity is the merged config minus the keys that cannot change the result (:data:`IGNORED_KEYS`), the mode
-(train or eval-only), for an evaluation the model folder, load epoch and a digest of each file it loads, and a digest
-of the data (:func:`data_digest`). A rerun into a folder holding a finished or interrupted run of another identity
-stops before it trains (:class:`RunMismatchError`, naming the differing keys) unless asked to move that run aside;
-nothing is deleted.
+(train or eval-only), for an evaluation the model folder and load epoch, the inputs ledger (``engine.inputs``: role,
+path and SHA-256 of every file the run read, whichever key, folder or record led to it) and a digest of the data
+(:func:`data_digest`). A rerun into a folder holding a finished or interrupted run of another identity, or one whose
+recorded inputs now hold other bytes, stops before it trains (:class:`RunMismatchError`, naming the differing keys
+and files) unless asked to move that run aside; nothing is deleted.
 """
 from __future__ import annotations
 
@@ -16,19 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .digests import file_digest
 from .errors import UserError
+from .inputs import Ledger, input_changes
 from .run_lock import RunLock
-from .runs import (
-    BEST_MODEL_FILE,
-    IDENTITY_FILE,
-    RESUME_FILE,
-    RUNNER_KEY,
-    model_folders,
-    pointed_checkpoint,
-    read_run_json,
-    unlocked_state,
-)
+from .runs import IDENTITY_FILE, RUNNER_KEY, read_run_json, unlocked_state
 
 IGNORED_KEYS = frozenset({"OUTPUT_DIR", "RESUME", "DATASET.ROOT", "VERBOSE", "TRAIN.PRINT_FREQ",
                           "TRAIN.CHECKPOINT_FREQ", "TRAIN.STEP_RESUME_MINUTES", "DATALOADER.NUM_WORKERS"})
@@ -57,51 +49,16 @@ def flat_config(cfg: Mapping) -> dict[str, Any]:
     return flat
 
 
-def is_weight_key(key: str) -> bool:
-    """Config keys naming a weight file the run loads: the CLIP backbone and a distilling trainer's teacher CLIP
-    (``*.TEACHER_NAME``) and teacher checkpoint (``*.TEACHER_CKPT``)."""
-    return key == "MODEL.BACKBONE.NAME" or key.endswith((".TEACHER_NAME", ".TEACHER_CKPT"))
-
-
-def weight_digests(config: Mapping[str, Any]) -> dict[str, str]:
-    """SHA-256 of each weight file the flat ``config`` names by path (:func:`is_weight_key`); model names such as
-    ``ViT-B/16`` are left to their config value (a download is checked against its published SHA-256)."""
-    return {key: file_digest(value) for key, value in sorted(config.items())
-            if is_weight_key(key) and isinstance(value, str) and value and os.path.isfile(value)}
-
-
-def evaluated_files(model_dir: str, load_epoch: int | str | None) -> list[str]:
-    """The files an evaluation of ``model_dir`` reads: each model folder's checkpoint for ``load_epoch`` (None:
-    model-best.pth.tar, N: model.pth.tar-N, "last": the one its pointer names) and the run's own ``*.pth.tar``
-    files (a router)."""
-    files = []
-    for folder in model_folders(model_dir):
-        if load_epoch == "last":
-            path = pointed_checkpoint(folder)
-        else:
-            path = os.path.join(folder, BEST_MODEL_FILE if load_epoch is None else f"model.pth.tar-{load_epoch}")
-        if path and os.path.isfile(path):
-            files.append(path)
-    if os.path.isdir(model_dir):
-        files += sorted(os.path.join(model_dir, f) for f in os.listdir(model_dir)
-                        if f.endswith(".pth.tar") and f != RESUME_FILE)
-    return files
-
-
 def run_identity(cfg: Mapping, eval_only: bool = False, model_dir: str = "",
                  load_epoch: int | str | None = None) -> dict:
-    """What a run is, without its data: trainer, seed, mode, the merged config minus :data:`IGNORED_KEYS`, the content
-    of the weight files it names (:func:`weight_digests`) and, for an evaluation of a trained model, the model folder,
-    load epoch and a digest of each file it loads."""
+    """What a run is before it reads anything: trainer, seed, mode, the merged config minus :data:`IGNORED_KEYS` and,
+    for an evaluation of a trained model, the model folder and load epoch. The files it then reads are added as its
+    inputs ledger (``engine.inputs``), its data as a digest (:func:`data_digest`), when it records itself."""
     config = {k: v for k, v in flat_config(cfg).items() if k not in IGNORED_KEYS}
     identity: dict[str, Any] = {"trainer": config.get("TRAINER.NAME", ""), "seed": config.get("SEED"),
-                                "mode": "eval-only" if eval_only else "train", "config": config,
-                                "weights": weight_digests(config)}
+                                "mode": "eval-only" if eval_only else "train", "config": config}
     if eval_only and model_dir:
-        identity["model"] = {
-            "dir": os.path.abspath(model_dir), "load_epoch": load_epoch,
-            "files": {os.path.relpath(p, model_dir): file_digest(p) for p in evaluated_files(model_dir, load_epoch)},
-        }
+        identity["model"] = {"dir": os.path.abspath(model_dir), "load_epoch": load_epoch}
     return identity
 
 
@@ -136,15 +93,9 @@ def identity_differences(recorded: Mapping, current: Mapping, with_data: bool = 
         diffs.append(f"mode {recorded.get('mode')} → {current.get('mode')}")
     old, new = recorded.get("config", {}), current.get("config", {})
     diffs += [f"{k} {_short(old[k])} → {_short(new[k])}" for k in sorted(old.keys() & new.keys()) if old[k] != new[k]]
-    old_weights, new_weights = recorded.get("weights") or {}, current.get("weights") or {}
-    diffs += [f"{k} file content sha256 {old_weights[k][:12]} → {new_weights[k][:12]} (same path, other bytes)"
-              for k in sorted(old_weights.keys() & new_weights.keys())
-              if old_weights[k] != new_weights[k] and old.get(k) == new.get(k)]
-    old_files = (recorded.get("model") or {}).get("files", {})
-    new_files = (current.get("model") or {}).get("files", {})
-    if old_files != new_files:
-        changed = sorted(k for k in old_files.keys() | new_files.keys() if old_files.get(k) != new_files.get(k))
-        diffs.append(f"loaded checkpoints ({', '.join(changed)})")
+    old_model, new_model = recorded.get("model") or {}, current.get("model") or {}
+    diffs += [f"model {k} {_short(old_model.get(k))} → {_short(new_model.get(k))}" for k in ("dir", "load_epoch")
+              if old_model.get(k) != new_model.get(k)]
     if with_data and recorded.get("data") and current.get("data"):
         old_data, new_data = recorded["data"], current["data"]
         changed = sorted(k for k in old_data.keys() | new_data.keys() if old_data.get(k) != new_data.get(k))
@@ -228,11 +179,13 @@ class RunClaim:
         self.state, self.recorded, self.skip = "new", None, ""
         self.notes = [f"Moved {what} run that differed from this one ({listed}) to {aside}"]
 
-    def record(self, data: dict[str, str] | None) -> None:
-        """Write this run's identity (with its data digest) to ``run.json``, atomically."""
+    def record(self, data: dict[str, str] | None, ledger: Ledger) -> None:
+        """Write this run's identity with its data digest and the inputs and caches of ``ledger`` so far to
+        ``run.json``, atomically (again whenever the run has read more: before its results are written)."""
         from .utils import write_json  # the engine's atomic writer (imports torch; a run has loaded it by now)
 
-        identity = {**self.identity, "data": data} if data is not None else self.identity
+        identity = {**self.identity, "data": data} if data is not None else dict(self.identity)
+        identity.update(inputs=dict(sorted(ledger.inputs.items())), caches=dict(sorted(ledger.caches.items())))
         write_json(identity, os.path.join(self.folder, IDENTITY_FILE))
 
     def release(self) -> None:
@@ -240,25 +193,26 @@ class RunClaim:
 
 
 def claim_run(folder: str, identity: dict | None, command: str, move_aside: bool = False,
-              resume_from: str = "") -> RunClaim:
+              resume_from: str = "", roots: Mapping[str, str] | None = None) -> RunClaim:
     """Lock ``folder`` and decide what a run with ``identity`` (None: a run that neither trains nor evaluates) does
     there: skip (the same run finished), resume, start, or stop with :class:`RunMismatchError` (another run's
     results or resume state are there; with ``move_aside`` that run is moved to :func:`aside_path` instead).
-    ``resume_from`` (``--resume``, another folder) must hold the same run."""
+    ``resume_from`` (``--resume``, another folder) must hold the same run. ``roots``: the run's roots as the inputs
+    ledger names them (``{"DATASET.ROOT": ...}``), against which the recorded inputs are compared."""
     lock = RunLock(folder).acquire(command)
     try:
         claim = RunClaim(folder, unlocked_state(folder), lock, identity, move_aside=move_aside)
         if identity is not None:
-            _decide(claim)
+            _decide(claim, roots or {})
             if resume_from and os.path.abspath(resume_from) != os.path.abspath(folder):
-                _check_resume_source(resume_from, identity)
+                _check_resume_source(resume_from, identity, roots or {})
     except BaseException:
         lock.release()
         raise
     return claim
 
 
-def _decide(claim: RunClaim) -> None:
+def _decide(claim: RunClaim, roots: Mapping[str, str]) -> None:
     folder, state = claim.folder, claim.state
     claim.recorded = read_identity(folder)
     if state == "finished-upstream":
@@ -276,6 +230,14 @@ def _decide(claim: RunClaim) -> None:
             claim.notes.append(_failed_note(folder))
         return
     diffs = identity_differences(claim.recorded, claim.identity, with_data=False)
+    if state in ("finished", "resumable"):
+        changes, gone = input_changes(claim.recorded.get("inputs"), roots)
+        diffs += changes
+        claim.notes += [f"note: {what}, which {folder} read, is gone; the run was compared on its other inputs"
+                        for what in gone]
+        if "inputs" not in claim.recorded:
+            claim.notes.append(f"note: {folder}/{IDENTITY_FILE} records no inputs ledger (made by an older version): "
+                               "the files it read were not compared")
     if state in ("finished", "resumable") and diffs:
         claim._mismatch(diffs)
         return
@@ -293,9 +255,10 @@ def _failed_note(folder: str) -> str:
             "(failed or interrupted): not finished, not resumable; running it again from the start")
 
 
-def _check_resume_source(resume_from: str, identity: dict) -> None:
+def _check_resume_source(resume_from: str, identity: dict, roots: Mapping[str, str]) -> None:
     recorded = read_identity(resume_from)
-    diffs = identity_differences(recorded, identity, with_data=False) if recorded else []
+    diffs = identity_differences(recorded, identity, with_data=False) + \
+        input_changes(recorded.get("inputs"), roots)[0] if recorded else []
     if diffs:
         raise RunMismatchError(f"RESUME {resume_from} holds a run with another config: {'; '.join(diffs[:6])}; "
                                "resume from a run of this config, or drop --resume")

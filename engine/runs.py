@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError, UserError
+from .inputs import open_input, read_input_text
 from .run_lock import LOCK_FILE as LOCK_FILE  # a run-folder name, exported here with the others
 from .run_lock import describe_holder, lock_holder
 
@@ -106,16 +107,17 @@ def is_run_dir(path: str) -> bool:
     return os.path.isfile(os.path.join(path, RESULTS_FILE)) or os.path.isfile(os.path.join(path, LOG_FILE))
 
 
-def pointed_checkpoint(folder: str) -> str | None:
+def pointed_checkpoint(folder: str, role: str = "checkpoint") -> str | None:
     """Path of the checkpoint named in ``<folder>/checkpoint`` (the last one saved there); None without that file.
 
     The one reader of the pointer file: the engine (resume, ``--load-epoch last``), PETRCoOp's plug-in, the teacher,
-    the scripts and the run identity ask it which checkpoint a model folder holds.
+    the scripts and the runner ask it which checkpoint a model folder holds. Inside a run, the pointer is recorded in
+    its inputs ledger as ``role``.
     """
     pointer = os.path.join(folder, POINTER_FILE)
     if not os.path.isfile(pointer):
         return None
-    with open(pointer) as f:
+    with open_input(pointer, role, text=True, errors="replace") as f:
         return os.path.join(folder, f.readline().strip())
 
 
@@ -125,6 +127,24 @@ def model_folders(path: str) -> list[str]:
         return []
     return sorted(os.path.join(path, d) for d in os.listdir(path)
                   if os.path.isfile(os.path.join(path, d, POINTER_FILE)))
+
+
+def evaluated_files(model_dir: str, load_epoch: int | str | None) -> list[str]:
+    """The files an evaluation of ``model_dir`` reads: each model folder's checkpoint for ``load_epoch`` (None:
+    model-best.pth.tar, N: model.pth.tar-N, "last": the one its pointer names) and the run's own ``*.pth.tar``
+    files (a router)."""
+    files = []
+    for folder in model_folders(model_dir):
+        if load_epoch == "last":
+            path = pointed_checkpoint(folder)
+        else:
+            path = os.path.join(folder, BEST_MODEL_FILE if load_epoch is None else f"model.pth.tar-{load_epoch}")
+        if path and os.path.isfile(path):
+            files.append(path)
+    if os.path.isdir(model_dir):
+        files += sorted(os.path.join(model_dir, f) for f in os.listdir(model_dir)
+                        if f.endswith(".pth.tar") and f != RESUME_FILE)
+    return files
 
 
 def saved_model(path: str) -> str | None:
@@ -164,8 +184,7 @@ def upstream_finished(log_text: str) -> bool:
 
 
 def _read_text(path: str) -> str:
-    with open(path, errors="replace") as f:
-        return f.read()
+    return read_input_text(path, "run-record", errors="replace")
 
 
 # ----- state --------------------------------------------------------------------------------------------------
@@ -187,8 +206,7 @@ def read_run_json(path: str) -> object:
     fpath = os.path.join(path, IDENTITY_FILE)
     if not os.path.isfile(fpath):
         return None
-    with open(fpath) as f:
-        return json.load(f)
+    return json.loads(read_input_text(fpath, "run-record"))
 
 
 def has_identity(path: str) -> bool:

@@ -52,6 +52,7 @@ from .distributed import (
 )
 from .errors import InvalidInputError
 from .evaluator import build_evaluator
+from .inputs import commit as commit_inputs
 from .meters import AverageMeter, MetricMeter
 from .precision import autocast, make_grad_scaler, resolve_precision
 from .registry import TRAINER_REGISTRY, check_availability
@@ -596,6 +597,7 @@ class SimpleTrainer(TrainerBase):
         if "perclass_accuracy" in results:
             record["perclass_accuracy"] = float(results["perclass_accuracy"])
         record.update(self.extra_results())
+        commit_inputs()  # run.json names every file these results came from before they exist
         write_json(record, os.path.join(self.output_dir, RESULTS_FILE))
 
     def parse_batch_test(self, batch: dict):

@@ -4,10 +4,11 @@ what it must leave.
 A job is finished when each of its run folders is finished (the scripts' run states) and each of its files
 exists. The runner skips a finished job only when the same job finished those runs on the same inputs: each run
 folder's ``run.json`` holds, beside the run's identity (under ``engine.runs.RUNNER_KEY``), the job's command line,
-the digests of the config, split and weight files and of what it read from the jobs it needs, written when the job
-finished, and every job it needs is skipped too. Any other job starts, and its script resumes an interrupted run, or
-leaves a finished one to train.py, which skips it when its recorded config and data (the identity in ``run.json``)
-are this job's and stops with the differences when they are not.
+written when the job finished; every file each run read (its inputs ledger, ``engine.inputs``: config, split,
+few-shot, CLIP and teacher files, the checkpoints of the jobs it needs) still holds the bytes it read; and every job
+it needs is skipped too. Any other job starts, and its script resumes an interrupted run, or leaves a finished one to
+train.py, which skips it when its recorded config, inputs and data are this job's and stops with the differences
+when they are not.
 """
 from __future__ import annotations
 
@@ -16,20 +17,16 @@ import os
 import shlex
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
-from datasets.files import split_files
-from datasets.layouts import LAYOUTS
 from engine.atomic import atomic_write_text
-from engine.run_identity import evaluated_files, file_digest
-from engine.runs import IDENTITY_FILE, POINTER_FILE, RUNNER_KEY, pointed_checkpoint, read_run_json, run_state
-from units.facts import REPO
+from engine.inputs import input_changes
+from engine.published import read_record, record_differences
+from engine.runs import IDENTITY_FILE, RUNNER_KEY, read_run_json, run_state
 from units.unit import FINISHED_STATES
 
 KINDS = ("teacher", "zero-shot", "train", "test", "plug-in")
 """Job kinds, in the order the plan counts them."""
-WEIGHT_KNOBS = ("BACKBONE", "TEACHER_NAME", "TEACHER_CKPT")
-"""Script knobs that may name a weight file (a CLIP model or a teacher checkpoint): its digest is recorded."""
 
 
 class Call(Protocol):
@@ -71,7 +68,11 @@ class Job:
     bf16_ns: str = ""
     """Config namespace whose PREC becomes bf16 on cards that have it (the fast profile), else empty."""
     reads: Mapping[str, str] = field(default_factory=dict)
-    """Digests of inputs its command line does not name (the demo's generated data), kept in its record."""
+    """Digests of what its runs use but read through no file of their ledger (the pixels of the demo's generated
+    images, which its split files only list), kept in its record."""
+    publishes: Mapping[str, Any] = field(default_factory=dict)
+    """What the teacher it publishes must record (``engine.published``): a published teacher recording another
+    backbone, config or dataset is not this job's, so the job is not finished."""
 
     @property
     def knobs(self) -> Mapping[str, str]:
@@ -109,50 +110,36 @@ def run_states(paths: Sequence[str]) -> dict[str, str]:
 
 
 def is_finished(job: Job, states: dict[str, str]) -> bool:
-    """``job``'s runs are all finished (``states``: run folder -> state) and its files all exist."""
-    return all(states[r] in FINISHED_STATES for r in job.runs) and all(os.path.exists(f) for f in job.files)
+    """``job``'s runs are all finished (``states``: run folder -> state), its files all exist and the teacher it
+    publishes is its own (:func:`publication_differences`)."""
+    return all(states[r] in FINISHED_STATES for r in job.runs) and all(os.path.exists(f) for f in job.files) \
+        and not publication_differences(job)
 
 
-def config_files(job: Job) -> list[str]:
-    """The trainer and dataset config files of ``job`` that exist (their contents change what it runs)."""
-    files = [os.path.join(REPO, "configs", "trainers", job.trainer, f"{job.config}.yaml"),
-             os.path.join(REPO, "configs", "datasets", f"{job.dataset}.yaml")]
-    return [f for f in files if os.path.isfile(f)]
-
-
-def data_files(job: Job) -> list[str]:
-    """The split files (``datasets.files.split_files``) of the datasets ``job`` reads under its ``DATA``: its
-    dataset and, for a cross-dataset or DG job, the source; the few-shot file of its ``SHOTS`` and seed."""
-    data = job.knobs.get("DATA")
-    if not data:
+def publication_differences(job: Job) -> list[str]:
+    """How the published teacher of ``job`` differs from the one the job trains (``FIELD recorded (expected X)``);
+    empty when it publishes none, none is there yet, or what is there records nothing (an upstream teacher)."""
+    if not job.publishes or not job.files or not os.path.exists(job.files[0]):
         return []
-    shots = int(job.knobs.get("SHOTS") or 0)
-    files = []
-    for short in dict.fromkeys(filter(None, (job.knobs.get("SOURCE"), job.dataset))):
-        if short in LAYOUTS:
-            files += split_files(data, short, shots, job.seed)
-    return files
+    return record_differences(read_record(published_folder(job.files[0])), job.publishes)
 
 
-def upstream_files(dep: Job) -> list[str]:
-    """What a job reads from a job it needs: the checkpoints of ``dep``'s runs (those an evaluation of them loads)
-    and the checkpoints its files point to (a published teacher)."""
-    files = [path for run in dep.runs for path in evaluated_files(run, "last")]
-    pointed = (pointed_checkpoint(os.path.dirname(f)) for f in dep.files if os.path.basename(f) == POINTER_FILE)
-    return files + [path for path in pointed if path and os.path.isfile(path)]
+def published_folder(pointer: str) -> str:
+    """The published teacher folder of its checkpoint pointer (``<folder>/VLPromptLearner/checkpoint``)."""
+    return os.path.dirname(os.path.dirname(pointer))
 
 
-def job_record(job: Job, needs: Sequence[Job] = ()) -> dict:
-    """What the runner can see of what ``job`` runs: its command line (less ``DATA``: where the data lies no more
-    changes a run than ``DATASET.ROOT`` does its identity), the digests of its config files, of its datasets' split
-    files (relative to ``DATA``), of the weight files its knobs name, of what it :attr:`Job.reads` and of what it
-    reads from the jobs it ``needs`` (:func:`upstream_files`)."""
-    weights = [os.path.join(REPO, job.knobs[k]) for k in WEIGHT_KNOBS if job.knobs.get(k)]
-    return {"command": command_line(job, hidden=("DATA",)),
-            "configs": {os.path.relpath(f, REPO): file_digest(f) for f in config_files(job)}, "reads": dict(job.reads),
-            "data": {os.path.relpath(f, job.knobs["DATA"]): file_digest(f) for f in data_files(job)},
-            "weights": {path: file_digest(path) for path in weights if os.path.isfile(path)},
-            "upstream": {dep.name: {path: file_digest(path) for path in upstream_files(dep)} for dep in needs}}
+def job_record(job: Job) -> dict:
+    """What the runner can see of what ``job`` runs: its command line, less ``DATA`` (where the data lies no more
+    changes a run than ``DATASET.ROOT`` does its identity), and what it :attr:`Job.reads`. The files the job's runs
+    read are their inputs ledger."""
+    return {"command": command_line(job, hidden=("DATA",)), "reads": dict(job.reads)}
+
+
+def input_roots(job: Job) -> dict[str, str]:
+    """The roots the runs of ``job`` name their inputs relative to (train.py's ``input_roots``: the data root)."""
+    data = job.knobs.get("DATA")
+    return {"DATASET.ROOT": os.path.abspath(data)} if data else {}
 
 
 def _run_json(run: str) -> dict:
@@ -170,17 +157,19 @@ def _records(run: str) -> dict:
     return records if isinstance(records, dict) else {}
 
 
-def is_recorded(job: Job, needs: Sequence[Job] = ()) -> bool:
-    """Each of ``job``'s runs was finished by this job with its present record (:func:`job_record`)."""
-    record = job_record(job, needs)
-    return all(_records(run).get(job.name) == record for run in job.runs)
+def is_recorded(job: Job) -> bool:
+    """Each of ``job``'s runs was finished by this job with its present record (:func:`job_record`), and every file
+    the run read still holds the bytes it read (``engine.inputs.input_changes`` of its ledger)."""
+    record, roots = job_record(job), input_roots(job)
+    return all(_records(run).get(job.name) == record and not input_changes(_run_json(run).get("inputs"), roots)[0]
+               for run in job.runs)
 
 
-def record_job(job: Job, needs: Sequence[Job] = ()) -> None:
-    """Write ``job``'s record (``needs``: the jobs of its :attr:`Job.deps`) into each of its run folders' ``run.json``
-    under ``RUNNER_KEY`` (atomically; the run's identity and other jobs' records are kept; train.py's next claim of
-    the folder writes a new identity without them)."""
-    record = job_record(job, needs)
+def record_job(job: Job) -> None:
+    """Write ``job``'s record into each of its run folders' ``run.json`` under ``RUNNER_KEY`` (atomically; the run's
+    identity and other jobs' records are kept; train.py's next claim of the folder writes a new identity without
+    them)."""
+    record = job_record(job)
     for run in job.runs:
         recorded = _run_json(run)
         recorded[RUNNER_KEY] = {**_records(run), job.name: record}
@@ -194,14 +183,13 @@ def job_states(jobs: Iterable[Job]) -> dict[str, str]:
     data are the job's and stops on one that differs), ``resume``, ``retry`` (only a failed attempt's log) or
     ``new``."""
     jobs = list(jobs)
-    by_name = {j.name: j for j in jobs}
     states = run_states(sorted({r for j in jobs for r in j.runs}))
     out: dict[str, str] = {}
     for job in jobs:
         runs = [states[r] for r in job.runs]
         if is_finished(job, states):
             current = all(out.get(d) == "finished" for d in job.deps)
-            out[job.name] = "finished" if current and is_recorded(job, needs(job, by_name)) else "check"
+            out[job.name] = "finished" if current and is_recorded(job) else "check"
         elif "resumable" in runs:
             out[job.name] = "resume"
         elif "failed" in runs:
@@ -209,11 +197,6 @@ def job_states(jobs: Iterable[Job]) -> dict[str, str]:
         else:
             out[job.name] = "new"
     return out
-
-
-def needs(job: Job, by_name: Mapping[str, Job]) -> list[Job]:
-    """The jobs ``job`` depends on (``by_name``: the plan's jobs by name)."""
-    return [by_name[d] for d in job.deps]
 
 
 def dependents(jobs: Sequence[Job], name: str) -> list[str]:

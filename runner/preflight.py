@@ -23,8 +23,9 @@ from tabulate import tabulate
 from clip.weights import MODELS, candidate_paths, find_weights
 from datasets.check import check_dataset
 from datasets.sizes import PUBLISHED_SIZES
+from engine.published import TEACHER_RECORD
 from runner.costs import trainer_config
-from runner.jobs import Job, dependents
+from runner.jobs import Job, dependents, publication_differences, published_folder
 from runner.protocols import Sweep
 from trainers.catalog import find_method
 from units.facts import REPO
@@ -152,7 +153,14 @@ def check_teacher(item: Input, source: str, jobs: dict[str, Job], inputs: dict[t
     if source == "teacher job":
         job = jobs[f"teacher {item.name}"]
         data = inputs.get(("dataset", job.dataset))
-        if os.path.exists(job.files[0]):
+        other = publication_differences(job)
+        if other:
+            folder = published_folder(job.files[0])
+            item.status = "found, another teacher"
+            item.problems.append(f"{folder} holds a teacher trained on another setting ({'; '.join(other)}; "
+                                 f"{os.path.join(folder, TEACHER_RECORD)}): move it away or give --teacher-dir "
+                                 "another folder, so that this sweep trains its own")
+        elif os.path.exists(job.files[0]):
             item.status = "found"
         elif data is not None and data.problems:
             item.status = f"not trainable here (dataset {job.dataset}: {data.status})"

@@ -13,11 +13,13 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from engine.published import expected_record
 from runner.jobs import Job, check_graph
 from runner.profiles import PAPER, Profile
 from trainers.catalog import TEACHER, ZERO_SHOT, Method, find_method
 from units.call import UnitCall
 from units.facts import REPO, UnitError, teacher_folder
+from units.planned import planned_config
 
 PROTOCOLS = ("base2new", "xd", "dg")
 PASSED_KNOBS = ("BACKBONE", "TEACHER_NAME", "KD_WEIGHT", "TEACHER_CKPT", "LOAD_EPOCH")
@@ -114,15 +116,16 @@ class Planner:
         if name not in self.jobs:
             env = self.env(method, config, shots, source=self.sweep.protocol != "base2new")
             call = UnitCall(method.scripts, script.removesuffix(".sh"), tuple(args), env)
-            if runs is None:
-                try:
-                    runs = call.runs()
-                except UnitError as e:
-                    raise ValueError(f"{name}: {e}") from None
+            try:
+                plan = call.plan()
+            except UnitError as e:
+                raise ValueError(f"{name}: {e}") from None
+            runs = tuple(step["dir"] for step in plan) if runs is None else runs
+            publishes = expected_record(planned_config(plan[0]["argv"])) if kind == "teacher" else {}
             self.jobs[name] = Job(
                 name=name, kind=kind, method=method.name, dataset=dataset, call=call, runs=runs, files=files,
                 deps=tuple(d for d in deps if d), seed=seed, config=config, trainer=method.trainer,
-                bf16_ns=self.sweep.profile.bf16_ns(method.ns))
+                bf16_ns=self.sweep.profile.bf16_ns(method.ns), publishes=publishes)
         return name
 
     def teacher(self, dataset: str) -> str:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from tqdm import tqdm
 
 from engine.preemption import signal_handlers
-from runner.jobs import Job, command_line, dependents, is_finished, job_states, log_name, needs, record_job, run_states
+from runner.jobs import Job, command_line, dependents, is_finished, job_states, log_name, record_job, run_states
 from units.facts import EXIT_PREEMPTED as EXIT_PREEMPTED
 
 MAX_REQUEUES = 3
@@ -173,7 +173,6 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
     os.makedirs(log_dir, exist_ok=True)
     report, eta = Report(), Eta(projected)
     states = job_states(jobs)
-    by_name = {j.name: j for j in jobs}
     finished = {name for name, state in states.items() if state == "finished"}
     check = [name for name, state in states.items() if state == "check"]
     pending = [j for j in jobs if j.name not in finished]
@@ -223,7 +222,7 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
                 report.skipped.setdefault(name, job.name)
             bar.update(1)
             return
-        record_job(job, needs(job, by_name))
+        record_job(job)
         succeeded.add(job.name)
         report.done.append(job.name)
         end = time.monotonic() - started

@@ -157,9 +157,10 @@ def _other_config(tmp, data, tree, clip_file, mp):
 
 
 def _changed_split(tmp, data, tree, clip_file, mp):
-    """A finished run, then two train images moved to the test split: the few-shot file the run used no longer fits
-    the split (it is stale), yet the run's data is compared, not skipped as unreadable."""
+    """A finished run, then two train images moved to the test split: the split file the run read (its inputs ledger)
+    holds other bytes, so the run is not skipped, though the few-shot file it used no longer fits the split."""
     assert train.cli(coop_argv(data, tmp / "run", clip_file)) == 0
+    old = sha256(tree.split_file)
     with open(tree.split_file) as f:
         split = json.load(f)
     split["test"] += split["train"][:2]
@@ -167,10 +168,10 @@ def _changed_split(tmp, data, tree, clip_file, mp):
     with open(tree.split_file, "w") as f:
         json.dump(split, f)
     return (coop_argv(data, tmp / "run", clip_file),
-            f"error: {tmp / 'run'} holds a finished run that differs from this one: data (test, train_x, val: other "
-            "images, labels or classes). Nothing was changed: give this run another --output-dir (scripts: "
-            f"OUTPUT_ROOT), or add --move-aside (scripts: MOVE_ASIDE=1) to move that run to {tmp / '.run.old-1'} and "
-            "start this one")
+            f"error: {tmp / 'run'} holds a finished run that differs from this one: split {tree.split_file} content "
+            f"sha256 {old[:12]} → {sha256(tree.split_file)[:12]}. Nothing was changed: give this run another "
+            "--output-dir (scripts: OUTPUT_ROOT), or add --move-aside (scripts: MOVE_ASIDE=1) to move that run to "
+            f"{tmp / '.run.old-1'} and start this one")
 
 
 def zeroshot_argv(data, out, clip_file: str) -> list[str]:
@@ -194,8 +195,8 @@ def _replaced_clip_weights(tmp, data, tree, clip_file, mp):
     state["text_projection"] = state["text_projection"] + 1.0
     torch.save(state, weights)
     new = sha256(weights)
-    return (argv, f"error: {tmp / 'run'} holds a finished run that differs from this one: MODEL.BACKBONE.NAME file "
-            f"content sha256 {old[:12]} → {new[:12]} (same path, other bytes). Nothing was changed: give this run "
+    return (argv, f"error: {tmp / 'run'} holds a finished run that differs from this one: clip {weights} "
+            f"content sha256 {old[:12]} → {new[:12]}. Nothing was changed: give this run "
             "another --output-dir (scripts: OUTPUT_ROOT), or add --move-aside (scripts: MOVE_ASIDE=1) to move that "
             f"run to {tmp / '.run.old-1'} and start this one")
 
@@ -709,8 +710,8 @@ def test_touched_clip_weights_skip_the_finished_run(tmp_path, tiny_clip_file, ca
     shutil.copyfile(tiny_clip_file, weights)
     argv = zeroshot_argv(tmp_path / "data", tmp_path / "run", str(weights))
     assert train.cli(argv) == 0
-    recorded = json.load(open(tmp_path / "run" / "run.json"))["weights"]
-    assert recorded == {"MODEL.BACKBONE.NAME": sha256(weights)}
+    recorded = json.load(open(tmp_path / "run" / "run.json"))["inputs"]
+    assert recorded[str(weights)] == {"role": "clip", "sha256": sha256(weights)}
     mtime = os.stat(weights).st_mtime_ns
     os.utime(weights, ns=(mtime + 10**9, mtime + 10**9))
     capsys.readouterr()

@@ -4,6 +4,7 @@ prompt written by hand on open_clip; refusals of a checkpoint that is not the re
 results.json and router.json for an unfinished tuned run and one that records nothing."""
 from __future__ import annotations
 
+import hashlib
 import json
 from contextlib import nullcontext
 
@@ -21,7 +22,7 @@ from tests.helpers_petr import write_eurosat
 from tests.helpers_routed import BASE, NEW, check_against_reference, coop_branch, reference_routing, run_argv
 from tests.helpers_upstream import UPSTREAM_TRAIN_LOG, write_dassl_checkpoint, write_dassl_log
 from trainers.tuned import TUNED_METHODS
-from trainers.tuned_run import TunedRun, deep_prompt_words, logged_config, same_backbone
+from trainers.tuned_run import TunedRun, deep_prompt_words, logged_config
 
 DEPTH = 3
 
@@ -174,5 +175,8 @@ def test_backbones_are_the_same_by_weights_when_both_are_files(tmp_path, tiny_cl
     weights = open(tiny_clip_file, "rb").read()
     copy.write_bytes(weights)
     other.write_bytes(weights + b"more")
-    assert same_backbone(str(copy), tiny_clip_file) and not same_backbone(str(other), tiny_clip_file)
-    assert same_backbone("ViT-B/16", "ViT-B/16") and not same_backbone("ViT-B/16", "ViT-B/32")
+    upstream = TunedRun(str(tmp_path))  # records no inputs ledger: names, or files by content
+    assert upstream.same_backbone(str(copy), tiny_clip_file) and not upstream.same_backbone(str(other), tiny_clip_file)
+    assert upstream.same_backbone("ViT-B/16", "ViT-B/16") and not upstream.same_backbone("ViT-B/16", "ViT-B/32")
+    ours = TunedRun(str(tmp_path), clips=(hashlib.sha256(weights + b"more").hexdigest(),))  # its ledger's CLIP
+    assert ours.same_backbone("any name it recorded", str(other)) and not ours.same_backbone(str(other), str(copy))

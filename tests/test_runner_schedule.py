@@ -109,16 +109,11 @@ def test_finished_jobs_are_not_run_and_exit_zero_needs_finished_runs(tmp_path):
     assert report.done == ["finished", "after"] and marker.read_text() == "x\nx\n"  # and what needs it
 
 
-def test_job_record_holds_the_command_and_the_config_files_digests():
+def test_job_record_holds_the_command_less_its_data_root():
     job = Job(name="j", kind="train", method="CoOp", dataset="eurosat",
               call=UnitCall("coop", "x", ("1",), {"DATA": "/data", "CFG": "vit_b16_ctxv1"}), config="vit_b16_ctxv1",
               trainer="CoOp")
-    files = ("configs/trainers/CoOp/vit_b16_ctxv1.yaml", "configs/datasets/eurosat.yaml")
-    with open(os.path.join(REPO, files[0]), "rb") as a, open(os.path.join(REPO, files[1]), "rb") as b:
-        digests = [hashlib.sha256(a.read()).hexdigest(), hashlib.sha256(b.read()).hexdigest()]
-    assert job_record(job) == {"command": "CFG=vit_b16_ctxv1 bash scripts/coop/x.sh 1",
-                               "configs": dict(zip(files, digests)), "reads": {}, "data": {}, "weights": {},
-                               "upstream": {}}
+    assert job_record(job) == {"command": "CFG=vit_b16_ctxv1 bash scripts/coop/x.sh 1", "reads": {}}
 
 
 def sha256(path) -> str:
@@ -126,17 +121,23 @@ def sha256(path) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def finished_run(path) -> str:
+def finished_run(path, inputs: dict | None = None) -> str:
+    """A finished run folder; ``inputs``: the ledger its run.json records, ``{name: (role, file)}``."""
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "results.json"), "w") as f:
         json.dump({"accuracy": 50.0}, f)
+    if inputs is not None:
+        ledger = {name: {"role": role, "sha256": sha256(file)} for name, (role, file) in inputs.items()}
+        with open(os.path.join(path, "run.json"), "w") as f:
+            json.dump({"trainer": "CoOp", "config": {}, "inputs": ledger}, f)
     return str(path)
 
 
 def test_changed_split_or_weights_are_not_finished(tmp_path):
-    """A job's record holds the digests of its dataset's split files and few-shot file and of the weight files its
-    knobs name: a split moved between train and test, a redrawn few-shot file or new weights make it run again
-    (train.py then compares the data), while another seed's few-shot file changes nothing."""
+    """A job is finished only while every file its runs read (their inputs ledger) holds the bytes they read: a split
+    moved between train and test, a redrawn few-shot file or new weights make it run again (train.py then says what
+    changed), while another seed's few-shot file, a few-shot file that is gone (drawn again the same) or a data root
+    moved elsewhere (the ledger names split files relative to it) change nothing."""
     data = tmp_path / "data"
     (data / "eurosat" / "split_fewshot").mkdir(parents=True)
     split = data / "eurosat" / "split_zhou_EuroSAT.json"
@@ -145,14 +146,12 @@ def test_changed_split_or_weights_are_not_finished(tmp_path):
     fewshot.write_text("{}")
     weights = tmp_path / "clip.pt"
     weights.write_bytes(b"weights")
+    run = finished_run(tmp_path / "run", {"${DATASET.ROOT}/eurosat/split_zhou_EuroSAT.json": ("split", split),
+                                          "${DATASET.ROOT}/eurosat/split_fewshot/shot_16-seed_1.json":
+                                              ("fewshot", fewshot), str(weights): ("clip", weights)})
     job = Job(name="CoOp train eurosat seed1", kind="train", method="CoOp", dataset="eurosat",
-              call=Toy(knobs={"DATA": str(data), "SHOTS": "16", "BACKBONE": str(weights)}), seed=1,
-              runs=(finished_run(tmp_path / "run"),))
+              call=Toy(knobs={"DATA": str(data), "SHOTS": "16"}), seed=1, runs=(run,))
     record_job(job)
-    record = json.loads((tmp_path / "run" / "run.json").read_text())["runner"][job.name]
-    assert record["data"] == {"eurosat/split_zhou_EuroSAT.json": sha256(split),
-                              "eurosat/split_fewshot/shot_16-seed_1.json": sha256(fewshot)}
-    assert record["weights"] == {str(weights): sha256(weights)}
     assert job_states([job]) == {job.name: "finished"}
     (data / "eurosat" / "split_fewshot" / "shot_16-seed_2.json").write_text("{}")  # another seed's sample
     assert job_states([job]) == {job.name: "finished"}
@@ -163,27 +162,34 @@ def test_changed_split_or_weights_are_not_finished(tmp_path):
     assert job_states([job]) == {job.name: "finished"}
     fewshot.write_text('{"train": []}')
     assert job_states([job]) == {job.name: "check"}
-    record_job(job)
+    fewshot.unlink()
+    assert job_states([job]) == {job.name: "finished"}
+    shutil.copytree(data, tmp_path / "moved")
+    moved = replace(job, call=Toy(knobs={"DATA": str(tmp_path / "moved"), "SHOTS": "16"}))
+    assert job_states([moved]) == {job.name: "finished"}  # the command less DATA is the same, and so are the files
+    (tmp_path / "moved" / "eurosat" / "split_zhou_EuroSAT.json").write_text("{}")
+    assert job_states([moved]) == {job.name: "check"}
     weights.write_bytes(b"other weights")
     assert job_states([job]) == {job.name: "check"}
 
 
 def test_a_job_is_not_finished_over_a_new_run_of_a_job_it_needs(tmp_path):
     """Deleting the training run re-runs it, so its test and plug-in run again too; a training run replaced since the
-    test was recorded (a new checkpoint) makes the test run again even when the training job is finished."""
-    train_run = finished_run(tmp_path / "train")
+    test was recorded (a new checkpoint, which the test's ledger names) makes the test run again even when the
+    training job is finished."""
     model = tmp_path / "train" / "prompt_learner"
-    model.mkdir()
+    model.mkdir(parents=True)
     (model / "checkpoint").write_text("model.pth.tar-5\n")
     (model / "model.pth.tar-5").write_bytes(b"first model")
+    train_run = finished_run(tmp_path / "train")
+    read = {str(model / "checkpoint"): ("checkpoint", model / "checkpoint"),
+            str(model / "model.pth.tar-5"): ("checkpoint", model / "model.pth.tar-5")}
     train = job("train", method="CoOp", runs=(train_run,))
-    test = job("test", kind="test", method="CoOp", deps=("train",), runs=(finished_run(tmp_path / "test"),))
+    test = job("test", kind="test", method="CoOp", deps=("train",), runs=(finished_run(tmp_path / "test", read),))
     plugin = job("plug-in", kind="plug-in", method="PETR+CoOp", deps=("train",),
-                 runs=(finished_run(tmp_path / "plugin"),))
+                 runs=(finished_run(tmp_path / "plugin", read),))
     for each in (train, test, plugin):
-        record_job(each, [train] if each.deps else [])
-    record = json.loads((tmp_path / "test" / "run.json").read_text())["runner"]["test"]
-    assert record["upstream"] == {"train": {str(model / "model.pth.tar-5"): sha256(model / "model.pth.tar-5")}}
+        record_job(each)
     assert set(job_states([train, test, plugin]).values()) == {"finished"}
     shutil.rmtree(train_run)
     assert job_states([train, test, plugin]) == {"train": "new", "test": "check", "plug-in": "check"}

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -172,26 +173,19 @@ def test_data_digest_follows_images_and_labels_not_the_root():
     assert identity_differences(recorded, current, with_data=False) == []
 
 
-def test_eval_identity_digests_the_loaded_checkpoints(tmp_path):
-    model = _folder(tmp_path, "model", {"prompt_learner/checkpoint": "model.pth.tar-2\n",
-                                        "prompt_learner/model.pth.tar-2": "weights 2",
-                                        "prompt_learner/model.pth.tar-1": "weights 1", "router.pth.tar": "router"})
+def test_eval_identity_names_the_model_folder_and_epoch(tmp_path):
+    """What an evaluation loads is its inputs ledger; the identity holds which folder and epoch it was asked for."""
+    model = _folder(tmp_path, "model", {"prompt_learner/checkpoint": "model.pth.tar-2\n"})
     last = run_identity(_config(), eval_only=True, model_dir=model, load_epoch="last")
-    assert last["model"]["load_epoch"] == "last"
-    assert sorted(last["model"]["files"]) == ["prompt_learner/model.pth.tar-2", "router.pth.tar"]
-    assert identity_differences(last, run_identity(_config(), True, model, 2)) == []  # the same file
-    first = run_identity(_config(), True, model, 1)
-    assert identity_differences(last, first) == [
-        "loaded checkpoints (prompt_learner/model.pth.tar-1, prompt_learner/model.pth.tar-2)"]
-    with open(os.path.join(model, "router.pth.tar"), "w") as f:
-        f.write("another router")
-    assert identity_differences(last, run_identity(_config(), True, model, "last")) == [
-        "loaded checkpoints (router.pth.tar)"]
+    assert last["model"] == {"dir": model, "load_epoch": "last"}
+    assert identity_differences(last, run_identity(_config(), True, model, 2)) == ['model load_epoch "last" → 2']
+    other = identity_differences(last, run_identity(_config(), True, str(tmp_path), "last"))
+    assert len(other) == 1 and other[0].startswith("model dir ")
 
 
 def test_claim_skips_resumes_refuses_or_moves_aside(tmp_path):
     """What a claim decides for each state of the folder and identity; moving aside renames, never deletes."""
-    recorded = {**run_identity(_config()), "data": {"train_x": "d"}}
+    recorded = {**run_identity(_config()), "data": {"train_x": "d"}, "inputs": {}}
     finished = _folder(tmp_path, "seed1", {"log.txt": "attempt 1\n", "results.json": "{}",
                                            "run.json": json.dumps(recorded)})
     claim = claim_run(finished, run_identity(_config("OUTPUT_DIR", "x")), "train.py a")
@@ -237,25 +231,39 @@ def test_claim_skips_resumes_refuses_or_moves_aside(tmp_path):
     claim.release()
 
 
-def test_file_digest_is_cached_by_path_size_and_mtime(tmp_path, monkeypatch):
-    """A file of 2 MiB: its SHA-256 (hashlib) goes to the machine's cache, which is then used while the file keeps its
-    size and modification time (a forged entry is returned), and passed over once it is touched; a cache folder that
-    cannot be made (a file in its place) only skips the cache."""
+def test_file_digest_is_cached_by_what_a_user_cannot_set_back(tmp_path, monkeypatch):
+    """A file of 2 MiB: its SHA-256 (hashlib) goes to the machine's cache under its device, inode, size, mtime and
+    ctime, and is used while all five stay; other bytes of the same size with the mtime set back (touch -r) change
+    the ctime, so the file is hashed again and a forged entry for the old key is never the answer; a file changed
+    within RACY_S seconds is not cached; a cache folder that cannot be made only skips the cache."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(digests, "_MEMO", {})
     path = tmp_path / "weights.pt"
     path.write_bytes(os.urandom(2 << 20))
     real = hashlib.sha256(path.read_bytes()).hexdigest()
+    cache = tmp_path / "cache" / "petr" / "file_digests.json"
+    assert digests.file_digest(str(path)) == real and not cache.exists()  # just written: racy, not cached
+    monkeypatch.setattr(digests, "RACY_S", -1.0)  # from here on the file counts as settled
     assert digests.file_digest(str(path)) == real
     st = os.stat(path)
-    cache = tmp_path / "cache" / "petr" / "file_digests.json"
-    assert json.loads(cache.read_text()) == {str(path): [st.st_size, st.st_mtime_ns, real]}
+    key = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    assert json.loads(cache.read_text()) == {str(path): {"stat": key, "sha256": real}}
     forged = "0" * 64
-    cache.write_text(json.dumps({str(path): [st.st_size, st.st_mtime_ns, forged]}))
+    cache.write_text(json.dumps({str(path): {"stat": key, "sha256": forged}}))
     monkeypatch.setattr(digests, "_MEMO", {})
-    assert digests.file_digest(str(path)) == forged  # read from the cache, not hashed again
-    os.utime(path, ns=(st.st_mtime_ns + 10**9, st.st_mtime_ns + 10**9))
-    assert digests.file_digest(str(path)) == real
+    assert digests.file_digest(str(path)) == forged  # the same version of the file: read from the cache
+    other = os.urandom(2 << 20)
+    with open(path, "r+b") as f:  # other bytes, same size, same inode, the old mtime restored (touch -r)
+        f.write(other)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_mtime_ns == st.st_mtime_ns and os.stat(path).st_size == st.st_size
+    assert digests.file_digest(str(path)) == hashlib.sha256(other).hexdigest()
+    replaced = tmp_path / "replaced.pt"  # cp -p: a new inode with the same size and mtime
+    replaced.write_bytes(path.read_bytes())
+    shutil.copystat(path, replaced)
+    os.replace(replaced, path)
+    cache.write_text(json.dumps({str(path): {"stat": key, "sha256": forged}}))
+    assert digests.file_digest(str(path)) == hashlib.sha256(other).hexdigest()
     monkeypatch.setenv("XDG_CACHE_HOME", str(path))  # "cache folder" under a file: nothing can be written there
     monkeypatch.setattr(digests, "_MEMO", {})
-    assert digests.file_digest(str(path)) == real
+    assert digests.file_digest(str(path)) == hashlib.sha256(other).hexdigest()

@@ -164,8 +164,8 @@ def test_script_sweeps_stop_on_another_config(tmp_path, tiny_clip_file, tiny_tea
 
 
 def test_a_changed_split_stops_the_script_instead_of_skipping(tmp_path, tiny_clip_file):
-    """base2new_train.sh finished, then two train images moved to the test split: the rerun stops naming the data
-    (the stale few-shot file no longer makes the data count as unreadable, which skipped the run on its config)."""
+    """base2new_train.sh finished, then two train images moved to the test split: the rerun stops naming the split
+    file the run read (its inputs ledger), though the run's config is the same."""
     tree = write_eurosat(tmp_path / "data", train_per_class=3)
     out = tmp_path / "output"
     runner = ScriptRunner(tmp_path, {"DATA": str(tmp_path / "data"), "OUTPUT_ROOT": str(out), "SHOTS": "2",
@@ -177,8 +177,8 @@ def test_a_changed_split_stops_the_script_instead_of_skipping(tmp_path, tiny_cli
     with open(tree.split_file, "w") as f:
         json.dump(split, f)
     coop = str(out / "base2new/train_base/eurosat/shots_2/CoOp/vit_b16_ctxv1/seed1")
-    with pytest.raises(RunMismatchError, match=f"^{coop} holds a finished run that differs from this one: data "
-                       "\\(test, train_x, val: other images, labels or classes\\). Nothing was changed"):
+    with pytest.raises(RunMismatchError, match=f"^{coop} holds a finished run that differs from this one: split "
+                       f"{tree.split_file} content sha256 [0-9a-f]{{12}} → [0-9a-f]{{12}}. Nothing was changed"):
         runner.run("coop/base2new_train.sh", "eurosat", "1")
     TABLE.append(["CoOp run, then 2 train images moved to test in the split file", "finished",
                   "stops naming the data (test, train_x, val)"])

@@ -38,7 +38,9 @@ def read_upstream_checkpoint(path: str, trust: bool = False) -> object:
     """Load an upstream checkpoint on CPU: restricted (no pickled code runs) by default, plain torch.load if trusted."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
-    if _is_torchscript(path):
+    with open(path, "rb") as f:
+        torchscript = _is_torchscript(f)
+    if torchscript:
         raise ValueError(f"{path} is a TorchScript archive (e.g. CLIP weights), not a PromptKD teacher checkpoint")
     if trust:
         return load_checkpoint(path, trust_pickle=True)

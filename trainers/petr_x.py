@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 
 from engine import TRAINER_REGISTRY, TrainerX, check_availability
+from engine.digests import file_digest
 from engine.errors import ConfigError
 from engine.precision import PREC_RULE
-from engine.run_identity import file_digest
 from engine.schema import Int, KeyTable, Text
 
 from .backbone import ClipWeightsCheck, cosine_logits, load_backbone

@@ -30,9 +30,10 @@ from tqdm import tqdm
 from engine.checkpoint import atomic_torch_save, load_checkpoint
 from engine.distributed import gather_in_order, is_main
 from engine.errors import ConfigError, InvalidInputError
+from engine.inputs import read_input_json
 from engine.registry import check_availability
 from engine.schema import POSITIVE, Bool, Choice, Int, KeyTable, Number
-from engine.utils import read_json, write_json
+from engine.utils import write_json
 
 from .evaluation import json_safe, route_and_score, routing_table, seen_mask
 from .routing import (
@@ -174,7 +175,7 @@ class Routing:
             raise FileNotFoundError(
                 f"No router in {directory} ({ROUTER_FILE} is written at the end of training); evaluate a finished "
                 f"run directory, or add {key}.REFIT_ROUTER True to fit one from the seen train images")
-        saved = load_checkpoint(path)
+        saved = load_checkpoint(path, role="router")
         num_classes = len(self.trainer.dm.dataset.lab2cname)
         if saved["router"].get("name") != opts.ROUTER:
             print(f"Router in {path} is {saved['router'].get('name')!r}, {key}.ROUTER is {opts.ROUTER!r}: fitting "
@@ -197,7 +198,7 @@ class Routing:
         if not self.provenance:
             return
         path = os.path.join(directory, ROUTER_JSON)
-        saved = read_json(path) if os.path.isfile(path) else {}
+        saved = read_input_json(path, "router") if os.path.isfile(path) else {}
         differ = [key for key, value in self.provenance.items() if saved.get(key) != value]
         if differ:
             shown = "; ".join(f"{key}: saved {saved.get(key)!r}, this run {self.provenance[key]!r}" for key in differ)

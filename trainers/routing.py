@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from engine.checkpoint import atomic_torch_save
+from engine.inputs import open_input
 from engine.registry import check_availability
 
 DEFAULT_LAMBDA = 1.4
@@ -93,7 +94,8 @@ def load_q_dump(path: str) -> torch.Tensor:
 def _load(path: str) -> Any:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Logits dump not found: {path}")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    with open_input(path, "router") as f:
+        return torch.load(f, map_location="cpu", weights_only=True)
 
 
 def _check_logits_dump(dump: Any, path: str) -> None:

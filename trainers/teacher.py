@@ -22,7 +22,9 @@ import clip
 from clip.classifier import prompted_text_features, zeroshot_text_features
 from clip.model import CLIP, require_vit
 from engine.checkpoint import POINTER_FILE, checkpoint_epoch, load_checkpoint, pointed_checkpoint
+from engine.digests import file_digest
 from engine.errors import InvalidInputError
+from engine.published import read_record
 
 from .backbone import Autocast
 from .promptsrc import MODEL_NAME, VLPromptCLIP, VLPromptLearner
@@ -105,7 +107,7 @@ def resolve_teacher_file(ckpt: str) -> str:
     if not os.path.isdir(ckpt):
         raise FileNotFoundError(f"teacher checkpoint not found: {ckpt}; {HOW_TO_GET}")
     for folder in (os.path.join(ckpt, MODEL_NAME), ckpt):
-        path = pointed_checkpoint(folder)
+        path = pointed_checkpoint(folder, role="teacher")
         if path is not None:
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"{os.path.join(folder, POINTER_FILE)} names {os.path.basename(path)!r}, "
@@ -118,10 +120,11 @@ def resolve_teacher_file(ckpt: str) -> str:
                             f"run?); {HOW_TO_GET}")
 
 
-def read_teacher_prompts(path: str) -> VLPromptLearner:
+def read_teacher_prompts(path: str, role: str = "teacher") -> VLPromptLearner:
     """The frozen prompts (and training metadata) of a teacher file: ours, or upstream PromptKD/PromptSRC's (read
-    without running its pickled objects and mapped onto our prompt keys)."""
-    checkpoint = load_checkpoint(path)
+    without running its pickled objects and mapped onto our prompt keys); read through the inputs ledger as
+    ``role``."""
+    checkpoint = load_checkpoint(path, role=role)
     state = checkpoint.get("state_dict", checkpoint) if isinstance(checkpoint, dict) else None
     if not isinstance(state, dict):
         raise InvalidInputError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dict; {HOW_TO_GET}")
@@ -154,6 +157,21 @@ def check_teacher_fits(prompts: VLPromptLearner, clip_model: CLIP, name: str, pa
     if trained_on and trained_on != name:
         print(f"Note: {what} {path} was trained with backbone {trained_on!r}; {setting} is {name!r} "
               "(same widths, so it loads; make sure they are the same CLIP)")
+
+
+def check_teacher_record(path: str, name: str) -> None:
+    """Refuse the teacher file ``path`` when what its folder records (``engine.published``: a published teacher's
+    ``teacher.json``, or its run's ``run.json``) names another CLIP than ``TEACHER_NAME`` ``name`` by content."""
+    folder = os.path.dirname(os.path.dirname(path))
+    record = read_record(folder)
+    recorded = record.get("backbone_sha256")
+    if not recorded:
+        return
+    actual = file_digest(clip.weights_path(name))
+    if actual != recorded:
+        raise InvalidInputError(f"teacher {folder} was trained on the CLIP {record.get('backbone') or '?'} (sha256 "
+                                f"{recorded[:12]}), but TEACHER_NAME={name} is another CLIP (sha256 {actual[:12]}): "
+                                f"set TEACHER_NAME to the teacher's CLIP, or train a teacher on {name}")
 
 
 def check_teacher_classes(meta: dict, classnames: Sequence[str], dataset_name: str, path: str) -> None:
@@ -198,6 +216,7 @@ def build_teacher(name: str, ckpt: str, classnames: Sequence[str], device: torch
               f"template {template!r}; train or import a PromptSRC teacher for PromptKD's numbers ({HOW_TO_GET})")
         teacher = Teacher(clip_model, classnames, template=template)
     else:
+        check_teacher_record(path, name)
         check_teacher_fits(prompts, clip_model, name, path)
         check_teacher_classes(prompts.meta, classnames, dataset_name, path)
         teacher = Teacher(clip_model, classnames, prompts=prompts.to(device), source=path)
@@ -212,7 +231,7 @@ def deep_prompt_run(clip_model: CLIP, cfg, path: str, autocast: Autocast, ns: st
     """A finished PromptSRC or IVLP run (ours or upstream's, read as a teacher file is; its options in ``TRAINER.<ns>``)
     on the run's frozen CLIP, as PETR+X's seen branch; the prompts are checked against MODEL.BACKBONE.NAME and the
     class prompts hold the words the run's recorded config says (``<run>/<model folder>/<file>``: ``path``)."""
-    prompts = read_teacher_prompts(path)
+    prompts = read_teacher_prompts(path, role="checkpoint")
     check_teacher_fits(prompts, clip_model, cfg.MODEL.BACKBONE.NAME, path, "MODEL.BACKBONE.NAME", "tuned model")
     run = TunedRun.read(os.path.dirname(os.path.dirname(path)))
     prompts.prompt_prefix = deep_prompt_words(run, ns, prompts.describe(), path)

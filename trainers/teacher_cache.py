@@ -38,6 +38,7 @@ from engine.data_manager import build_data_loader
 from engine.data_stream import sample_context
 from engine.dataset_base import Datum
 from engine.errors import ConfigError
+from engine.inputs import declare_cache, open_input
 from engine.preemption import worker_init_fn
 from engine.transforms import INTERPOLATION_MODES
 from engine.utils import read_image, write_json
@@ -201,7 +202,7 @@ def _corrupt(path: str, error: Exception) -> ValueError:
 def _read(meta_path: str, data_path: str, key: str) -> tuple[dict, TeacherCache | None]:
     """The stored metadata and, when its key is ``key`` and the data file exists, the cache itself."""
     try:
-        with open(meta_path) as f:
+        with open_input(meta_path, "cache", text=True) as f:
             meta = json.load(f)
         if not isinstance(meta, dict):
             raise ValueError(f"a {type(meta).__name__}, not a JSON object")
@@ -210,7 +211,8 @@ def _read(meta_path: str, data_path: str, key: str) -> tuple[dict, TeacherCache 
     if meta.get("key") != key or not os.path.isfile(data_path):
         return meta, None
     try:
-        data = torch.load(data_path, map_location="cpu", weights_only=True)
+        with open_input(data_path, "cache") as f:
+            data = torch.load(f, map_location="cpu", weights_only=True)
         features, views = data["features"], data["views"]
         if data["key"] != key or features.shape[:2] != views.shape[:2] or features.shape[0] != meta["num_images"]:
             raise ValueError("its contents do not match its .json file")
@@ -263,6 +265,7 @@ def _load_or_build(cfg, split: str, source: Sequence[Datum], mode: str, k: int, 
     key = _sha(made_from)
     name = f"{cfg.DATASET.NAME}_{split}_{mode}_{made_from['images'][:12]}"
     data_path, meta_path = os.path.join(cache_dir, f"{name}.pt"), os.path.join(cache_dir, f"{name}.json")
+    declare_cache(cache_dir, "the teacher cache")
     if os.path.isfile(meta_path):
         meta, cache = _read(meta_path, data_path, key)
         if cache is not None:

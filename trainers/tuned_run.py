@@ -12,10 +12,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import clip
+from engine.digests import file_digest
 from engine.errors import InvalidInputError
-from engine.run_identity import file_digest, read_identity
+from engine.inputs import read_input_json, read_input_text, record_input
+from engine.run_identity import read_identity
 from engine.runs import IDENTITY_FILE, LOG_FILE, RESULTS_FILE, run_state
-from engine.utils import read_json
 
 CONFIG_BANNER = "** Config **"
 _CONFIG_LINE = re.compile(r"( *)([A-Za-z0-9_]+):(?: (.*))?")
@@ -58,21 +60,24 @@ class TunedRun:
     config_source: str = ""
     results: dict[str, Any] = field(default_factory=dict)
     state: str = "new"
+    clips: tuple[str, ...] = ()
+    """SHA-256 of the CLIP files the run read (its inputs ledger); empty when it records none (an upstream run)."""
 
     @classmethod
     def read(cls, folder: str) -> TunedRun:
         """The records of the run in ``folder``: run.json's config, else the config dump of its log.txt."""
         results_path, log_path = os.path.join(folder, RESULTS_FILE), os.path.join(folder, LOG_FILE)
-        results = read_json(results_path) if os.path.isfile(results_path) else {}
+        results = read_input_json(results_path, "run-record") if os.path.isfile(results_path) else {}
         identity = read_identity(folder)
-        config, source = {}, ""
+        config, source, clips = {}, "", ()
         if identity and isinstance(identity.get("config"), dict):
             config, source = identity["config"], os.path.join(folder, IDENTITY_FILE)
+            clips = tuple(sorted({e.get("sha256") for e in (identity.get("inputs") or {}).values()
+                                  if isinstance(e, dict) and e.get("role") == "clip"}))
         elif os.path.isfile(log_path):
-            with open(log_path, errors="replace") as f:
-                config = logged_config(f.read())
+            config = logged_config(read_input_text(log_path, "run-record", errors="replace"))
             source = log_path if config else ""
-        return cls(folder, config, source, results if isinstance(results, dict) else {}, run_state(folder))
+        return cls(folder, config, source, results if isinstance(results, dict) else {}, run_state(folder), clips)
 
     def recorded(self, results_key: str, config_key: str) -> Any:
         """A value the run records: ``results_key`` of results.json, else ``config_key`` of its config (None)."""
@@ -96,7 +101,7 @@ class TunedRun:
                                     f"give a {trainer} run of {dataset}")
         backbone = cfg.MODEL.BACKBONE.NAME
         recorded_backbone = self.recorded("backbone", "MODEL.BACKBONE.NAME")
-        if recorded_backbone and not same_backbone(recorded_backbone, backbone):
+        if recorded_backbone and not self.same_backbone(recorded_backbone, backbone):
             raise InvalidInputError(f"{where} was trained on the CLIP {recorded_backbone}, but this run's "
                                     f"MODEL.BACKBONE.NAME is {backbone}; set MODEL.BACKBONE.NAME to the tuned run's "
                                     "CLIP")
@@ -118,12 +123,15 @@ class TunedRun:
         return notes
 
 
-def same_backbone(recorded: str, backbone: str) -> bool:
-    """Whether two MODEL.BACKBONE.NAME values name the same CLIP: equal weights when both are files, else equal
-    names."""
-    if os.path.isfile(recorded) and os.path.isfile(backbone):
-        return file_digest(recorded) == file_digest(backbone)
-    return recorded == backbone
+    def same_backbone(self, recorded: str, backbone: str) -> bool:
+        """Whether the run's CLIP (``recorded``: its MODEL.BACKBONE.NAME) is this run's ``backbone``: by content when
+        the run's inputs ledger names its CLIP file or both names are files, else by name."""
+        if self.clips:
+            return file_digest(clip.weights_path(backbone)) in self.clips
+        if os.path.isfile(recorded) and os.path.isfile(backbone):
+            record_input(recorded, "clip")
+            return file_digest(recorded) == file_digest(backbone)
+        return recorded == backbone
 
 
 UPSTREAM_INIT_MAX_CTX = 4

@@ -62,15 +62,20 @@ class UnitCall:
             return False
         return True
 
-    def runs(self) -> tuple[str, ...]:
-        """The run folders the command writes, in order, computed without running it and before the runs it reads
-        exist (the runner plans its jobs with them); UnitError for arguments or knobs it refuses."""
+    def plan(self) -> list[dict]:
+        """The command's runs, in order, as ``{"dir": run folder, "argv": train.py command}``, computed without
+        running it and before the runs it reads exist (the runner plans its jobs with them); UnitError for arguments
+        or knobs it refuses."""
         if not self.known():
             raise UnitError(f"{self.script}: no such unit command")
         row, command = self.target()
         unit = Unit(row, self.script, self.knobs, self.caller, planning=True)
         command(unit, list(self.args))
-        return tuple(step["dir"] for step in unit.steps)
+        return unit.steps
+
+    def runs(self) -> tuple[str, ...]:
+        """The run folders the command writes, in order (:meth:`plan`)."""
+        return tuple(step["dir"] for step in self.plan())
 
     def __call__(self, dry: bool = False) -> int:
         """Run the command's train.py runs in this process (``dry``: print each run's folder and argument list);

@@ -13,9 +13,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from functools import partial
 
+from engine.atomic import atomic_write_text
+from engine.digests import file_digest
+from engine.published import TEACHER_RECORD, read_record, record_differences, record_of_run
 from engine.runs import pointed_checkpoint
 from trainers.catalog import PETR_X_LEARNERS
 from units.facts import (
@@ -335,7 +339,9 @@ PETR = {"base2new_train": PROMPTKD["base2new_train"], "base2new_test": PROMPTKD[
 # ----- the PromptSRC teacher ---------------------------------------------------------------------------------------
 def publish_teacher(u: Unit, run: str, folder: str) -> None:
     """Copy ``run``'s last checkpoint (VLPromptLearner/checkpoint + the file it names) and teacher_text_features.pt
-    to ``<TEACHER_DIR>/<folder>``, where the students look for teachers; an existing folder is kept."""
+    to ``<TEACHER_DIR>/<folder>``, where the students look for teachers, with ``teacher.json``: what the teacher was
+    trained on (``engine.published``). The folder is built beside its place and renamed into it; an existing one is
+    kept (a student then refuses it if it records another backbone than the student's teacher CLIP)."""
     if u.dry:
         return
     teachers = u.path("TEACHER_DIR") or "teachers"
@@ -343,16 +349,29 @@ def publish_teacher(u: Unit, run: str, folder: str) -> None:
     pointer = os.path.join(run, "VLPromptLearner", "checkpoint")
     if not os.path.isfile(pointer):
         raise UnitError(f"no checkpoint in {run}/VLPromptLearner: the teacher run did not finish")
+    file = pointed_checkpoint(os.path.join(run, "VLPromptLearner"))
+    record = {**record_of_run(run), "checkpoint": os.path.relpath(file, run), "checkpoint_sha256": file_digest(file)}
     if os.path.exists(dest):
+        other = record_differences(read_record(dest), record)
+        if other:
+            raise UnitError(f"{dest} holds a teacher trained on another setting ({'; '.join(other)}): move it away "
+                            f"or set TEACHER_DIR to another folder, then rerun to publish this one ({run})")
         print(f"note: {dest} exists and is kept; to use this run instead, set TEACHER_CKPT={run}")
         return
-    file = pointed_checkpoint(os.path.join(run, "VLPromptLearner"))
-    os.makedirs(os.path.join(dest, "VLPromptLearner"))
-    for path in (pointer, file):
-        shutil.copy(path, os.path.join(dest, "VLPromptLearner"))
-    if os.path.isfile(os.path.join(run, "teacher_text_features.pt")):
-        shutil.copy(os.path.join(run, "teacher_text_features.pt"), dest)
-    print(f"Teacher published to {dest} (students read it with TEACHER_DIR={teachers})")
+    os.makedirs(teachers, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{folder}-", dir=teachers)
+    try:
+        os.makedirs(os.path.join(tmp, "VLPromptLearner"))
+        for path in (pointer, file):
+            shutil.copy(path, os.path.join(tmp, "VLPromptLearner"))
+        if os.path.isfile(os.path.join(run, "teacher_text_features.pt")):
+            shutil.copy(os.path.join(run, "teacher_text_features.pt"), tmp)
+        atomic_write_text(json.dumps(record, indent=1), os.path.join(tmp, TEACHER_RECORD))
+        os.rename(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"Teacher published to {dest} (students read it with TEACHER_DIR={teachers}; {TEACHER_RECORD} records its "
+          f"backbone {record.get('backbone') or '?'} and config {record.get('config') or '?'})")
 
 
 def teacher_b2n_train(u: Unit, args: list[str]) -> None:
