@@ -4,8 +4,9 @@ Run from the repository root:
 
   python parse_test_res.py DIR [--ci95] [--multi-exp] [--keyword accuracy] [--test-log] [--stats upstream|sample]
                            [--format plain|github|csv]
-      One line per run folder of DIR (``seed1``, ``seed_1``, ...), then ``* accuracy: M% +- S%``: mean ± std, or
-      ± the 95 % interval half-width with ``--ci95``. ``--multi-exp``: every sub-folder of DIR is an experiment.
+      One line per run folder of DIR (``seed1``, ``seed_1``, ...) with the classes its accuracy covers (base, novel,
+      all), then ``* accuracy: M% +- S% (...) on the <classes>``: mean ± std, or ± the 95 % interval half-width with
+      ``--ci95``. ``--multi-exp``: every sub-folder of DIR is an experiment.
   python parse_test_res.py b2n ROOT [ROOT ...] [--methods M ...] [--baseline M] [--paper] [--wilcoxon A B]
                                [--metric base|novel|hm] [--seed-table] [--stats ...] [--format ...]
       Base-to-novel summary: pairs ``train_base/<ds>/shots_K/<TRAINER>/<cfg>/seedS`` with
@@ -23,8 +24,10 @@ Run from the repository root:
 
 Statistics (``--stats``): ``upstream`` (default) = CoOp's / PromptKD's population std (np.std) and 1.96·std/√n;
 ``sample`` = sample std (ddof=1) and the Student-t interval (n-1 dof). The output names the one used. With
-``--format csv`` standard output holds only CSV rows; titles and notes go to standard error. The reading rules
-(results.json, else log.txt after ``Finish training`` / ``=> result``; PromptKD's ``seed_<S>`` tree) are in
+``--format csv`` standard output holds only CSV rows; titles, notes and warnings go to standard error. The reading
+rules (results.json, else the run's log after ``Finish training`` / ``=> result``: log.txt, or a Dassl rerun's newest
+finished ``log.txt-<timestamp>``; which classes a run covers; a run recording another dataset, seed, trainer or
+classes than its folder's is left out with one warning line; PromptKD's ``seed_<S>`` tree) are in
 ``analysis/readers.py`` and ``analysis/b2n.py``.
 """
 from __future__ import annotations
@@ -47,9 +50,9 @@ from analysis.b2n import (
     wilcoxon_test,
 )
 from analysis.errors import ResultsError
-from analysis.layout import AVERAGE, dataset_sort_key, find_runs, require_dir
+from analysis.layout import AVERAGE, dataset_sort_key, require_dir
 from analysis.paper import METRICS, PAPER_FILE, load_paper
-from analysis.readers import selected_on, summarize_dir
+from analysis.readers import classes_phrase, common_classes, dir_runs
 from analysis.tables import FORMATS, format_cell, print_note, render_table
 from analysis.transfer import collect_transfer, default_targets, transfer_table
 
@@ -58,22 +61,43 @@ from analysis.transfer import collect_transfer, default_targets, transfer_table
 
 def print_dir_summary(directory: str, keyword: str = "accuracy", test_log: bool = False, ci95: bool = False,
                       convention: str = stats.DEFAULT_CONVENTION, fmt: str = "plain") -> float:
-    """Print one row per run folder and upstream's ``* keyword: M% +- S%`` line; returns the mean."""
-    results = summarize_dir(directory, keyword, test_log)
-    values = [v for _, v in results if v is not None]
+    """Print one row per run folder (its classes and value) and upstream's ``* keyword: M% +- S%`` line, followed by
+    the classes the runs cover; returns the mean."""
+    runs = dir_runs(directory)
+    rows = [(name, record.classes, record.value(keyword, test_log)) for name, record in runs]
+    values = [v for _, _, v in rows if v is not None]
     print_note(f"Summary of directory: {directory}", fmt)
-    print(render_table(["run", keyword], results, fmt))
-    on_test = [os.path.basename(os.path.normpath(r)) for r in find_runs(directory) if selected_on(r) == "test"]
+    print(render_table(["run", "classes", keyword], rows, fmt))
+    on_test = [name for name, record in runs if record.selected_on == "test"]
     if on_test:
-        print_note(f"Note: {len(on_test)} of {len(results)} runs selected their model on the test split "
+        print_note(f"Note: {len(on_test)} of {len(rows)} runs selected their model on the test split "
                    f"(results.json selected_on: test; TEST.FINAL_MODEL best_val without a val split): "
                    f"{', '.join(on_test)}; not comparable to runs selected without test data", fmt)
+    kd = [name for name, record in runs if record.upstream_promptkd]
+    if kd:
+        print_note(f"Note: {', '.join(kd)}: upstream PromptKD's base-to-novel runs, whose final test covers the novel "
+                   "classes; their base accuracy is the best *val* block (parse_test_res.py b2n reads both)", fmt)
     if not values:
         raise ResultsError(f"no '* {keyword}: X%' value found in {directory} (try --test-log for eval-only logs)")
     mean = stats.mean(values)
     spread = format_cell(stats.spread(values, convention, ci95))
-    print_note(f"* {keyword}: {mean:.2f}% +- {spread}% ({stats.spread_label(convention, ci95, len(values))})", fmt)
+    print_note(f"* {keyword}: {mean:.2f}% +- {spread}% ({stats.spread_label(convention, ci95, len(values))}) on "
+               f"{classes_phrase(_covered(directory, rows))}", fmt)
     return mean
+
+
+def _covered(directory: str, rows: list[tuple[str, str | None, float | None]]) -> str | None:
+    """The classes the ``(run, classes, value)`` rows with a value cover (``analysis.readers.common_classes``), and
+    one warning line when they differ: their mean mixes them."""
+    kinds: dict[str, list[str]] = {}
+    for name, classes, value in rows:
+        if value is not None:
+            kinds.setdefault(classes or "not recorded", []).append(name)
+    if len(kinds) > 1:
+        parts = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in kinds.items())
+        print(f"warning: the runs of {directory} cover different classes ({parts}): their mean mixes them",
+              file=sys.stderr)
+    return common_classes([classes for _, classes, value in rows if value is not None])
 
 
 def run_default(args: argparse.Namespace) -> None:
@@ -87,13 +111,15 @@ def run_default(args: argparse.Namespace) -> None:
         path = os.path.join(args.directory, exp)
         if not os.path.isdir(path):
             continue
-        values = [v for _, v in summarize_dir(path, args.keyword, args.test_log) if v is not None]
-        rows.append((exp, len(values), stats.mean(values), stats.spread(values, args.stats, args.ci95)))
+        read = [(name, record.classes, record.value(args.keyword, args.test_log)) for name, record in dir_runs(path)]
+        values = [v for _, _, v in read if v is not None]
+        rows.append((exp, _covered(path, read), len(values), stats.mean(values),
+                     stats.spread(values, args.stats, args.ci95)))
     if not rows:
         raise ResultsError(f"--multi-exp: no experiment folders in {args.directory}")
     spread = "ci95" if args.ci95 else "std"
-    print(render_table(["experiment", "n", args.keyword, spread], rows, args.format))
-    means = [r[2] for r in rows if not math.isnan(r[2])]
+    print(render_table(["experiment", "classes", "n", args.keyword, spread], rows, args.format))
+    means = [r[3] for r in rows if not math.isnan(r[3])]
     print_note(f"{spread}: {stats.spread_label(args.stats, args.ci95)} over each experiment's seeds.\n"
                f"Average performance: {stats.mean(means):.2f}% (mean of {len(means)} experiment means)", args.format)
 

@@ -1,11 +1,14 @@
 """Base-to-novel results: pair ``train_base`` with ``test_new`` runs into Base / Novel / HM per dataset and method.
 
 Run folders follow :mod:`analysis.layout`. Base comes from ``train_base`` (or ``test_base``), Novel from
-``test_new``, per seed. PromptKD's upstream tree has no ``test_new`` partner: one ``seed_<S>`` folder under
-``train_base`` holds both, its base accuracy being the best (max) ``Evaluate on the *val* set`` block (PromptKD's
-val split is the base test set, and ``best_val`` deploys that checkpoint) and its novel accuracy the test after
-``Finish training``. Such rows are flagged ``test_selected``: their checkpoint was chosen on test data; so are rows
-with a run whose results.json says ``selected_on: test`` (best_val on a dataset without a val split).
+``test_new``, per seed; a run that records other classes, another seed, trainer or dataset than its folder's is left
+out (``analysis.readers.RunRecord.misfit``). PromptKD's upstream tree has no ``test_new`` partner: one ``seed_<S>``
+folder under ``train_base`` holds both (its log's config: TRAINER.NAME PromptKD, TRAINER.MODAL base2novel), its base
+accuracy being the best (max) ``Evaluate on the *val* set`` block (PromptKD's val split is the base test set, and
+``best_val`` deploys that checkpoint) and its novel accuracy the test after ``Finish training``; a log without a
+config dump is taken for one when it has val blocks and its method has no ``test_new`` run of the dataset. Such rows
+are flagged ``test_selected``: their checkpoint was chosen on test data; so are rows with a run whose results.json
+says ``selected_on: test`` (best_val on a dataset without a val split).
 """
 from __future__ import annotations
 
@@ -25,8 +28,6 @@ from analysis import stats
 from analysis.errors import ResultsError
 from analysis.layout import (
     AVERAGE,
-    LOG_FILE,
-    RESULT_FILE,
     ROLE_DIRS,
     RunPath,
     dataset_sort_key,
@@ -34,9 +35,10 @@ from analysis.layout import (
     parse_run_path,
     require_dir,
     seed_key,
+    seed_of,
 )
 from analysis.paper import METRICS, PAPER_FILE, load_paper, paper_as_summary, paper_rows
-from analysis.readers import foreign_result, read_run, read_text, selected_on, val_values_from_log
+from analysis.readers import RunRecord, left_out_empty
 
 ZERO_SHOT_TRAINER = "ZeroshotCLIP"
 """Default Δ baseline when ``--methods`` does not name one: zero-shot CLIP, the training-free reference."""
@@ -97,41 +99,53 @@ def _matches(patterns: Sequence[str] | None, *names: str) -> bool:
 
 
 def _read_run_into(rp: RunPath, keyword: str, found: _Found) -> None:
-    if foreign_result(rp.path, rp.dataset):
+    record = RunRecord.read(rp.path)
+    if record.misfits_its_folder():
         return
     seed = seed_key(rp.seed)
     role = ROLE_DIRS[rp.role]
-    value = read_run(rp.path, keyword, test_log=role == "novel")
+    value = record.value(keyword, test_log=role == "novel")
     if value is None:
-        value = read_run(rp.path, keyword, test_log=role != "novel")
+        value = record.value(keyword, test_log=role != "novel")
+    kd_layout = rp.role == "train_base" and record.results is None
+    if record.upstream_promptkd and kd_layout:  # its final test covers the novel classes, its val blocks the base
+        if value is not None:
+            found.kd_novel[seed] = value
+            if val := record.val_values(keyword):
+                found.kd_base[seed] = max(val)
+        return
     if value is not None:
         (found.test_base if rp.role == "test_base" else found.base if role == "base" else found.novel)[seed] = value
-        found.test_selected |= selected_on(rp.path) == "test"
-    log_path = os.path.join(rp.path, LOG_FILE)
-    if rp.role == "train_base" and not os.path.isfile(os.path.join(rp.path, RESULT_FILE)) and os.path.isfile(log_path):
-        val = val_values_from_log(read_text(log_path), keyword)
-        if val and value is not None:  # PromptKD single-folder layout candidate
+        found.test_selected |= record.selected_on == "test"
+    if kd_layout and record.classes is None and value is not None:  # no config dump: PromptKD's layout if val blocks
+        if val := record.val_values(keyword):
             found.kd_base[seed], found.kd_novel[seed] = max(val), value
+
+
+def _wanted(rp: RunPath, methods: Sequence[str] | None, shots: Sequence[str] | None) -> bool:
+    return _matches(shots, rp.shots) and _matches(methods, rp.trainer, f"{rp.trainer}/{rp.config}")
 
 
 def collect_b2n(roots: Sequence[str], keyword: str = "accuracy", methods: Sequence[str] | None = None,
                 shots: Sequence[str] | None = None) -> dict[str, dict[str, SeedRuns]]:
-    """``{method label: {dataset: SeedRuns}}`` from base-to-novel output trees (``methods``/``shots``: globs)."""
+    """``{method label: {dataset: SeedRuns}}`` from base-to-novel output trees (``methods``/``shots``: globs); a seed
+    folder without results or log and a run recording another folder's run are left out, one warning line each."""
     entries: dict[tuple, dict[str, _Found]] = defaultdict(lambda: defaultdict(_Found))
     skipped = 0
     for root_idx, root in enumerate(roots):
         require_dir(root)
         for dirpath, dirnames, _ in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            if not is_run_dir(dirpath):
-                continue
             rp = parse_run_path(dirpath)
+            if not is_run_dir(dirpath):
+                if rp is not None and seed_of(rp.seed) is not None and _wanted(rp, methods, shots):
+                    left_out_empty(dirpath)
+                continue
             if rp is None:
                 skipped += 1
                 continue
-            if not _matches(shots, rp.shots) or not _matches(methods, rp.trainer, f"{rp.trainer}/{rp.config}"):
-                continue
-            _read_run_into(rp, keyword, entries[(root_idx, rp.trainer, rp.config, rp.shots)][rp.dataset])
+            if _wanted(rp, methods, shots):
+                _read_run_into(rp, keyword, entries[(root_idx, rp.trainer, rp.config, rp.shots)][rp.dataset])
     if skipped:
         print(f"Note: skipped {skipped} run folder(s) outside the <train_base|test_new>/<dataset>/<shots>/<trainer>/"
               "<config>/<seed> layout", file=sys.stderr)

@@ -26,14 +26,16 @@ def require_dir(path: str) -> None:
         raise ResultsError(f"directory not found: {path} (run from the repository root or give the output path)")
 
 
-def find_runs(directory: str) -> list[str]:
-    """Run folders of ``directory``: its non-hidden sub-folders holding results, or ``directory`` itself."""
+def find_runs(directory: str) -> tuple[list[str], list[str]]:
+    """Run folders of ``directory``: its non-hidden sub-folders holding results or a log, or ``directory`` itself;
+    and the sub-folders beside such runs that hold neither (a run not started, or its files moved)."""
     require_dir(directory)
     subdirs = [os.path.join(directory, d) for d in sorted(os.listdir(directory)) if not d.startswith(".")]
-    runs = [d for d in subdirs if os.path.isdir(d) and is_run_dir(d)]
-    if not runs and is_run_dir(directory):
-        runs = [directory]
-    return runs
+    subdirs = [d for d in subdirs if os.path.isdir(d)]
+    runs = [d for d in subdirs if is_run_dir(d)]
+    if not runs:
+        return ([directory] if is_run_dir(directory) else []), []
+    return runs, [d for d in subdirs if d not in runs]
 
 
 def dataset_sort_key(name: str) -> tuple[int, str]:

@@ -1,4 +1,11 @@
-"""What a run folder says: our ``results.json``, else Dassl / CoOp / PromptKD ``log.txt`` (upstream's rules)."""
+"""What a run folder says: our ``results.json``, else the log of a Dassl / CoOp / PromptKD run (upstream's rules);
+which classes its accuracy covers; and whether what it records is the run of the folder it lies in.
+
+A run records its dataset, seed, trainer and evaluated classes: ours in results.json (``dataset``, ``seed``,
+``trainer``, ``subsample_classes``), an upstream one in the config dump at the top of its log (``DATASET.NAME``,
+``SEED``, ``TRAINER.NAME``, ``DATASET.SUBSAMPLE_CLASSES``). A run that records another value than its folder's is
+left out of every table with one ``warning:`` line naming the file, the recorded value and the folder's.
+"""
 from __future__ import annotations
 
 import functools
@@ -6,18 +13,25 @@ import json
 import os
 import re
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from analysis.errors import ResultsError
-from analysis.layout import LOG_FILE, RESULT_FILE, find_runs
-from engine.runs import FINISH_SIGNAL, RESULT_SIGNAL, logged_value, metric_pattern
+from analysis.layout import LOG_FILE, RESULT_FILE, ROLE_DIRS, find_runs, parse_run_path, seed_of
+from engine.runs import FINISH_SIGNAL, RESULT_SIGNAL, has_identity, logged_config, logged_value, metric_pattern, run_log
 
 VAL_HEADER = "Evaluate on the *val* set"
 DATASET_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "datasets")
 """The dataset configs; a dataset's folder in the run layout is its config's name (``units.facts.dataset_name``
 names both)."""
+CLASSES = {"base": "base", "new": "novel", "all": "all"}
+"""``DATASET.SUBSAMPLE_CLASSES`` (results.json ``subsample_classes``) → the classes a run's test covers."""
+RECORDED_KEYS = {"dataset": ("dataset", "DATASET.NAME"), "seed": ("seed", "SEED"),
+                 "trainer": ("trainer", "TRAINER.NAME"), "classes": ("subsample_classes", "DATASET.SUBSAMPLE_CLASSES")}
+"""What a run records about itself: its key in results.json and in the config dump of an upstream log."""
 
 
 def _number(value: Any) -> float | None:
@@ -70,23 +84,147 @@ def read_text(path: str) -> str:
         return f.read()
 
 
-def _results_record(run_dir: str) -> dict:
-    """The run's results.json as a dict; empty when it has none or it does not parse (read_run names that file)."""
+def _read_results(run_dir: str) -> dict | None:
+    """The run's results.json; None without one. A file that is no JSON object is one error naming it."""
     json_path = os.path.join(run_dir, RESULT_FILE)
     if not os.path.isfile(json_path):
-        return {}
+        return None
     try:
         with open(json_path) as f:
             record = json.load(f)
-    except json.JSONDecodeError:
-        return {}
-    return record if isinstance(record, dict) else {}
+    except json.JSONDecodeError as e:
+        raise ResultsError(f"malformed {json_path}: {e} (delete it or re-run the evaluation)") from None
+    if not isinstance(record, dict):
+        raise ResultsError(f"malformed {json_path}: a JSON {type(record).__name__}, not an object (delete it or re-run "
+                           "the evaluation)")
+    return record
 
 
-def selected_on(run_dir: str) -> str | None:
-    """The split the run's results.json says its model was selected on: "val", "test" (TEST.FINAL_MODEL best_val
-    without a val split), or None (the last epoch, an upstream run, or no results.json)."""
-    return _results_record(run_dir).get("selected_on")
+def classes_words(classes: str) -> str:
+    """``the base classes``, ``the novel classes``, ``all classes`` (or the unknown value as it is)."""
+    return "all classes" if classes == "all" else f"the {classes} classes"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run folder, read once: ``results`` (its results.json; None without one) and ``log`` (the log
+    ``engine.runs.run_log`` picks, "" without one) with its ``text``."""
+
+    path: str
+    results: dict | None
+    log: str
+    text: str
+
+    @classmethod
+    def read(cls, path: str) -> RunRecord:
+        log = run_log(path) or ""
+        return cls(path, _read_results(path), log, read_text(log) if log else "")
+
+    @functools.cached_property
+    def config(self) -> dict[str, str]:
+        """The config dump of the log (``engine.runs.logged_config``), what an upstream run records."""
+        return logged_config(self.text)
+
+    @property
+    def source(self) -> str:
+        """The file the run's records are read from: results.json (ours), else its log."""
+        return os.path.join(self.path, RESULT_FILE) if self.results is not None else self.log
+
+    def value(self, keyword: str = "accuracy", test_log: bool = False) -> float | None:
+        """``keyword``: results.json first, else the log (after ``Finish training``, or ``=> result`` with
+        ``test_log``); None if neither has it."""
+        value = value_from_results_json(self.results, keyword)
+        return value if value is not None else value_from_log(self.text, keyword, test_log)
+
+    def val_values(self, keyword: str = "accuracy") -> list[float]:
+        """``keyword`` of every validation block of the log (:func:`val_values_from_log`)."""
+        return val_values_from_log(self.text, keyword)
+
+    @property
+    def selected_on(self) -> str | None:
+        """The split results.json says the model was selected on: "val", "test" (TEST.FINAL_MODEL best_val without
+        a val split), or None (the last epoch, an upstream run, or no results.json)."""
+        return (self.results or {}).get("selected_on")
+
+    @property
+    def upstream_promptkd(self) -> bool:
+        """An upstream PromptKD base-to-novel run (its log's config: TRAINER.NAME PromptKD, TRAINER.MODAL
+        base2novel; no results.json or identity of ours): PromptKD's reader makes its val split the base classes'
+        test images and its test split the novel classes', whatever DATASET.SUBSAMPLE_CLASSES says, so its final
+        accuracy covers the novel classes although its folder is ``train_base``."""
+        return (self.results is None and self.config.get("TRAINER.NAME") == "PromptKD"
+                and self.config.get("TRAINER.MODAL") == "base2novel" and not has_identity(self.path))
+
+    def recorded(self, what: str) -> tuple[str, Any]:
+        """``(key, value)`` of ``what`` (a :data:`RECORDED_KEYS` entry) as the run records it; value None when it
+        records none."""
+        json_key, log_key = RECORDED_KEYS[what]
+        key, scope = (json_key, self.results) if self.results is not None else (log_key, self.config)
+        value = scope.get(key)
+        return key, None if value in (None, "") else value
+
+    @property
+    def classes(self) -> str | None:
+        """The classes the final accuracy covers: base, novel or all (an unknown recorded value as it is); None when
+        the run records none."""
+        if self.upstream_promptkd:
+            return "novel"
+        value = self.recorded("classes")[1]
+        return None if value is None else CLASSES.get(str(value), str(value))
+
+    def _classes_misfit(self, expected: str) -> str | None:
+        if self.upstream_promptkd:  # base on val, novel on test: it fits a base-to-novel folder of either
+            return None if expected in ("base", "novel") else (
+                f"TRAINER.NAME 'PromptKD' with TRAINER.MODAL 'base2novel' (upstream PromptKD: the base classes on val, "
+                f"the novel classes on test) but lies in a folder of {classes_words(expected)}")
+        key, value = self.recorded("classes")
+        if value is None or self.classes == expected:
+            return None
+        return f"{key} {value!r} ({classes_words(self.classes)}) but lies in a folder of {classes_words(expected)}"
+
+    def misfit(self, dataset: str | None = None, seed: int | None = None, trainer: str | None = None,
+               classes: str | None = None) -> bool:
+        """True, with one warning line on stderr, when the run records another dataset (a dataset folder name of
+        the layout, matched to its DATASET.NAME), seed, trainer or classes than the folder it lies in; what the
+        run does not record, or the folder does not say (None), is not compared."""
+        found = []
+        key, value = self.recorded("dataset")
+        if dataset is not None and value is not None and not same_dataset(str(value), dataset):
+            found.append(f"{key} {value!r} but lies in the folder of {dataset}")
+        key, value = self.recorded("seed")
+        if seed is not None and value is not None and _integer(value) != seed:
+            found.append(f"{key} {value} but lies in the folder {os.path.basename(os.path.normpath(self.path))}")
+        key, value = self.recorded("trainer")
+        if trainer is not None and value is not None and str(value) != trainer:
+            found.append(f"{key} {value!r} but lies in the folder of {trainer}")
+        if classes is not None and (why := self._classes_misfit(classes)):
+            found.append(why)
+        if found:
+            print(f"warning: {self.source} records {'; '.join(found)}: not this folder's run, left out (move it to "
+                  "the folder of the run it records)", file=sys.stderr)
+        return bool(found)
+
+    def misfits_its_folder(self) -> bool:
+        """:meth:`misfit` against what the folder's path says: the seed of a ``seed<S>`` / ``seed_<S>`` folder, and
+        in the base-to-novel layout its dataset, trainer and the classes of its role."""
+        rp = parse_run_path(self.path)
+        seed = seed_of(os.path.basename(os.path.normpath(self.path)))
+        if rp is None:
+            return self.misfit(seed=seed)
+        return self.misfit(rp.dataset, seed, rp.trainer, ROLE_DIRS[rp.role])
+
+
+def _integer(value: Any) -> int | None:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None
+
+
+def left_out_empty(folder: str) -> None:
+    """One warning line: ``folder`` (a run's folder) holds no results.json and no log, so it is left out."""
+    print(f"warning: {folder} holds no {RESULT_FILE} and no {LOG_FILE}: left out (its run has not started, or its "
+          "files were moved)", file=sys.stderr)
 
 
 @functools.cache
@@ -109,42 +247,32 @@ def _name_key(name: str) -> str:
     return re.sub(r"[^0-9a-z]", "", name.lower())
 
 
-def foreign_result(run_dir: str, folder: str) -> bool:
-    """True, with one warning line on stderr, when the run's results.json records another dataset than ``folder``,
-    the dataset folder its path lies in (its DATASET.NAME, or the folder's own name): another dataset's result,
-    left out of the tables."""
-    recorded = _results_record(run_dir).get("dataset")
-    if not isinstance(recorded, str) or not recorded:
-        return False
-    expected = {_name_key(folder), _name_key(dataset_names().get(folder, folder))}
-    if _name_key(recorded) in expected:
-        return False
-    print(f"warning: {os.path.join(run_dir, RESULT_FILE)} records dataset {recorded!r} but lies in the folder of "
-          f"{folder}: another dataset's result, left out of the tables (move the run to its dataset's folder)",
-          file=sys.stderr)
-    return True
+def same_dataset(recorded: str, folder: str) -> bool:
+    """Whether the recorded dataset name is the dataset of ``folder`` (its DATASET.NAME, or the folder's own name)."""
+    return _name_key(recorded) in {_name_key(folder), _name_key(dataset_names().get(folder, folder))}
 
 
-def read_run(run_dir: str, keyword: str = "accuracy", test_log: bool = False) -> float | None:
-    """The run's ``keyword`` value: results.json first, else log.txt; None if neither has it."""
-    json_path = os.path.join(run_dir, RESULT_FILE)
-    if os.path.isfile(json_path):
-        try:
-            with open(json_path) as f:
-                value = value_from_results_json(json.load(f), keyword)
-        except json.JSONDecodeError as e:
-            raise ResultsError(f"malformed {json_path}: {e} (delete it or re-run the evaluation)") from None
-        if value is not None:
-            return value
-    log_path = os.path.join(run_dir, LOG_FILE)
-    if os.path.isfile(log_path):
-        return value_from_log(read_text(log_path), keyword, test_log)
-    return None
-
-
-def summarize_dir(directory: str, keyword: str = "accuracy", test_log: bool = False) -> list[tuple[str, float | None]]:
-    """``(run name, value)`` for every run folder of ``directory``."""
-    runs = find_runs(directory)
+def dir_runs(directory: str) -> list[tuple[str, RunRecord]]:
+    """``(run name, record)`` of every run folder of ``directory`` that fits its folder; a sub-folder without
+    results or log and a run that records another folder's run are left out, one warning line each."""
+    runs, empty = find_runs(directory)
     if not runs:
         raise ResultsError(f"no run folders with {RESULT_FILE} or {LOG_FILE} in {directory}")
-    return [(os.path.basename(os.path.normpath(r)), read_run(r, keyword, test_log)) for r in runs]
+    for folder in empty:
+        left_out_empty(folder)
+    records = [(os.path.basename(os.path.normpath(r)), RunRecord.read(r)) for r in runs]
+    kept = [(name, record) for name, record in records if not record.misfits_its_folder()]
+    if not kept:
+        raise ResultsError(f"every run folder of {directory} was left out (see the warnings above)")
+    return kept
+
+
+def common_classes(classes: Sequence[str | None]) -> str | None:
+    """The classes every run covers (base, novel, all), ``mixed`` when they differ, None when none records them."""
+    kinds = set(classes)
+    return "mixed" if len(kinds) > 1 else next(iter(kinds), None)
+
+
+def classes_phrase(kind: str | None) -> str:
+    """:func:`common_classes` in words: ``the base classes``, ``mixed classes``, ``classes not recorded``."""
+    return "classes not recorded" if kind is None else "mixed classes" if kind == "mixed" else classes_words(kind)

@@ -11,7 +11,8 @@ Under an output root, a cell's runs are read from the first of these that holds 
 * zero-shot CLIP: ``ZeroshotCLIP/<config>/<dataset>`` (one run: zero-shot evaluation is deterministic).
 
 A cell is the mean over the seeds found; the average is the mean of the target cells, and ``-`` unless every
-target has a value.
+target has a value. A seed folder without results or log, and a run that records another dataset, seed or trainer
+than its folder's or other classes than all, is left out with one warning line (``analysis.readers``).
 """
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from collections.abc import Sequence
 
 from analysis import stats
 from analysis.errors import ResultsError
-from analysis.layout import is_run_dir, require_dir, seed_key
-from analysis.readers import foreign_result, read_run
+from analysis.layout import is_run_dir, require_dir, seed_key, seed_of
+from analysis.readers import RunRecord, left_out_empty
 
 ZERO_SHOT_TRAINER = "ZeroshotCLIP"
 SEARCH = {"xd": {"source": ("xd/train",), "target": ("xd/train", "xd/test")},
@@ -35,7 +36,8 @@ Values = dict[tuple[str, str, str], dict[str, dict[str, float]]]
 
 
 def _student_runs(root: str, tree: str, dataset: str) -> dict[tuple[str, str, str], dict[str, str]]:
-    """``{(trainer, config, shots): {seed: run folder}}`` under ``<root>/<tree>/<dataset>``."""
+    """``{(trainer, config, shots): {seed: run folder}}`` under ``<root>/<tree>/<dataset>``: the run folders, and the
+    seed folders beside them that hold none of a run's files."""
     found: dict[tuple[str, str, str], dict[str, str]] = defaultdict(dict)
     base = os.path.join(root, tree, dataset)
     if not os.path.isdir(base):
@@ -43,11 +45,11 @@ def _student_runs(root: str, tree: str, dataset: str) -> dict[tuple[str, str, st
     for shots in sorted(os.listdir(base)):
         for trainer in sorted(_subdirs(os.path.join(base, shots))):
             for config in sorted(_subdirs(os.path.join(base, shots, trainer))):
-                for seed in _subdirs(os.path.join(base, shots, trainer, config)):
+                for seed in sorted(_subdirs(os.path.join(base, shots, trainer, config))):
                     path = os.path.join(base, shots, trainer, config, seed)
-                    if is_run_dir(path):
+                    if is_run_dir(path) or seed_of(seed) is not None:
                         found[(trainer, config, shots)][seed_key(seed)] = path
-    return found
+    return {key: runs for key, runs in found.items() if any(is_run_dir(p) for p in runs.values())}
 
 
 def _subdirs(path: str) -> list[str]:
@@ -83,12 +85,24 @@ def collect_transfer(root: str, protocol: str, source: str, targets: Sequence[st
         for key, runs in cells.items():
             if methods and not any(fnmatch.fnmatch(n, p) for p in methods for n in (key[0], f"{key[0]}/{key[1]}")):
                 continue
-            read = {seed: read_run(path, keyword) for seed, path in runs.items() if not foreign_result(path, dataset)}
+            read = {seed: _read_cell_run(path, dataset, key[0], keyword) for seed, path in runs.items()}
             values[key][dataset] = {seed: v for seed, v in read.items() if v is not None}
     if not values:
         raise ResultsError(f"no {protocol} runs of source '{source}' under {root} (expected {root}/xd/train/{source}/"
                            "<shots>/<trainer>/<config>/<seed> and the target trees; see analysis/transfer.py)")
     return values
+
+
+def _read_cell_run(path: str, dataset: str, trainer: str, keyword: str) -> float | None:
+    """The value of the run in ``path`` (a run of ``trainer`` on every class of ``dataset``); None, with one warning
+    line, for a folder without a run's files or holding another run."""
+    if not is_run_dir(path):
+        left_out_empty(path)
+        return None
+    record = RunRecord.read(path)
+    if record.misfit(dataset, seed_of(os.path.basename(path)), trainer, "all"):
+        return None
+    return record.value(keyword)
 
 
 def labels(keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], str]:

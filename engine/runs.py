@@ -8,7 +8,8 @@ Layout: ``<output root>/base2new/<train_base|test_base|test_new>/<dataset>/shots
 and ``<output root>/<xd|dg>/<train|test>/<dataset>/shots_<K>/<TRAINER>/<config>/seed<S>`` for the cross-dataset and
 domain-generalisation protocols (:func:`run_dir`). A run folder holds ``log.txt``, ``run.json`` (its identity),
 ``run.lock`` (while a process works there), ``resume.pth.tar`` (while interrupted), ``<model>/`` checkpoint
-folders and, once finished, ``results.json``.
+folders and, once finished, ``results.json``. An upstream Dassl folder run again in place also holds a
+``log.txt-<timestamp>`` per rerun; :func:`run_log` is the one chooser of the log a reader reads.
 """
 from __future__ import annotations
 
@@ -29,7 +30,10 @@ from .run_lock import describe_holder, lock_holder
 RESULTS_FILE = "results.json"
 """A finished run's results (written by its final evaluation)."""
 LOG_FILE = "log.txt"
-"""The engine log of a run; every attempt is appended."""
+"""The engine log of a run; every attempt is appended (upstream Dassl starts a new file instead: :data:`RERUN_LOG`)."""
+RERUN_LOG = re.compile(re.escape(LOG_FILE) + r"-\d{4}(?:-\d{2}){5}")
+"""The log Dassl's ``setup_logger`` writes when ``log.txt`` exists: ``log.txt-%Y-%m-%d-%H-%M-%S`` (the rerun's start),
+so ``log.txt`` is the first attempt's."""
 RESUME_FILE = "resume.pth.tar"
 """The latest resumable training state of a run (removed when it finishes)."""
 IDENTITY_FILE = "run.json"
@@ -54,6 +58,9 @@ RESULT_SIGNAL = "=> result"
 """Dassl's evaluator header, before the accuracy block of every evaluation."""
 TRAINING_LINE = "epoch ["
 """How Dassl's per-batch training lines start (an evaluation-only log has none)."""
+CONFIG_BANNER = "** Config **"
+"""The line above the merged config Dassl's train.py (and ours) prints at the top of a log."""
+_CONFIG_LINE = re.compile(r"( *)([A-Za-z0-9_]+):(?: (.*))?")
 
 
 # ----- layout -----------------------------------------------------------------------------------------------------
@@ -103,8 +110,8 @@ def seed_key(name: str) -> str:
 
 
 def is_run_dir(path: str) -> bool:
-    """A run folder holds results.json or log.txt."""
-    return os.path.isfile(os.path.join(path, RESULTS_FILE)) or os.path.isfile(os.path.join(path, LOG_FILE))
+    """A run folder holds results.json or a log (``log.txt``, or Dassl's ``log.txt-<timestamp>``)."""
+    return os.path.isfile(os.path.join(path, RESULTS_FILE)) or bool(log_files(path))
 
 
 def pointed_checkpoint(folder: str, role: str = "checkpoint") -> str | None:
@@ -174,6 +181,32 @@ def logged_value(text: str, keyword: str = "accuracy", signal: str = FINISH_SIGN
     return value
 
 
+def logged_config(text: str) -> dict[str, str]:
+    """The config dump of a Dassl log (the first block after the ``** Config **`` banner, yacs's ``KEY: value`` tree)
+    as ``{"A.B.C": value text}``; empty when the log has none. What an upstream run records of its config."""
+    lines = text.splitlines()
+    if CONFIG_BANNER not in lines:
+        return {}
+    flat: dict[str, str] = {}
+    parents: list[tuple[int, str]] = []
+    for line in lines[lines.index(CONFIG_BANNER) + 1:]:
+        if line.startswith("*") and not flat:
+            continue
+        match = _CONFIG_LINE.fullmatch(line)
+        if match is None:
+            break
+        indent, key, value = len(match.group(1)), match.group(2), match.group(3)
+        while parents and parents[-1][0] >= indent:
+            parents.pop()
+        if parents:
+            flat.pop(parents[-1][1], None)  # a node with children holds no value of its own
+        name = f"{parents[-1][1]}.{key}" if parents else key
+        flat[name] = (value or "").strip()
+        if value is None:
+            parents.append((indent, name))
+    return flat
+
+
 def upstream_finished(log_text: str) -> bool:
     """True for the log of a finished upstream (Dassl / CoOp / PromptKD) run: the accuracy block after
     ``Finish training`` (a training run), or after ``=> result`` in a log without training lines (``--eval-only``)."""
@@ -187,14 +220,34 @@ def _read_text(path: str) -> str:
     return read_input_text(path, "run-record", errors="replace")
 
 
+def log_files(path: str) -> list[str]:
+    """The logs of the run folder ``path``, oldest first: ``log.txt`` (the first attempt), then each Dassl rerun's
+    ``log.txt-<timestamp>`` in the order of its timestamp."""
+    try:
+        names = set(os.listdir(path))
+    except OSError:
+        return []
+    ordered = [LOG_FILE] * (LOG_FILE in names) + sorted(n for n in names if RERUN_LOG.fullmatch(n))
+    return [os.path.join(path, n) for n in ordered if os.path.isfile(os.path.join(path, n))]
+
+
+def run_log(path: str) -> str | None:
+    """The log file of the run folder ``path``: the newest that holds the final accuracy block
+    (:func:`upstream_finished`), else the newest; None without a log. A Dassl folder run again in place keeps the
+    first attempt's ``log.txt`` and writes the rerun's beside it, so every reader of a run's log asks here (the
+    state of a folder, PETR+X's record of its tuned run, the results library)."""
+    logs = log_files(path)
+    return next((log for log in reversed(logs) if upstream_finished(_read_text(log))), logs[-1] if logs else None)
+
+
 # ----- state --------------------------------------------------------------------------------------------------
 def run_state(path: str) -> str:
     """The state of the run folder ``path``, one of :data:`STATES`:
 
     ``running`` (a live process holds its lock), ``finished`` (results.json), ``finished-upstream`` (an upstream
-    Dassl / CoOp / PromptKD folder: no results.json or run.json, its log.txt has the final accuracy block, see
-    :func:`upstream_finished`), ``resumable`` (a resume state or a checkpoint, no results), ``failed`` (only the log
-    of an attempt that stopped before saving anything) or ``new``.
+    Dassl / CoOp / PromptKD folder: no results.json or run.json, its log (:func:`run_log`) has the final accuracy
+    block, see :func:`upstream_finished`), ``resumable`` (a resume state or a checkpoint, no results), ``failed``
+    (only the log of an attempt that stopped before saving anything) or ``new``.
     """
     if lock_holder(path) is not None:
         return "running"
@@ -227,11 +280,11 @@ def unlocked_state(path: str) -> str:
     if has(RESULTS_FILE):
         return "finished"
     identity = has_identity(path)
-    if not identity and has(LOG_FILE) and upstream_finished(_read_text(os.path.join(path, LOG_FILE))):
+    if not identity and (log := run_log(path)) is not None and upstream_finished(_read_text(log)):
         return "finished-upstream"
     if has(RESUME_FILE) or model_folders(path):
         return "resumable"
-    if has(LOG_FILE) or identity:
+    if identity or log_files(path):
         return "failed"
     return "new"
 

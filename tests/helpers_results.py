@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from yacs.config import CfgNode
 
+from engine.runs import seed_of
 from trainers.routing import FIT_DUMP_NAME, TRAIN_U_DUMP_NAME, logits_dump_name, save_logits_dump, save_q_dump
 
 CFG_LINES = "TEST:\n  EVALUATOR: Classification\n  FINAL_MODEL: {final}\n  SPLIT: test\n"
@@ -48,6 +50,13 @@ def promptkd_log(val_accs: list[float], final_acc: float) -> str:
     return "".join(parts)
 
 
+def upstream_cfg(trainer: str, dataset: str, seed: int, subsample: str = "all", modal: str = "") -> CfgNode:
+    """The keys of an upstream Dassl run's merged config that the results library reads (printed at the top of its
+    log: ``helpers_upstream.write_dassl_log``); ``modal``: PromptKD's TRAINER.MODAL."""
+    return CfgNode({"DATASET": {"NAME": dataset, "SUBSAMPLE_CLASSES": subsample}, "SEED": seed,
+                    "TRAINER": {"NAME": trainer, **({"MODAL": modal} if modal else {})}})
+
+
 def write_text(path: str, text: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
@@ -55,10 +64,12 @@ def write_text(path: str, text: str) -> None:
 
 
 def write_results_json(run_dir: str, accuracy: float, **extra) -> None:
-    """This project's results.json (percent accuracy); its ``dataset`` field only when given."""
+    """This project's results.json (percent accuracy); its seed that of its ``seed<S>`` / ``seed_<S>`` folder (else 1),
+    its ``dataset`` and ``subsample_classes`` fields only when given."""
     os.makedirs(run_dir, exist_ok=True)
-    record = {"trainer": extra.pop("trainer", "PETR"), "config": "cfg", "seed": 1, "split": "test",
-              "accuracy": accuracy, "macro_f1": accuracy - 1.0, **extra}
+    seed = seed_of(os.path.basename(os.path.normpath(run_dir)))
+    record = {"trainer": extra.pop("trainer", "PETR"), "config": "cfg", "seed": 1 if seed is None else seed,
+              "split": "test", "accuracy": accuracy, "macro_f1": accuracy - 1.0, **extra}
     with open(os.path.join(run_dir, "results.json"), "w") as f:
         json.dump(record, f)
 
@@ -95,8 +106,8 @@ def make_b2n_tree(root: str, trainer: str, cfg: str, results: dict[str, tuple[li
             base_dir = run_dir(root, "train_base", ds, trainer, cfg, seed, shots)
             new_dir = run_dir(root, "test_new", ds, trainer, cfg, seed, shots)
             if fmt == "json":
-                write_results_json(base_dir, b, dataset=ds, trainer=trainer)
-                write_results_json(new_dir, n, dataset=ds, trainer=trainer)
+                write_results_json(base_dir, b, dataset=ds, trainer=trainer, subsample_classes="base")
+                write_results_json(new_dir, n, dataset=ds, trainer=trainer, subsample_classes="new")
             else:
                 write_text(os.path.join(base_dir, "log.txt"), coop_train_log(b))
                 write_text(os.path.join(new_dir, "log.txt"), coop_test_log(n))

@@ -174,11 +174,12 @@ def promptkd_checkpoint(learner: VLPromptLearner, clip_model, marker: str) -> di
             "val_result": 91.5}
 
 
-def write_dassl_log(folder: str, cfg, tail: str = UPSTREAM_TRAIN_LOG) -> str:
-    """``<folder>/log.txt`` as Dassl's train.py starts it (the arguments, then the merged config ``cfg`` printed by
-    yacs under the ``** Config **`` banner), followed by ``tail`` (default: a finished training run's end)."""
+def write_dassl_log(folder: str, cfg, tail: str = UPSTREAM_TRAIN_LOG, name: str = "log.txt") -> str:
+    """``<folder>/<name>`` (default log.txt; Dassl names a rerun's ``log.txt-<timestamp>``) as Dassl's train.py starts
+    it (the arguments, then the merged config ``cfg`` printed by yacs under the ``** Config **`` banner), followed by
+    ``tail`` (default: a finished training run's end)."""
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, "log.txt")
+    path = os.path.join(folder, name)
     with open(path, "w") as f:
         f.write(f"***************\n** Arguments **\n***************\ntrainer: {cfg.TRAINER.NAME}\n"
                 f"************\n** Config **\n************\n{cfg}\nCollecting env info ...\n{tail}")

@@ -18,8 +18,10 @@ from helpers_results import (
     make_seed_runs,
     promptkd_log,
     run_dir,
+    upstream_cfg,
     write_results_json,
 )
+from helpers_upstream import UPSTREAM_KILLED_LOG, write_dassl_log
 from scipy import stats
 
 import parse_test_res as ptr
@@ -141,7 +143,7 @@ def test_default_mode_results_json_and_logs(tmp_path, capsys):
     make_seed_runs(str(logs), [55.2, 54.1, 56.0], fmt="test_log", seed_style="seed_{}")
     assert ptr.main([str(logs), "--test-log", "--format", "github"]) == 0
     out = capsys.readouterr().out
-    assert "| seed_1 | 55.20      |" in out
+    assert "| seed_1 | -         | 55.20      |" in out  # the logs record no classes (no config dump)
     assert f"* accuracy: {np.mean([55.2, 54.1, 56.0]):.2f}%" in out
     assert ptr.main([str(logs)]) == 2
     assert "try --test-log" in capsys.readouterr().err
@@ -159,7 +161,8 @@ def test_csv_output_holds_only_table_rows(tmp_path, capsys):
     make_seed_runs(str(exp), [75.0, 50.0, 50.0])
     assert ptr.main([str(exp), "--format", "csv"]) == 0
     out, err = capsys.readouterr()
-    assert csv_rows(out) == [["run", "accuracy"], ["seed1", "75.00"], ["seed2", "50.00"], ["seed3", "50.00"]]
+    assert csv_rows(out) == [["run", "classes", "accuracy"], ["seed1", "-", "75.00"], ["seed2", "-", "50.00"],
+                             ["seed3", "-", "50.00"]]
     assert "Summary of directory" in err and "* accuracy: 58.33% +- 11.79%" in err
 
 
@@ -168,13 +171,14 @@ def test_multi_exp_both_conventions_and_missing_dir(tmp_path, capsys):
         make_seed_runs(str(tmp_path / exp), accs)
     assert ptr.main([str(tmp_path), "--multi-exp", "--format", "csv"]) == 0
     out, err = capsys.readouterr()
-    assert csv_rows(out) == [["experiment", "n", "accuracy", "std"], ["a", "2", "71.00", "1.00"],
-                             ["b", "3", "58.33", "11.79"]]
+    assert csv_rows(out) == [["experiment", "classes", "n", "accuracy", "std"], ["a", "-", "2", "71.00", "1.00"],
+                             ["b", "-", "3", "58.33", "11.79"]]
     assert "std: population std (np.std), as upstream" in err
     assert f"Average performance: {np.mean([71.0, 175 / 3]):.2f}%" in err
     assert ptr.main([str(tmp_path), "--multi-exp", "--format", "csv", "--stats", "sample", "--ci95"]) == 0
     out, err = capsys.readouterr()
-    assert csv_rows(out)[1:] == [["a", "2", "71.00", "12.71"], ["b", "3", "58.33", "35.86"]]  # t(1)*1.414/1.414
+    # a: t(1) * 1.414 / 1.414
+    assert csv_rows(out)[1:] == [["a", "-", "2", "71.00", "12.71"], ["b", "-", "3", "58.33", "35.86"]]
     assert "ci95: 95% CI half-width, t with n-1 dof" in err
     assert ptr.main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -355,7 +359,175 @@ def test_b2n_leaves_out_a_result_of_another_dataset_with_one_warning(tmp_path, c
     assert float(rows["dtd"]["Base"]) == pytest.approx(np.mean(PETR["dtd"][0]), abs=0.01)
     assert [line for line in captured.err.splitlines() if "results.json" in line] == [
         f"warning: {foreign}/results.json records dataset 'DescribableTextures' but lies in the folder of eurosat: "
-        "another dataset's result, left out of the tables (move the run to its dataset's folder)"]
+        "not this folder's run, left out (move it to the folder of the run it records)"]
+
+
+LEFT_OUT = ": not this folder's run, left out (move it to the folder of the run it records)"
+
+
+def warnings(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("warning:")]
+
+
+def csv_table(out: str) -> dict[str, dict[str, str]]:
+    """The b2n CSV rows by dataset."""
+    return {row["dataset"]: row for row in csv.DictReader(io.StringIO(out))}
+
+
+def test_b2n_leaves_out_swapped_base_and_novel_results(tmp_path, capsys):
+    """Seed 1's base and novel results.json swapped (train_base records the novel classes, test_new the base ones):
+    both left out, one line each naming the file, the recorded classes and the folder's; seed 2 is the row."""
+    root = str(tmp_path / "base2new")
+    make_b2n_tree(root, "PETR", "cfg", {"eurosat": ([50.0, 80.0], [33.33, 60.0])})
+    base, new = (run_dir(root, role, "eurosat", "PETR", "cfg", 1) for role in ("train_base", "test_new"))
+    write_results_json(base, 33.33, dataset="eurosat", trainer="PETR", subsample_classes="new")
+    write_results_json(new, 50.0, dataset="eurosat", trainer="PETR", subsample_classes="base")
+    assert ptr.main(["b2n", root, "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    row = csv_table(out)["eurosat"]
+    assert (row["seeds"], row["Base"], row["Novel"]) == ("1/1", "80.00", "60.00")
+    assert warnings(err) == [
+        f"warning: {new}/results.json records subsample_classes 'base' (the base classes) but lies in a folder of the "
+        f"novel classes{LEFT_OUT}",
+        f"warning: {base}/results.json records subsample_classes 'new' (the novel classes) but lies in a folder of the "
+        f"base classes{LEFT_OUT}"]
+
+
+def test_a_run_of_another_seed_is_left_out(tmp_path, capsys):
+    """``--extra-opts "SEED 5"`` with ``--seeds 1 2 3``: each seed folder holds the same seed-5 run; no seed is
+    counted (seeds 0/0, not 3/3). In one folder of seeds, only the misplaced run is left out."""
+    root = str(tmp_path / "base2new")
+    for seed in (1, 2, 3):
+        for role, acc, classes in (("train_base", 90.0, "base"), ("test_new", 70.0, "new")):
+            write_results_json(run_dir(root, role, "eurosat", "PETR", "cfg", seed), acc, dataset="eurosat",
+                               trainer="PETR", subsample_classes=classes, seed=5)
+    assert ptr.main(["b2n", root, "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    row = csv_table(out)["eurosat"]
+    assert (row["seeds"], row["Base"], row["Novel"]) == ("0/0", "-", "-")
+    seed1 = run_dir(root, "train_base", "eurosat", "PETR", "cfg", 1)
+    assert len(warnings(err)) == 6
+    assert f"warning: {seed1}/results.json records seed 5 but lies in the folder seed1{LEFT_OUT}" in warnings(err)
+    for seed, acc in ((2, 80.0), (3, 82.0)):
+        write_results_json(run_dir(root, "train_base", "eurosat", "PETR", "cfg", seed), acc, dataset="eurosat",
+                           trainer="PETR", subsample_classes="base")
+    assert ptr.main([os.path.dirname(seed1), "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    assert csv_rows(out) == [["run", "classes", "accuracy"], ["seed2", "base", "80.00"], ["seed3", "base", "82.00"]]
+    assert warnings(err) == [f"warning: {seed1}/results.json records seed 5 but lies in the folder seed1{LEFT_OUT}"]
+    assert "* accuracy: 81.00% +- 1.00% (population std (np.std), as upstream, n=2) on the base classes" in err
+
+
+@pytest.mark.parametrize("fields,line", [
+    ({"trainer": "CoOp"}, "trainer 'CoOp' but lies in the folder of PETR"),
+    ({"dataset": "DescribableTextures"}, "dataset 'DescribableTextures' but lies in the folder of eurosat"),
+    ({"seed": 2, "subsample_classes": "all"},
+     "seed 2 but lies in the folder seed1; subsample_classes 'all' (all classes) but lies in a folder of the novel "
+     "classes"),
+], ids=["trainer", "dataset", "seed and classes"])
+def test_results_json_that_is_not_its_folders_run_is_left_out(tmp_path, capsys, fields, line):
+    root = str(tmp_path / "base2new")
+    make_b2n_tree(root, "PETR", "cfg", {"eurosat": ([80.0, 82.0], [60.0, 64.0])})
+    new = run_dir(root, "test_new", "eurosat", "PETR", "cfg", 1)
+    write_results_json(new, 10.0, **{"dataset": "eurosat", "trainer": "PETR", "subsample_classes": "new", **fields})
+    for argv in (["b2n", root, "--format", "csv"], [os.path.dirname(new), "--format", "csv"]):
+        assert ptr.main(argv) == 0
+        out, err = capsys.readouterr()
+        assert warnings(err) == [f"warning: {new}/results.json records {line}{LEFT_OUT}"]
+        assert "10.00" not in out
+        if argv[0] == "b2n":
+            assert csv_table(out)["eurosat"]["Novel"] == "64.00"  # seed 2 alone
+
+
+def test_an_upstream_log_that_is_not_its_folders_run_is_left_out(tmp_path, capsys):
+    """An upstream CoOp log whose config dump records SEED 2 and the base classes, in test_new's seed1: one line
+    naming the log and both keys."""
+    root = str(tmp_path / "base2new")
+    make_b2n_tree(root, "CoOp", "c", {"eurosat": ([80.0, 82.0], [60.0, 64.0])}, fmt="log")
+    new = run_dir(root, "test_new", "eurosat", "CoOp", "c", 1)
+    log = write_dassl_log(new, upstream_cfg("CoOp", "EuroSAT", 2, "base"), coop_test_log(10.0))
+    assert ptr.main(["b2n", root, "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    assert csv_table(out)["eurosat"]["Novel"] == "64.00"
+    assert warnings(err) == [
+        f"warning: {log} records SEED 2 but lies in the folder seed1; DATASET.SUBSAMPLE_CLASSES 'base' (the base "
+        f"classes) but lies in a folder of the novel classes{LEFT_OUT}"]
+
+
+def upstream_promptkd_tree(root: str, runs: list[tuple[list[float], float]]) -> str:
+    """Upstream PromptKD's base-to-novel runs (seed_<S> under train_base, its log's config dump: TRAINER.MODAL
+    base2novel, DATASET.SUBSAMPLE_CLASSES all) and an empty seed folder after them; returns their config folder."""
+    folder = os.path.dirname(run_dir(root, "train_base", "eurosat", "PromptKD", "kd", 1, "shots_0"))
+    for seed, (val, novel) in enumerate(runs, 1):
+        cfg = upstream_cfg("PromptKD", "EuroSAT", seed, modal="base2novel")
+        write_dassl_log(os.path.join(folder, f"seed_{seed}"), cfg, promptkd_log(val, novel))
+    os.makedirs(os.path.join(folder, f"seed_{len(runs) + 1}"))
+    return folder
+
+
+def test_a_folder_summary_says_which_classes_it_covers(tmp_path, capsys):
+    """Upstream PromptKD's train_base seed folders end with the novel accuracy, ours in the same place with the base
+    accuracy: each row and the summary line name the classes; an empty seed folder is named, not dropped."""
+    upstream = upstream_promptkd_tree(str(tmp_path / "upstream"), [([90.1, 97.2], 82.5), ([91.0, 97.8], 81.1)])
+    assert ptr.main([upstream, "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    assert csv_rows(out) == [["run", "classes", "accuracy"], ["seed_1", "novel", "82.50"], ["seed_2", "novel", "81.10"]]
+    assert "* accuracy: 81.80% +- 0.70% (population std (np.std), as upstream, n=2) on the novel classes" in err
+    assert "Note: seed_1, seed_2: upstream PromptKD's base-to-novel runs, whose final test covers the novel classes; " \
+           "their base accuracy is the best *val* block (parse_test_res.py b2n reads both)" in err
+    assert warnings(err) == [f"warning: {upstream}/seed_3 holds no results.json and no log.txt: left out (its run has "
+                             "not started, or its files were moved)"]
+    ours = os.path.dirname(run_dir(str(tmp_path / "ours"), "train_base", "eurosat", "PromptKD", "kd", 1, "shots_0"))
+    for seed, acc in ((1, 97.1), (2, 97.5)):
+        write_results_json(os.path.join(ours, f"seed{seed}"), acc, dataset="EuroSAT", trainer="PromptKD",
+                           subsample_classes="base")
+    assert ptr.main([ours]) == 0
+    out = capsys.readouterr().out
+    assert "* accuracy: 97.30% +- 0.20% (population std (np.std), as upstream, n=2) on the base classes" in out
+    assert [line.split() for line in out.splitlines() if line.startswith("seed")] == [["seed1", "base", "97.10"],
+                                                                                      ["seed2", "base", "97.50"]]
+    assert ptr.main(["--multi-exp", os.path.dirname(ours), "--format", "csv"]) == 0
+    assert csv_rows(capsys.readouterr().out)[1][:3] == ["kd", "base", "2"]
+
+
+def test_b2n_reads_upstream_promptkd_by_its_config_and_names_an_empty_seed_folder(tmp_path, capsys):
+    """b2n on the same upstream tree: Base = the best val block, Novel = the final test, even beside another
+    method's test_new runs; the empty seed folder gets one line."""
+    root = str(tmp_path / "base2new")
+    upstream = upstream_promptkd_tree(root, [([90.1, 97.2], 82.5), ([91.0, 97.8], 81.1)])
+    make_b2n_tree(root, "CoOp", "c", {"eurosat": ([80.0], [60.0])})
+    assert ptr.main(["b2n", root, "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    rows = {(r["dataset"], r["method"]): r for r in csv.DictReader(io.StringIO(out))}
+    kd = rows[("eurosat", "PromptKD")]
+    assert (kd["seeds"], kd["Base"], kd["Novel"]) == ("2/2", "97.50", "81.80")
+    assert warnings(err) == [f"warning: {upstream}/seed_3 holds no results.json and no log.txt: left out (its run has "
+                             "not started, or its files were moved)"]
+
+
+def test_runs_covering_different_classes_are_named(tmp_path, capsys):
+    exp = tmp_path / "exp"
+    write_results_json(str(exp / "seed1"), 80.0, subsample_classes="base")
+    write_results_json(str(exp / "seed2"), 60.0, subsample_classes="new")
+    assert ptr.main([str(exp)]) == 0
+    out, err = capsys.readouterr()
+    assert "* accuracy: 70.00% +- 10.00% (population std (np.std), as upstream, n=2) on mixed classes" in out
+    assert warnings(err) == [f"warning: the runs of {exp} cover different classes (base: seed1; novel: seed2): their "
+                             "mean mixes them"]
+
+
+@pytest.mark.parametrize("first,rerun,expected", [
+    (UPSTREAM_KILLED_LOG, coop_train_log(91.5), "91.50"),  # the first attempt crashed, the rerun finished
+    (coop_train_log(80.0), UPSTREAM_KILLED_LOG, "80.00"),  # the rerun crashed: the newest finished log
+], ids=["rerun finished", "rerun crashed"])
+def test_a_dassl_folder_run_again_in_place_is_read_from_its_newest_finished_log(tmp_path, capsys, first, rerun,
+                                                                                 expected):
+    """Dassl keeps the first attempt's log.txt and writes the rerun's log.txt-<timestamp> beside it."""
+    folder = run_dir(str(tmp_path), "train_base", "eurosat", "CoOp", "c", 1)
+    write_dassl_log(folder, upstream_cfg("CoOp", "EuroSAT", 1, "base"), first)
+    write_dassl_log(folder, upstream_cfg("CoOp", "EuroSAT", 1, "base"), rerun, name="log.txt-2024-05-02-10-11-12")
+    assert ptr.main([os.path.dirname(folder), "--format", "csv"]) == 0
+    assert csv_rows(capsys.readouterr().out) == [["run", "classes", "accuracy"], ["seed1", "base", expected]]
 
 
 def test_script_runs_from_the_command_line(tmp_path):

@@ -66,8 +66,32 @@ def test_a_result_of_another_dataset_is_left_out_with_a_warning(tmp_path, capsys
     assert parse_test_res.main(["xd", root, "--source", "demonet", "--targets", "democool"]) == 0
     assert capsys.readouterr().err.splitlines() == [
         f"warning: {root}/xd/train/democool/shots_0/PETR/demo/seed2/results.json records dataset 'DemoSoft' but "
-        "lies in the folder of democool: another dataset's result, left out of the tables (move the run to its "
-        "dataset's folder)"]
+        "lies in the folder of democool: not this folder's run, left out (move it to the folder of the run it "
+        "records)"]
+
+
+def test_runs_of_another_seed_trainer_or_classes_and_empty_seed_folders_are_left_out(tmp_path, capsys):
+    """A cell reads only its folder's runs: one line each for a run recording another seed, trainer or classes than
+    all (a base-to-novel result copied in), and for a seed folder without a run's files."""
+    root = str(tmp_path)
+    write(root, "xd/train/demonet/shots_0/PETR/demo/seed1", 60.0, seed=1, trainer="PETR", subsample_classes="all")
+    target = f"{root}/xd/train/democool/shots_0/PETR/demo"
+    write(root, "xd/train/democool/shots_0/PETR/demo/seed1", 40.0, seed=1, trainer="PETR", subsample_classes="all")
+    write(root, "xd/train/democool/shots_0/PETR/demo/seed2", 90.0, seed=5)
+    write(root, "xd/train/democool/shots_0/PETR/demo/seed3", 91.0, trainer="PromptKD")
+    write(root, "xd/train/democool/shots_0/PETR/demo/seed4", 92.0, subsample_classes="base")
+    os.makedirs(f"{target}/seed5")
+    assert parse_test_res.main(["xd", root, "--source", "demonet", "--targets", "democool", "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    assert [line.split(",") for line in out.splitlines()][1] == ["PETR", "1", "60.00", "40.00", "40.00"]
+    left_out = ": not this folder's run, left out (move it to the folder of the run it records)"
+    assert [line for line in err.splitlines() if line.startswith("warning:")] == [
+        f"warning: {target}/seed2/results.json records seed 5 but lies in the folder seed2{left_out}",
+        f"warning: {target}/seed3/results.json records trainer 'PromptKD' but lies in the folder of PETR{left_out}",
+        f"warning: {target}/seed4/results.json records subsample_classes 'base' (the base classes) but lies in a "
+        f"folder of all classes{left_out}",
+        f"warning: {target}/seed5 holds no results.json and no log.txt: left out (its run has not started, or its "
+        "files were moved)"]
 
 
 def test_transfer_errors_are_one_line(tmp_path, capsys):

@@ -20,7 +20,7 @@ from tests.helpers_baselines import deep_prompt_reference
 from tests.helpers_clip import reference_encode_image, reference_encode_text, rel_err
 from tests.helpers_petr import write_eurosat
 from tests.helpers_routed import BASE, NEW, check_against_reference, coop_branch, reference_routing, run_argv
-from tests.helpers_upstream import UPSTREAM_TRAIN_LOG, write_dassl_checkpoint, write_dassl_log
+from tests.helpers_upstream import UPSTREAM_KILLED_LOG, UPSTREAM_TRAIN_LOG, write_dassl_checkpoint, write_dassl_log
 from trainers.tuned import TUNED_METHODS
 from trainers.tuned_run import TunedRun, deep_prompt_words, logged_config
 
@@ -65,6 +65,18 @@ def test_logged_config_reads_the_config_dump_yacs_prints():
                                   "TRAINER.IVLP.CTX_INIT": "a photo of a", "TRAINER.IVLP.N_CTX_TEXT": "2",
                                   "TRAINER.IVLP.PREFIX": "", "INPUT.SIZE": "(224, 224)", "SEED": "1"}
     assert logged_config("Loading trainer: IVLP\n") == {}
+
+
+def test_a_dassl_folder_run_again_in_place_is_read_from_its_finished_rerun(tmp_path):
+    """Dassl keeps the crashed first attempt's log.txt and writes the rerun's log.txt-<timestamp>: the tuned run is
+    finished and its config is the rerun's."""
+    folder = tmp_path / "coop"
+    write_dassl_log(str(folder), cfg_of("CoOp", "MODEL.BACKBONE.NAME", "ViT-B/32"), UPSTREAM_KILLED_LOG)
+    rerun = write_dassl_log(str(folder), cfg_of("CoOp", "MODEL.BACKBONE.NAME", "ViT-B/16"),
+                            name="log.txt-2024-05-02-10-11-12")
+    run = TunedRun.read(str(folder))
+    assert (run.state, run.config_source, run.config["MODEL.BACKBONE.NAME"]) == ("finished-upstream", rerun,
+                                                                                 "ViT-B/16")
 
 
 def test_upstream_ivlp_with_two_text_tokens_scores_with_its_init_words(tmp_path, tiny_clip, tiny_clip_file,

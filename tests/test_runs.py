@@ -19,11 +19,13 @@ from engine.config import get_cfg_default
 from engine.errors import ConfigError
 from engine.run_identity import IGNORED_KEYS, claim_run, data_digest, identity_differences, run_identity
 from engine.run_lock import RunLock, RunLockedError
-from engine.runs import run_dir, run_state, saved_model
+from engine.runs import run_dir, run_log, run_state, saved_model
 from tests.helpers_run import HANG_GUARD_S, lock_held_elsewhere
 from tests.helpers_upstream import UPSTREAM_EVAL_LOG, UPSTREAM_KILLED_LOG, UPSTREAM_TRAIN_LOG
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RERUN = "log.txt-2024-05-02-10-11-12"
+"""The log Dassl writes for a rerun in a folder that has a log.txt (its start time in the name)."""
 
 
 def test_run_dir_builds_the_documented_layout():
@@ -87,11 +89,33 @@ def _folder(root, name: str, files: dict[str, str]) -> str:
     ({"log.txt": UPSTREAM_KILLED_LOG, "VLPromptLearner/checkpoint": "model-best.pth.tar\n"}, "resumable"),
     ({"log.txt": UPSTREAM_KILLED_LOG}, "failed"),  # validation blocks are no final result
     ({"log.txt": UPSTREAM_EVAL_LOG, "run.json": "{}"}, "failed"),  # ours, killed before results.json
+    # Dassl run again in place: log.txt is the first attempt, log.txt-<timestamp> the rerun's
+    ({"log.txt": UPSTREAM_KILLED_LOG, RERUN: UPSTREAM_TRAIN_LOG, "VLPromptLearner/checkpoint": "model-best.pth.tar\n"},
+     "finished-upstream"),
+    ({"log.txt": UPSTREAM_KILLED_LOG, RERUN: UPSTREAM_EVAL_LOG}, "finished-upstream"),
+    ({RERUN: UPSTREAM_KILLED_LOG}, "failed"),  # log.txt removed, the rerun's log left
 ], ids=["new", "failed", "failed with run.json", "resume state", "checkpoint", "finished", "upstream training",
-        "upstream eval-only", "upstream killed with checkpoint", "upstream killed", "ours killed in its evaluation"])
+        "upstream eval-only", "upstream killed with checkpoint", "upstream killed", "ours killed in its evaluation",
+        "upstream rerun finished", "upstream eval-only rerun", "upstream rerun log alone"])
 def test_run_state(tmp_path, files, state):
     assert run_state(_folder(tmp_path, "run", files)) == state
     assert run_state(str(tmp_path / "missing")) == "new"
+
+
+def test_run_log_is_the_newest_finished_log(tmp_path):
+    """Of log.txt and Dassl's log.txt-<timestamp> files: the newest holding the final accuracy block (by the timestamp
+    in the name, log.txt the oldest), else the newest; other names are no logs of the run."""
+    logs = {"log.txt": UPSTREAM_TRAIN_LOG, "log.txt-2024-05-02-09-00-00": UPSTREAM_KILLED_LOG,
+            RERUN: UPSTREAM_TRAIN_LOG, "log.txt-2024-11-30-08-00-00": UPSTREAM_KILLED_LOG,
+            "log.txt-2025-01-01": UPSTREAM_TRAIN_LOG, "log.txt.bak": UPSTREAM_TRAIN_LOG}
+    folder = _folder(tmp_path, "reruns", logs)
+    assert run_log(folder) == os.path.join(folder, RERUN)
+    unfinished = _folder(tmp_path, "unfinished", {"log.txt-2024-01-01-00-00-00": UPSTREAM_KILLED_LOG,
+                                                  "log.txt": UPSTREAM_KILLED_LOG})
+    assert run_log(unfinished) == os.path.join(unfinished, "log.txt-2024-01-01-00-00-00")
+    assert run_log(_folder(tmp_path, "first", {"log.txt": UPSTREAM_KILLED_LOG})) == str(tmp_path / "first" / "log.txt")
+    assert run_log(_folder(tmp_path, "none", {"log.txt.bak": UPSTREAM_TRAIN_LOG})) is None
+    assert run_log(str(tmp_path / "missing")) is None
 
 
 def test_saved_model(tmp_path):

@@ -1,14 +1,14 @@
 """What a tuned run records about itself, for PETR+X: its config, the dataset and CLIP it was trained on, its state.
 
 A run of this project records its merged config in ``run.json`` and its dataset and backbone in ``results.json``; an
-upstream Dassl run (CoOp, PromptSRC, PromptKD) has neither, but Dassl prints the merged config at the top of
-``log.txt`` (after the ``** Config **`` banner, yacs's ``KEY: value`` tree), which is read instead. PETR+X refuses a
-tuned run recorded for another dataset, CLIP or trainer and notes one that is unfinished or records nothing.
+upstream Dassl run (CoOp, PromptSRC, PromptKD) has neither, but Dassl prints the merged config at the top of its log
+(``engine.runs.logged_config``; of a folder run again in place, the newest finished log, ``engine.runs.run_log``),
+which is read instead. PETR+X refuses a tuned run recorded for another dataset, CLIP or trainer and notes one that is
+unfinished or records nothing.
 """
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,37 +17,9 @@ from engine.digests import file_digest
 from engine.errors import InvalidInputError
 from engine.inputs import read_input_json, read_input_text, record_input
 from engine.run_identity import read_identity
-from engine.runs import IDENTITY_FILE, LOG_FILE, RESULTS_FILE, run_state
+from engine.runs import IDENTITY_FILE, LOG_FILE, RESULTS_FILE, logged_config, run_log, run_state
 
-CONFIG_BANNER = "** Config **"
-_CONFIG_LINE = re.compile(r"( *)([A-Za-z0-9_]+):(?: (.*))?")
 FINISHED_STATES = ("finished", "finished-upstream")
-
-
-def logged_config(text: str) -> dict[str, str]:
-    """The config dump of a Dassl log (the first block after the ``** Config **`` banner) as ``{"A.B.C": value text}``;
-    empty when the log has none."""
-    lines = text.splitlines()
-    if CONFIG_BANNER not in lines:
-        return {}
-    flat: dict[str, str] = {}
-    parents: list[tuple[int, str]] = []
-    for line in lines[lines.index(CONFIG_BANNER) + 1:]:
-        if line.startswith("*") and not flat:
-            continue
-        match = _CONFIG_LINE.fullmatch(line)
-        if match is None:
-            break
-        indent, key, value = len(match.group(1)), match.group(2), match.group(3)
-        while parents and parents[-1][0] >= indent:
-            parents.pop()
-        if parents:
-            flat.pop(parents[-1][1], None)  # a node with children holds no value of its own
-        name = f"{parents[-1][1]}.{key}" if parents else key
-        flat[name] = (value or "").strip()
-        if value is None:
-            parents.append((indent, name))
-    return flat
 
 
 @dataclass(frozen=True)
@@ -65,8 +37,9 @@ class TunedRun:
 
     @classmethod
     def read(cls, folder: str) -> TunedRun:
-        """The records of the run in ``folder``: run.json's config, else the config dump of its log.txt."""
-        results_path, log_path = os.path.join(folder, RESULTS_FILE), os.path.join(folder, LOG_FILE)
+        """The records of the run in ``folder``: run.json's config, else the config dump of its log
+        (``engine.runs.run_log``: a Dassl rerun's newest finished log)."""
+        results_path, log_path = os.path.join(folder, RESULTS_FILE), run_log(folder)
         results = read_input_json(results_path, "run-record") if os.path.isfile(results_path) else {}
         identity = read_identity(folder)
         config, source, clips = {}, "", ()
@@ -74,7 +47,7 @@ class TunedRun:
             config, source = identity["config"], os.path.join(folder, IDENTITY_FILE)
             clips = tuple(sorted({e.get("sha256") for e in (identity.get("inputs") or {}).values()
                                   if isinstance(e, dict) and e.get("role") == "clip"}))
-        elif os.path.isfile(log_path):
+        elif log_path is not None:
             config = logged_config(read_input_text(log_path, "run-record", errors="replace"))
             source = log_path if config else ""
         return cls(folder, config, source, results if isinstance(results, dict) else {}, run_state(folder), clips)
