@@ -21,6 +21,6 @@ fi
 "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)" 2>/dev/null || {
     echo "error: PYTHON=$PYTHON has no torch: run 'make install' (creates .venv, which the scripts then use), activate \
 a virtual environment with requirements.txt installed, or set PYTHON=/path/to/python" >&2
-    exit 1
+    exit 2
 }
 exec "$PYTHON" -m units "$@"

@@ -75,7 +75,8 @@ class ScriptRunner:
     """Runs a scripts/<method>/*.sh script with a recording ``PYTHON`` and replays its train.py commands in-process.
 
     The recorder (a small shell script) turns the script's ``python -m units METHOD COMMAND ...`` into ``python -m
-    units --print-argv ...``, which prints each run's folder and train.py argument list instead of running it;
+    units --check-argv ...``, which prints each run's folder and train.py argument list instead of running it (and
+    stops as the command would on a missing prerequisite);
     replaying those through ``train.main`` runs the exact commands without paying a fresh interpreter per run. The
     scripts' ``-c`` check that the interpreter has torch runs in this interpreter. ``skipped`` tells, per replayed
     command, whether train.py found the same run finished and skipped it.
@@ -84,7 +85,7 @@ class ScriptRunner:
     def __init__(self, tmp_path, env: dict, script: str = "scripts/{}"):
         recorder = tmp_path / "record_python.sh"
         recorder.write_text('#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = units ]; then shift 2; '
-                            f'exec "{sys.executable}" -m units --print-argv "$@"; fi\n'
+                            f'exec "{sys.executable}" -m units --check-argv "$@"; fi\n'
                             f'exec "{sys.executable}" "$@"\n')
         recorder.chmod(0o755)
         self.env = {**os.environ, **env, "PYTHON": str(recorder)}

@@ -258,5 +258,5 @@ def test_scripts_launch_through_torchrun_when_nproc_is_set(tmp_path):
     env = {**os.environ, "DATA": str(tmp_path), "NPROC": "two", "TEACHER_CKPT": "none", "PYTHON": sys.executable}
     done = subprocess.run(["bash", "scripts/petr/base2new_train.sh", "eurosat", "1"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=HANG_GUARD_S)
-    assert done.returncode == 1 and done.stderr.endswith("error: NPROC=two: give the number of processes (GPUs), "
+    assert done.returncode == 2 and done.stderr.endswith("error: NPROC=two: give the number of processes (GPUs), "
                                                          "e.g. NPROC=4\n")

@@ -214,7 +214,7 @@ def test_scripts_find_the_project_venv(tmp_path):
     no_torch = subprocess.run(["bash", os.path.join(REPO, "scripts", "unit.sh"), "x.sh", "petr", "base2new_train"],
                               env={**clean, "PYTHON": "/bin/false"}, capture_output=True, text=True,
                               timeout=HANG_GUARD_S)
-    assert no_torch.returncode == 1 and no_torch.stderr.count("\n") == 1
+    assert no_torch.returncode == 2 and no_torch.stderr.count("\n") == 1
     assert no_torch.stderr.startswith("error: PYTHON=/bin/false has no torch: run 'make install'")
 
 
@@ -244,7 +244,7 @@ def test_data_unset_is_an_error_line_and_relative_paths_are_the_callers(tmp_path
                               capture_output=True, text=True, timeout=HANG_GUARD_S)
 
     done = run()
-    assert (done.returncode, done.stderr) == (1, "error: DATA is not set: set DATA=/path/to/datasets (see "
+    assert (done.returncode, done.stderr) == (2, "error: DATA is not set: set DATA=/path/to/datasets (see "
                                                  "DATASETS.md)\n")
     done = run(DATA="datasets")
     assert done.stderr == (f"error: DATA={tmp_path}/datasets is not a folder (see DATASETS.md for the dataset "
@@ -260,4 +260,4 @@ def test_data_unset_is_an_error_line_and_relative_paths_are_the_callers(tmp_path
     bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
     bare.chmod(0o755)
     done = run(DATA="datasets", OUTPUT_ROOT="out", PYTHON=str(bare))
-    assert done.returncode == 1 and done.stdout == "" and done.stderr.startswith(f"error: PYTHON={bare} has no torch")
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.startswith(f"error: PYTHON={bare} has no torch")

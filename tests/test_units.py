@@ -1,17 +1,19 @@
 """The unit commands through their scripts: for a representative set of ``scripts/<method>/<command>.sh``, the run
 folders and ``train.py`` argument lists (``python -m units --print-argv``) equal the ones written out here by hand,
-element for element, and a mistake is one ``error:`` line with exit status 1."""
+element for element, and a mistake is one ``error:`` line with exit status 2."""
 from __future__ import annotations
 
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
-from tests.helpers_run import HANG_GUARD_S, ScriptRunner
+from tests.helpers_run import HANG_GUARD_S, REPO, ScriptRunner
+from trainers.catalog import METHODS
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXTRA = "OPTIM.MAX_EPOCH 1 INPUT.SIZE (32,32)"
 
 
@@ -49,7 +51,7 @@ def test_petr_base2new_train_and_test(tmp_path):
         "MODEL.BACKBONE.NAME", "s.pt", "TRAINER.PETR.TEACHER_NAME", "t.pt", "OPTIM.MAX_EPOCH", "1", "INPUT.SIZE",
         "(32,32)"]]
     done, _ = runner.record(["bash", "scripts/petr/base2new_test.sh", "eurosat", "1"])
-    assert (done.returncode, done.stdout) == (1, "")
+    assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (f"error: no finished training run in {train_dir}: run scripts/petr/base2new_train.sh "
                            "eurosat 1\n")
     finished(train_dir)
@@ -101,7 +103,7 @@ def test_petr_x_base2new_routes_on_the_coop_run(tmp_path):
     runner, data, out, _ = setup(tmp_path)
     coop = f"{out}/base2new/train_base/imagenet/shots_16/CoOp/vit_b16_ep50_ctxv1/seed1"
     done, _ = runner.record(["bash", "scripts/petr_x/base2new.sh", "coop", "imagenet", "1"])
-    assert (done.returncode, done.stderr) == (1, f"error: no CoOp run at {coop}: train one with its base-to-novel "
+    assert (done.returncode, done.stderr) == (2, f"error: no CoOp run at {coop}: train one with its base-to-novel "
                                                  "script (same dataset, seed and SHOTS) or pass its folder as the "
                                                  "fourth argument\n")
     finished(coop)
@@ -140,11 +142,11 @@ def test_zsclip_zeroshot_has_no_seed_and_relative_paths_are_the_callers(tmp_path
 def test_mistakes_are_one_error_line(tmp_path):
     runner, _, _, _ = setup(tmp_path)
     done, commands = runner.record(["bash", "scripts/petr/base2new_train.sh", "eurosatt", "1"])
-    assert (done.returncode, done.stdout, commands) == (1, "", [])
+    assert (done.returncode, done.stdout, commands) == (2, "", [])
     assert done.stderr.startswith("error: unknown dataset 'eurosatt'; use one of: caltech101 ") and \
         done.stderr.count("\n") == 1
     done, _ = runner.record(["bash", "scripts/zsclip/zeroshot.sh"])
-    assert (done.returncode, done.stderr) == (1, "error: usage: bash scripts/zsclip/zeroshot.sh <dataset> [cfg]\n")
+    assert (done.returncode, done.stderr) == (2, "error: usage: bash scripts/zsclip/zeroshot.sh <dataset> [cfg]\n")
     done, _ = runner.record(["bash", "scripts/petr/dg_train.sh", "eurosat", "1"], {"SOURCE": "demonet"})
     assert done.stderr == ("error: usage: SOURCE=demonet bash scripts/petr/dg_train.sh <demonetv2|demonet_sketch|"
                            "demonet_a|demonet_r> <seed> ('eurosat' is not a DG target of it)\n")
@@ -175,7 +177,8 @@ def test_unit_call_takes_its_knobs_not_the_environment(tmp_path, monkeypatch, ca
 
 def test_unit_call_plans_its_run_folders_before_their_inputs_exist(tmp_path, capsys):
     """``UnitCall.runs()``: the folders a command writes, in order, while the training run and the teacher it reads
-    do not exist yet (the runner plans its jobs with them), where ``--print-argv`` refuses; it prints nothing."""
+    do not exist yet (the runner plans its jobs with them), where ``--check-argv`` refuses as the command would; it
+    prints nothing. ``--print-argv`` prints the run without any of its inputs."""
     from units.call import UnitCall
 
     out = str(tmp_path / "out")
@@ -185,8 +188,22 @@ def test_unit_call_plans_its_run_folders_before_their_inputs_exist(tmp_path, cap
     assert UnitCall("zsclip", "base2new_test", ("dtd",), knobs).runs() == tuple(
         f"{out}/base2new/{role}/dtd/shots_0/ZeroshotCLIP/vit_b16/seed1" for role in ("train_base", "test_new"))
     assert capsys.readouterr() == ("", "")
-    assert test(dry=True) == 1
+    assert test(dry=True) == 2
     assert capsys.readouterr().err.startswith("error: DATA=")
+    assert test(dry=True, check=False) == 0
+    out_lines = capsys.readouterr().out.splitlines()
+    assert json.loads(out_lines[-1])["dir"] == test.runs()[0] and "--model-dir" in json.loads(out_lines[-1])["argv"]
+
+
+def test_units_help_lists_every_method_and_exits_0():
+    done = subprocess.run([sys.executable, "-m", "units", "--help"], cwd=REPO, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+    assert done.returncode == 0 and done.stdout.startswith("usage: python -m units")
+    for folder in {m.scripts for m in METHODS.values()}:
+        assert f" {folder}: " in " " + " ".join(done.stdout.split()), folder
+    bare = subprocess.run([sys.executable, "-m", "units"], cwd=REPO, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+    assert bare.returncode == 2 and bare.stderr.count("\n") == 1 and bare.stderr.startswith("error: ")
 
 
 def test_a_stopping_signal_waits_for_torchruns_status():

@@ -15,8 +15,9 @@ from units.commands import COMMANDS, Command
 from units.facts import REPO, UnitError
 from units.unit import StepFailed, Unit, run_train
 
-EXIT_USAGE = 2
-"""Exit status of an unknown method or command."""
+EXIT_USER_ERROR = 2
+"""Exit status after one ``error:`` line: an unknown method or command, or a mistake in its arguments, knobs or
+prerequisites (train.py's status for a user error too)."""
 
 
 def usage_list() -> str:
@@ -77,19 +78,20 @@ class UnitCall:
         """The run folders the command writes, in order (:meth:`plan`)."""
         return tuple(step["dir"] for step in self.plan())
 
-    def __call__(self, dry: bool = False) -> int:
-        """Run the command's train.py runs in this process (``dry``: print each run's folder and argument list);
-        the exit status: 0, 1 after one ``error:`` line, 2 for an unknown command, or train.py's (75 preempted)."""
+    def __call__(self, dry: bool = False, check: bool = True) -> int:
+        """Run the command's train.py runs in this process (``dry``: print each run's folder and argument list
+        instead; ``check`` False: without checking the prerequisites a run needs); the exit status: 0, 2 after one
+        ``error:`` line, or train.py's (75 preempted)."""
         if not self.known():
             print(f"error: usage: python -m units [--print-argv] METHOD COMMAND ARGS ({usage_list()})", file=sys.stderr)
-            return EXIT_USAGE
+            return EXIT_USER_ERROR
         row, command = self.target()
-        unit = Unit(row, self.script, self.knobs, self.caller, dry=dry)
+        unit = Unit(row, self.script, self.knobs, self.caller, dry=dry, check=check)
         try:
             command(unit, list(self.args))
         except UnitError as e:
             print(f"error: {e}", file=sys.stderr)
-            return 1
+            return EXIT_USER_ERROR
         except StepFailed as e:
             return e.status
         return 0

@@ -1,6 +1,6 @@
 """The unit commands of each method family: ``python -m units METHOD COMMAND ARGS`` (``scripts/<method>/<command>.sh``).
 
-Each command checks its arguments and prerequisites (one ``error:`` line, exit status 1, as the scripts always did),
+Each command checks its arguments and prerequisites (one ``error:`` line, exit status 2, as train.py for a user error),
 then makes its train.py runs through :class:`units.unit.Unit`. The run folders follow docs/ARCHITECTURE.md:
 ``base2new/{train_base,test_new}/<dataset>/shots_<K>/<TRAINER>/<CFG>/seed<S>``; ``xd/train/<source>/...``,
 ``xd/test/<target>/...`` and ``dg/{train,test}/<target>/...`` for the transfer runs.
@@ -298,13 +298,12 @@ def petr_reproduce(u: Unit, args: list[str]) -> None:
            **{k: u.path(k) for k in ("DATA", "OUTPUT_ROOT", "TEACHER_DIR") if u.path(k)}}
     if u.env.get("TEACHER_CKPT", "") not in ("", "none"):
         env["TEACHER_CKPT"] = u.path("TEACHER_CKPT")
-    failed = []
+    failed, dry = [], [("--check-argv" if u.check else "--print-argv")] if u.dry else []
     for dataset in datasets:
         dataset_name(dataset)
         for seed in u.knob("SEEDS", "1 2 3").split():
             for command in ("base2new_train", "base2new_test"):
-                argv = [sys.executable, "-m", "units", *(["--print-argv"] if u.dry else []), "petr", command,
-                        dataset, seed]
+                argv = [sys.executable, "-m", "units", *dry, "petr", command, dataset, seed]
                 env["UNITS_SCRIPT"] = f"scripts/petr/{command}.sh"
                 status = subprocess.run(argv, cwd=REPO, env=env).returncode
                 if status in (-signal.SIGINT, 128 + signal.SIGINT):  # Ctrl-C: the loop ends as the child did

@@ -28,7 +28,7 @@ _NAME_LINE = re.compile(r'^ *NAME: *"?([^"]*?)"? *$', re.MULTILINE)
 
 
 class UnitError(ValueError):
-    """A user mistake or a missing prerequisite of a unit command: one ``error:`` line, exit status 1 (a ValueError,
+    """A user mistake or a missing prerequisite of a unit command: one ``error:`` line, exit status 2 (a ValueError,
     as the runner's argument checks raise)."""
 
 

@@ -56,6 +56,9 @@ class Unit:
     planning: bool = False
     """Only the runs' folders are wanted, before the runs they read exist: prerequisites are not checked, nothing is
     printed (implies ``dry``)."""
+    check: bool = True
+    """Check the prerequisites a run needs (DATA, the finished run it reads, a teacher) and stop as the command
+    would; off when planning and for ``--print-argv``, which shows the runs without their inputs."""
     steps: list[dict] = field(default_factory=list)
     """With ``dry``: each run's folder and train.py arguments, in order."""
     trainer: str = field(init=False)
@@ -63,6 +66,7 @@ class Unit:
     def __post_init__(self) -> None:
         self.trainer = self.method.trainer
         self.dry = self.dry or self.planning
+        self.check = self.check and not self.planning
 
     # ----- knobs -------------------------------------------------------------------------------------------------
     def knob(self, name: str, default: str = "") -> str:
@@ -87,13 +91,14 @@ class Unit:
         return self.knob("SOURCE", "imagenet")
 
     def needs(self, present: bool, message: str) -> None:
-        """UnitError(``message``) unless a prerequisite is ``present`` (or the command is only planned)."""
-        if not present and not self.planning:
+        """UnitError(``message``) unless a prerequisite is ``present`` (or prerequisites are not checked)."""
+        if not present and self.check:
             raise UnitError(message)
 
     def require_data(self) -> None:
-        """DATA must name an existing folder (not checked when planning: the runner's preflight checks it)."""
-        if self.planning:
+        """DATA must name an existing folder (not checked when planning, where the runner's preflight checks it, nor
+        for ``--print-argv``)."""
+        if not self.check:
             return
         if not self.data:
             raise UnitError("DATA is not set: set DATA=/path/to/datasets (see DATASETS.md)")
@@ -123,7 +128,7 @@ class Unit:
             load = ["--load-epoch", *self.knob("LOAD_EPOCH").split()]
         else:
             which = saved_model(model_dir)
-            if which is None and self.planning:
+            if which is None and not self.check:
                 return ["--model-dir", model_dir, "--eval-only"]
             if which is None:
                 raise UnitError(f"no checkpoint in {model_dir} (no <model>/{POINTER_FILE} file): train the model "
@@ -142,7 +147,7 @@ class Unit:
             return ""
         if not ckpt:
             path = f"{self.path('TEACHER_DIR') or 'teachers'}/{folder}"
-            if not os.path.exists(path) and not self.planning:
+            if not os.path.exists(path) and self.check:
                 raise UnitError(f"no teacher at {path}: set TEACHER_DIR (folder of per-dataset teachers), "
                                 "TEACHER_CKPT=/path/to/checkpoint-or-PromptSRC-run, or TEACHER_CKPT=none; train one "
                                 "with scripts/teacher/base2new_train.sh or import PromptKD's with "
