@@ -56,8 +56,12 @@ def fetch_all(names: list[str], root: str, urls: dict[str, str], dry_run: bool =
     status = 0
     for name in names:
         url, target = urls[name], os.path.join(root, os.path.basename(urls[name]))
-        if dry_run:
-            print(by_hand(name, url, target))
+        if dry_run:  # what is there is named; what is not, with how to place it by hand (exit status 2)
+            if os.path.isfile(target):
+                print(f"there: {name}: {target} (fetching checks its SHA-256)")
+            else:
+                print(f"missing: {by_hand(name, url, target)}")
+                status = EXIT_USER_ERROR
             continue
         try:
             fetch_weights(name, url, root)

@@ -298,8 +298,8 @@ def check_table(checks: Sequence[DatasetCheck], sizes: Mapping[str, Sizes] = PUB
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m datasets.check", description=__doc__.splitlines()[0],
-                                epilog="\n".join(__doc__.splitlines()[3:]),
+    p = argparse.ArgumentParser(prog="python -m datasets.check", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("names", nargs="*", default=["all"],
                    help="datasets (short names such as eurosat, or DATASET.NAME; 'all': CoOp's fifteen)")

@@ -322,7 +322,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str, Iterable[st
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m engine.runs COMMAND ...``; a user error prints one ``error:`` line and returns 2."""
-    parser = argparse.ArgumentParser(prog="python -m engine.runs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m engine.runs", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (run, help_text, params) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

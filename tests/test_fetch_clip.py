@@ -67,12 +67,17 @@ def test_offline_and_dry_run_say_what_from_where_to_where(tmp_path, capsys):
     sha = "a" * 64
     urls = {"Tiny/1": f"{OFFLINE_URL}/{sha}/Tiny-1.pt", "Tiny/2": f"{OFFLINE_URL}/{sha}/Tiny-2.pt"}
     root = tmp_path / "weights"
-    assert clip_download.fetch_all(["Tiny/1", "Tiny/2"], str(root), urls, dry_run=True) == 0
-    out = capsys.readouterr().out.splitlines()
+    assert clip_download.fetch_all(["Tiny/1", "Tiny/2"], str(root), urls, dry_run=True) == 2  # missing: exit 2
+    out = [line.removeprefix("missing: ") for line in capsys.readouterr().out.splitlines()]
     assert out == [f"{name}: {urls[name]} -> {root / f'Tiny-{i}.pt'}; by hand: download it on a machine with internet "
                    f"and copy it to {root / f'Tiny-{i}.pt'} (sha256sum must print {sha})"
                    for i, name in ((1, "Tiny/1"), (2, "Tiny/2"))]
     assert not root.exists()
+    (tmp_path / "there").mkdir()
+    (tmp_path / "there" / "Tiny-1.pt").write_bytes(PAYLOAD)
+    assert clip_download.fetch_all(["Tiny/1"], str(tmp_path / "there"), urls, dry_run=True) == 0
+    there = tmp_path / "there" / "Tiny-1.pt"
+    assert capsys.readouterr().out == f"there: Tiny/1: {there} (fetching checks its SHA-256)\n"
     assert clip_download.fetch_all(["Tiny/1", "Tiny/2"], str(root), urls) == 2
     err = error_lines(capsys.readouterr().err)
     assert len(err) == 2 and all(line.startswith(f"error: {name}: cannot download (") and line.endswith(out[i])
@@ -86,7 +91,7 @@ def test_command_line_unknown_name(capsys):
 
 
 def test_command_line_names_openai_urls(tmp_path, capsys):
-    assert clip_download.main(["ViT-B/16", "ViT-L/14", "--dir", str(tmp_path), "--dry-run"]) == 0
+    assert clip_download.main(["ViT-B/16", "ViT-L/14", "--dir", str(tmp_path), "--dry-run"]) == 2  # both missing
     out = capsys.readouterr().out
     assert (f"ViT-L/14: https://openaipublic.azureedge.net/clip/models/b8cca3fd41ae0c99ba7e8951adf17d267cdb84cd88be"
             f"6f7c2e0eca1737a03836/ViT-L-14.pt -> {tmp_path / 'ViT-L-14.pt'}") in out

@@ -328,7 +328,7 @@ def _at_least(minimum: int) -> Callable[[str], int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python tools/upstream_promptkd.py", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python tools/upstream_promptkd.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--upstream", required=True, help=f"upstream PromptKD checkout (made by {SETUP_SCRIPT})")
     p.add_argument("--inputs", required=True, help="folder written by tools.side_by_side_inputs.write_inputs")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
