@@ -318,6 +318,7 @@ def _train_or_evaluate(args: argparse.Namespace, cfg, claim):
     import torch
 
     from engine import build_trainer, collect_env_info, set_random_seed, setup_logger
+    from engine.data_manager import close_loaders
     from engine.distributed import barrier, init_distributed, is_main, shutdown_distributed
     from engine.errors import first_line, is_user_error
     from engine.preemption import Preempted
@@ -364,6 +365,7 @@ def _train_or_evaluate(args: argparse.Namespace, cfg, claim):
             logger.write_file(f"\nerror: {first_line(e)}\n" if is_user_error(e) else f"\n{traceback.format_exc()}")
         raise
     finally:
+        close_loaders()  # the run's loader workers end with it, whoever still holds its trainer
         sys.stdout.flush()
         if logger is not None:
             logger.close()
