@@ -1,14 +1,17 @@
 """Checks of the runner's arguments that argparse cannot make, done before any job starts: the ``--extra-opts``
-keys against the config schema (in a child process, since the schema's modules import torch) and a writable
-``--output``. Each failure is a ValueError with a one-line message (``error:`` on the command line)."""
+keys against the config schema (in a child process, since the schema's modules import torch), a writable
+``--output``, and the folders and logs the runner writes (no link, FIFO or other file where one is expected). Each
+failure is a ValueError with a one-line message (``error:`` on the command line)."""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from runner.jobs import Job
+from engine.run_files import file_kind
+from runner.jobs import Job, log_name
 from units.facts import REPO
 
 CHECK_OPTS = """
@@ -59,3 +62,36 @@ def check_writable(output: str) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"--output {output}: {existing} is not writable; choose another --output (or make it "
                          "writable)")
+
+
+def check_folders(root: str, folders: Iterable[str]) -> None:
+    """Each of ``folders`` and the folders between ``root`` (the ``--output`` or ``--log-dir`` given) and it that
+    exist are folders, not symbolic links or other files: the runner makes the missing ones and writes its logs and
+    tables in them, never through a link (which would write outside the output)."""
+    for folder in folders:
+        current = root
+        for part in os.path.relpath(folder, root).split(os.sep):
+            current = os.path.join(current, part)
+            try:
+                mode = os.lstat(current).st_mode
+            except FileNotFoundError:
+                break
+            if not stat.S_ISDIR(mode):
+                raise ValueError(f"{current} is {file_kind(mode)}, not a folder: the runner writes its logs and tables "
+                                 f"under {root} and follows no link there; remove it, or choose another --output or "
+                                 "--log-dir")
+
+
+def check_logs(log_dir: str, jobs: Sequence[Job]) -> None:
+    """Each job's log in ``log_dir`` that exists is a regular file: the runner appends to it, never through a link
+    (which would write outside the output) nor into a FIFO (which would block the job)."""
+    for job in jobs:
+        path = os.path.join(log_dir, log_name(job))
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{path} is {file_kind(mode)}, not a regular file: the runner appends the output of job "
+                             f"'{job.name}' to this log and follows no link (a FIFO would block it); remove it "
+                             f"(rm {path}) and rerun")

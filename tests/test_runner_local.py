@@ -19,6 +19,7 @@ from runner.jobs import Job, command_line
 from runner.local import LocalExecutor
 from runner.schedule import run_plan
 from tests.helpers_datasets import write_tree
+from tests.helpers_jobs import Toy
 from tests.helpers_petr import write_eurosat
 from tests.helpers_run import HANG_GUARD_S, TREE_ENV, alive, default_sigint, left_behind, train_argv
 from units.call import TrainCall, UnitCall
@@ -293,3 +294,26 @@ def test_sigterm_stops_train_py_in_a_warm_worker(tmp_path, tiny_clip_file):
             runner.wait()
     assert len(workers) == 1 and not any(alive(pid) for pid in workers)
     assert run_state(str(out)) == "resumable"
+
+
+def test_a_job_log_that_is_a_link_or_a_fifo_fails_its_job(tmp_path):
+    """A job's log that is a symbolic link (to a file outside the output) or a FIFO when the job starts (the command
+    line refuses both before anything starts; here they appear behind its back): the job fails at once with one
+    line naming the log, the link's target is left as it was, and the other job runs."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("kept\n")
+    (logs / "linked.log").symlink_to(outside)
+    os.mkfifo(logs / "fifo.log")
+    jobs = [Job(name=name, kind="train", method="M", dataset="d", runs=(str(tmp_path / name),),
+                call=Toy(say=name, finish=str(tmp_path / name))) for name in ("linked", "fifo", "plain")]
+    executor = LocalExecutor([], threads=1)
+    try:
+        report = run_plan(jobs, executor, str(logs))
+    finally:
+        executor.close()
+    assert report.done == ["plain"] and outside.read_text() == "kept\n"
+    assert report.failed["linked"].startswith(f"{logs / 'linked.log'} is a symbolic link, not a regular file; ")
+    assert report.failed["fifo"].startswith(f"{logs / 'fifo.log'} is a FIFO, not a regular file; ")
+    assert "kept" not in report.failed["linked"]  # its tail is not read through the link either
