@@ -115,35 +115,54 @@ def read_yaml(path: str, what: str) -> dict:
     return data
 
 
-def _merge_file(cfg, path: str, what: str) -> dict:
-    """Merge the config file ``path`` into ``cfg``; returns the mapping it holds."""
+def _merge_file(cfg, path: str, what: str) -> None:
+    """Merge the config file ``path`` into ``cfg``."""
     data = read_yaml(path, what)
     _merge(cfg, path, lambda: cfg.merge_from_other_cfg(type(cfg)(data)))
-    return data
+
+
+ARGUMENT_KEYS = {"root": "DATASET.ROOT", "output_dir": "OUTPUT_DIR", "resume": "RESUME", "seed": "SEED",
+                 "source_domains": "DATASET.SOURCE_DOMAINS", "target_domains": "DATASET.TARGET_DOMAINS",
+                 "transforms": "INPUT.TRANSFORMS", "trainer": "TRAINER.NAME", "backbone": "MODEL.BACKBONE.NAME",
+                 "head": "MODEL.HEAD.NAME"}
+"""The arguments that set a config key (``--root`` sets DATASET.ROOT, ...)."""
+
+
+def argument_values(args: argparse.Namespace) -> dict[str, object]:
+    """The config keys the command-line arguments set, with their values: those given (``--seed`` when 0 or more)."""
+    values = {key: getattr(args, name) for name, key in ARGUMENT_KEYS.items()}
+    return {key: value for key, value in values.items()
+            if (value is not None and value >= 0 if key == "SEED" else value)}
 
 
 def reset_cfg(cfg, args: argparse.Namespace) -> None:
     """Copy the command-line arguments into the config (only those given)."""
-    if args.root:
-        cfg.DATASET.ROOT = args.root
-    if args.output_dir:
-        cfg.OUTPUT_DIR = args.output_dir
-    if args.resume:
-        cfg.RESUME = args.resume
-    if args.seed is not None and args.seed >= 0:
-        cfg.SEED = args.seed
-    if args.source_domains:
-        cfg.DATASET.SOURCE_DOMAINS = args.source_domains
-    if args.target_domains:
-        cfg.DATASET.TARGET_DOMAINS = args.target_domains
-    if args.transforms:
-        cfg.INPUT.TRANSFORMS = args.transforms
-    if args.trainer:
-        cfg.TRAINER.NAME = args.trainer
-    if args.backbone:
-        cfg.MODEL.BACKBONE.NAME = args.backbone
-    if args.head:
-        cfg.MODEL.HEAD.NAME = args.head
+    for key, value in argument_values(args).items():
+        *parents, leaf = key.split(".")
+        node = cfg
+        for name in parents:
+            node = getattr(node, name)
+        setattr(node, leaf, value)
+
+
+def config_files(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The config files ``args`` name, in merge order, each with what it is (for its errors)."""
+    named = ((args.dataset_config_file, "dataset config file"), (args.config_file, "trainer config file"))
+    return [(path, what) for path, what in named if path]
+
+
+def command_keys(args: argparse.Namespace) -> dict[str, str]:
+    """Every config key the command line ``args`` sets, with the last source that sets it, in train.py's merge order:
+    a config file (its path), the arguments that name a key (``command-line arguments``), the opts (``command-line
+    opts``). Read without building the config (the protocol runner asks it of its jobs' command lines)."""
+    from engine.schema import config_leaves
+
+    given: dict[str, str] = {}
+    for path, what in config_files(args):
+        given.update(dict.fromkeys((key for key, _ in config_leaves(read_yaml(path, what))), path))
+    given.update(dict.fromkeys(argument_values(args), "command-line arguments"))
+    given.update(dict.fromkeys((args.opts or [])[0::2], "command-line opts"))
+    return given
 
 
 def register_project() -> None:
@@ -160,23 +179,19 @@ def setup_cfg(args: argparse.Namespace):
     namespace that a file or the opts set and the running trainer would ignore is refused
     (``trainers.config.check_namespaces``)."""
     from engine import get_cfg_default
-    from engine.schema import config_leaves
     from trainers.config import check_namespaces, extend_cfg
 
     cfg = get_cfg_default()
     extend_cfg(cfg)
-    given: dict[str, str] = {}  # dotted key -> the last source that set it
-    for path, what in ((args.dataset_config_file, "dataset config file"), (args.config_file, "trainer config file")):
-        if path:
-            given.update(dict.fromkeys((key for key, _ in config_leaves(_merge_file(cfg, path, what))), path))
+    for path, what in config_files(args):
+        _merge_file(cfg, path, what)
     if args.config_file:
         cfg.CONFIG_NAME = os.path.splitext(os.path.basename(args.config_file))[0]
     reset_cfg(cfg, args)
     opts = args.opts or []
     _merge(cfg, "command-line opts", lambda: cfg.merge_from_list(opts))
-    given.update(dict.fromkeys(opts[0::2], "command-line opts"))
     cfg.freeze()
-    check_namespaces(cfg, given)
+    check_namespaces(cfg, command_keys(args))
     return cfg
 
 

@@ -27,6 +27,35 @@ CASES = {
                                "error: --extra-opts: CoOp: unknown config key 'OPTIM.MAX_EPOCHS'"),
     "extra-opts value of the wrong type": (["--extra-opts", "OPTIM.LR fast"], 2,
                                            "error: --extra-opts: CoOp: Type mismatch"),
+    "extra-opts value out of its range": (["--extra-opts", "OPTIM.LR -1"], 2,
+                                          "error: --extra-opts: CoOp: OPTIM.LR is -1.0; it must be a number > 0"),
+    "extra-opts OUTPUT_DIR": (["--extra-opts", "OUTPUT_DIR {tmp}/elsewhere/run"], 2,
+                              "error: --extra-opts: OUTPUT_DIR is set by the runner for each job: leave it out and "
+                              "choose the output root with --output"),
+    "extra-opts SEED": (["--extra-opts", "OPTIM.MAX_EPOCH 2 SEED 5"], 2,
+                        "error: --extra-opts: SEED is set by the runner for each job: leave it out and give the seeds "
+                        "with --seeds"),
+    "extra-opts DATASET.ROOT": (["--extra-opts", "DATASET.ROOT {tmp}/elsewhere"], 2,
+                                "error: --extra-opts: DATASET.ROOT is set by the runner for each job: leave it out and "
+                                "give the datasets folder with --data"),
+    "extra-opts DATASET.NAME": (["--extra-opts", "DATASET.NAME DescribableTextures"], 2,
+                                "error: --extra-opts: DATASET.NAME is set by the runner for each job: leave it out and "
+                                "name the datasets with --datasets"),
+    "extra-opts DATASET.NUM_SHOTS": (["--extra-opts", "DATASET.NUM_SHOTS 4"], 2,
+                                     "error: --extra-opts: DATASET.NUM_SHOTS is set by the runner for each job: "),
+    "extra-opts DATASET.SUBSAMPLE_CLASSES": (["--extra-opts", "DATASET.SUBSAMPLE_CLASSES all"], 2,
+                                             "error: --extra-opts: DATASET.SUBSAMPLE_CLASSES is set by the runner for "
+                                             "each job: leave it out and choose the protocol"),
+    "extra-opts TRAINER.NAME": (["--extra-opts", "TRAINER.NAME PETR"], 2,
+                                "error: --extra-opts: TRAINER.NAME is set by the runner for each job: leave it out and "
+                                "name the methods with --methods"),
+    "extra-opts a student's teacher": (["--protocol", "xd", "--extra-opts", "TRAINER.PROMPTKD.TEACHER_CKPT /x"], 2,
+                                       "error: --extra-opts: TRAINER.PROMPTKD.TEACHER_CKPT is set by the runner for "
+                                       "each job: leave it out and set TEACHER_CKPT=PATH"),
+    "extra-opts the xd source": (["--protocol", "xd", "--methods", "PETR", "--extra-opts",
+                                  "DATASET.SOURCE_DATASET ImageNet"], 2,
+                                 "error: --extra-opts: DATASET.SOURCE_DATASET is set by the runner for each job: "
+                                 "leave it out and name the cross-dataset source with --source"),
     "output under a file": (["--output", "{tmp}/file/out"], 2,
                             "error: --output {tmp}/file/out: {tmp}/file is a file, not a folder"),
     "read-only output": (["--output", "{tmp}/read-only/out"], 2,
