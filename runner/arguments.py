@@ -135,6 +135,14 @@ def check_writable(output: str) -> None:
                          "writable)")
 
 
+def mode_at(path: str) -> int | None:
+    """The ``st_mode`` of ``path``, a symbolic link not followed; None when nothing is there."""
+    try:
+        return os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+
+
 def check_folders(root: str, folders: Iterable[str]) -> None:
     """Each of ``folders`` and the folders between ``root`` (the ``--output`` or ``--log-dir`` given) and it that
     exist are folders, not symbolic links or other files: the runner makes the missing ones and writes its logs and
@@ -143,9 +151,8 @@ def check_folders(root: str, folders: Iterable[str]) -> None:
         current = root
         for part in os.path.relpath(folder, root).split(os.sep):
             current = os.path.join(current, part)
-            try:
-                mode = os.lstat(current).st_mode
-            except FileNotFoundError:
+            mode = mode_at(current)
+            if mode is None:
                 break
             if not stat.S_ISDIR(mode):
                 raise ValueError(f"{current} is {file_kind(mode)}, not a folder: the runner writes its logs and tables "
@@ -158,11 +165,8 @@ def check_logs(log_dir: str, jobs: Sequence[Job]) -> None:
     (which would write outside the output) nor into a FIFO (which would block the job)."""
     for job in jobs:
         path = os.path.join(log_dir, log_name(job))
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISREG(mode):
+        mode = mode_at(path)
+        if mode is not None and not stat.S_ISREG(mode):
             raise ValueError(f"{path} is {file_kind(mode)}, not a regular file: the runner appends the output of job "
                              f"'{job.name}' to this log and follows no link (a FIFO would block it); remove it "
                              f"(rm {path}) and rerun")
