@@ -116,36 +116,63 @@ def read_yaml(path: str, what: str) -> dict:
     return data
 
 
-def _merge_file(cfg, path: str, what: str) -> dict:
-    """Merge the config file ``path`` into ``cfg``; returns the mapping it holds."""
+def _merge_file(cfg, path: str, what: str) -> None:
+    """Merge the config file ``path`` into ``cfg``."""
     data = read_yaml(path, what)
     _merge(cfg, path, lambda: cfg.merge_from_other_cfg(type(cfg)(data)))
-    return data
 
 
-FLAG_KEYS = {"root": "DATASET.ROOT", "output_dir": "OUTPUT_DIR", "resume": "RESUME", "seed": "SEED",
-             "source_domains": "DATASET.SOURCE_DOMAINS", "target_domains": "DATASET.TARGET_DOMAINS",
-             "transforms": "INPUT.TRANSFORMS", "trainer": "TRAINER.NAME", "backbone": "MODEL.BACKBONE.NAME",
-             "head": "MODEL.HEAD.NAME"}
-"""The command-line arguments that set a config key, and the key each sets."""
+ARGUMENT_KEYS = {"root": "DATASET.ROOT", "output_dir": "OUTPUT_DIR", "resume": "RESUME", "seed": "SEED",
+                 "source_domains": "DATASET.SOURCE_DOMAINS", "target_domains": "DATASET.TARGET_DOMAINS",
+                 "transforms": "INPUT.TRANSFORMS", "trainer": "TRAINER.NAME", "backbone": "MODEL.BACKBONE.NAME",
+                 "head": "MODEL.HEAD.NAME"}
+"""The arguments that set a config key (``--root`` sets DATASET.ROOT, ...)."""
 
 
-def flag_settings(args: argparse.Namespace) -> dict[str, object]:
-    """``{config key: value}`` of the command-line arguments given (a seed only when non-negative)."""
-    given = {key: getattr(args, flag) for flag, key in FLAG_KEYS.items() if flag != "seed" and getattr(args, flag)}
-    if args.seed is not None and args.seed >= 0:
-        given["SEED"] = args.seed
-    return given
+def argument_values(args: argparse.Namespace) -> dict[str, object]:
+    """The config keys the command-line arguments set, with their values: those given (``--seed`` when 0 or more)."""
+    values = {key: getattr(args, name) for name, key in ARGUMENT_KEYS.items()}
+    return {key: value for key, value in values.items()
+            if (value is not None and value >= 0 if key == "SEED" else value)}
 
 
 def reset_cfg(cfg, args: argparse.Namespace) -> None:
     """Copy the command-line arguments into the config (only those given)."""
-    for key, value in flag_settings(args).items():
-        *path, leaf = key.split(".")
+    for key, value in argument_values(args).items():
+        *parents, leaf = key.split(".")
         node = cfg
-        for part in path:
-            node = node[part]
-        node[leaf] = value
+        for name in parents:
+            node = getattr(node, name)
+        setattr(node, leaf, value)
+
+
+def config_files(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The config files ``args`` name, in merge order, each with what it is (for its errors)."""
+    named = ((args.dataset_config_file, "dataset config file"), (args.config_file, "trainer config file"))
+    return [(path, what) for path, what in named if path]
+
+
+def command_settings(args: argparse.Namespace) -> dict[str, tuple[object, str]]:
+    """Every config key the command line ``args`` sets, with its value and the last source that sets it, in train.py's
+    merge order: a config file (its path; its CONFIG_NAME too), the arguments that name a key (``command-line
+    arguments``), the opts (``command-line opts``, values as written). Read without building the config (the protocol
+    runner asks it of its jobs' command lines)."""
+    from engine.schema import config_leaves
+
+    given: dict[str, tuple[object, str]] = {}
+    for path, what in config_files(args):
+        given.update((key, (value, path)) for key, value in config_leaves(read_yaml(path, what)))
+    if args.config_file:
+        given["CONFIG_NAME"] = (os.path.splitext(os.path.basename(args.config_file))[0], args.config_file)
+    given.update((key, (value, "command-line arguments")) for key, value in argument_values(args).items())
+    opts = args.opts or []
+    given.update((key, (value, "command-line opts")) for key, value in zip(opts[0::2], opts[1::2]))
+    return given
+
+
+def command_keys(args: argparse.Namespace) -> dict[str, str]:
+    """Every config key the command line ``args`` sets, with the last source that sets it (:func:`command_settings`)."""
+    return {key: source for key, (_, source) in command_settings(args).items()}
 
 
 def register_project() -> None:
@@ -162,23 +189,19 @@ def setup_cfg(args: argparse.Namespace):
     namespace that a file or the opts set and the running trainer would ignore is refused
     (``trainers.config.check_namespaces``)."""
     from engine import get_cfg_default
-    from engine.schema import config_leaves
     from trainers.config import check_namespaces, extend_cfg
 
     cfg = get_cfg_default()
     extend_cfg(cfg)
-    given: dict[str, str] = {}  # dotted key -> the last source that set it
-    for path, what in ((args.dataset_config_file, "dataset config file"), (args.config_file, "trainer config file")):
-        if path:
-            given.update(dict.fromkeys((key for key, _ in config_leaves(_merge_file(cfg, path, what))), path))
+    for path, what in config_files(args):
+        _merge_file(cfg, path, what)
     if args.config_file:
         cfg.CONFIG_NAME = os.path.splitext(os.path.basename(args.config_file))[0]
     reset_cfg(cfg, args)
     opts = args.opts or []
     _merge(cfg, "command-line opts", lambda: cfg.merge_from_list(opts))
-    given.update(dict.fromkeys(opts[0::2], "command-line opts"))
     cfg.freeze()
-    check_namespaces(cfg, given)
+    check_namespaces(cfg, command_keys(args))
     return cfg
 
 
@@ -345,6 +368,7 @@ def _train_or_evaluate(args: argparse.Namespace, cfg, claim):
     import torch
 
     from engine import build_trainer, collect_env_info, set_random_seed, setup_logger
+    from engine.data_manager import close_loaders
     from engine.distributed import barrier, init_distributed, is_main, shutdown_distributed
     from engine.errors import first_line, is_user_error
     from engine.preemption import Preempted
@@ -391,6 +415,7 @@ def _train_or_evaluate(args: argparse.Namespace, cfg, claim):
             logger.write_file(f"\nerror: {first_line(e)}\n" if is_user_error(e) else f"\n{traceback.format_exc()}")
         raise
     finally:
+        close_loaders()  # the run's loader workers end with it, whoever still holds its trainer
         sys.stdout.flush()
         if logger is not None:
             logger.close()

@@ -1,6 +1,7 @@
 """Dassl's DataManager: builds the dataset, transforms and the train_x / train_u / val / test loaders."""
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 
 import torch
@@ -16,6 +17,8 @@ from .transforms import INTERPOLATION_MODES, build_transform
 from .utils import read_image
 
 SAMPLERS = ("RandomSampler", "SequentialSampler")
+_PERSISTENT: weakref.WeakSet[DataLoader] = weakref.WeakSet()
+"""The loaders with persistent workers that :func:`build_data_loader` built in this process (:func:`close_loaders`)."""
 
 
 def build_sampler(sampler_type: str, data_source: Sequence[Datum]) -> Sampler:
@@ -137,7 +140,20 @@ def build_data_loader(
         worker_init_fn=worker_init_fn(),
     )
     assert len(loader) > 0
+    if loader.persistent_workers:
+        _PERSISTENT.add(loader)
     return loader
+
+
+def close_loaders() -> None:
+    """End the persistent worker processes of every loader :func:`build_data_loader` built in this process (a loader
+    iterated again starts new ones). train.py calls it when a run ends: its trainer may outlive the run in a reference
+    cycle (a routed trainer and its router), and collecting one closes the workers' queues before the iterator can
+    tell them to stop, so they would stay until the process ends (a runner's warm worker serves many runs)."""
+    for loader in list(_PERSISTENT):
+        iterator, loader._iterator = loader._iterator, None  # torch's own test of "no workers yet"
+        if iterator is not None:
+            iterator._shutdown_workers()
 
 
 class DataManager:

@@ -15,7 +15,7 @@ into another error; train.py reports it in one line and exits with status 75 (``
 DataLoader workers ignore these signals (:func:`ignore_in_worker`): a signal sent to the whole process group must not
 kill the workers of the step that is being finished. Multiprocessing ends daemonic children at exit with SIGTERM and
 then waits for them, so workers still alive then (a loader that outlived its run) are ended with SIGKILL first
-(:func:`_kill_workers_at_exit`), else the process would never exit. Importing this module changes nothing in the
+(:func:`end_workers`), else the process would never exit. Importing this module changes nothing in the
 process: that exit handler is installed by :func:`handle_signals` and by :func:`worker_init_fn` (whoever builds a
 loader whose workers ignore the signals).
 """
@@ -149,22 +149,28 @@ def worker_init_fn() -> Callable[[int], None]:
     return ignore_in_worker
 
 
-def _kill_workers_at_exit() -> None:
-    """The daemonic children (DataLoader workers) still alive at exit, ended with SIGKILL: they ignore the SIGTERM
-    that multiprocessing's own exit handler sends before it waits for them. torch's SIGCHLD handler, which would
-    report each as a failed worker, is set back to the default first."""
+def end_workers() -> None:
+    """End this process's daemonic children still alive (DataLoader workers that outlived their run): SIGKILL, since
+    they ignore the preemption signals and the SIGTERM multiprocessing's own exit handler sends before it waits for
+    them, then reaped. torch's SIGCHLD handler, which would report each as a failed worker, is set aside meanwhile
+    (call it from the main thread, where ``signal.signal`` is allowed: atexit handlers run there)."""
     workers = [child for child in multiprocessing.active_children() if child.daemon]
     if not workers:
         return
-    if hasattr(signal, "SIGCHLD"):  # atexit handlers run in the main thread, where signal.signal is allowed
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    for child in workers:
-        child.kill()
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL) if hasattr(signal, "SIGCHLD") else None
+    try:
+        for child in workers:
+            child.kill()
+        for child in workers:
+            child.join()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGCHLD, previous)
 
 
 def install_exit_handler() -> None:
-    """Register :func:`_kill_workers_at_exit` with atexit, once (a second call moves it to the front). atexit runs
-    handlers last-registered first, and multiprocessing's own handler was registered when this module imported
+    """Register :func:`end_workers` with atexit, once (a second call moves it to the front). atexit runs handlers
+    last-registered first, and multiprocessing's own handler was registered when this module imported
     ``multiprocessing.util``, so this one runs before it."""
-    atexit.unregister(_kill_workers_at_exit)
-    atexit.register(_kill_workers_at_exit)
+    atexit.unregister(end_workers)
+    atexit.register(end_workers)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from tabulate import tabulate
 
-from runner.arguments import check_opts_keys, check_pairs, check_writable
+from runner.arguments import check_folders, check_logs, check_opts_keys, check_pairs, check_writable
 from runner.costs import (
     EVAL_SOURCE,
     JOB_OVERHEAD_SOURCE,
@@ -247,8 +247,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         sweep = make_sweep(args)
         jobs = Planner(sweep).plan()
         check_opts_keys(sweep.extra_opts, jobs)
+        log_dir = os.path.abspath(args.log_dir or os.path.join(sweep.output, "logs", sweep.protocol))
         if not args.dry_run:
             check_writable(sweep.output)
+            check_folders(sweep.output, [os.path.join(sweep.output, sweep.protocol)])  # the table's
+            check_folders(os.path.abspath(args.log_dir) if args.log_dir else sweep.output,
+                          [log_dir, *([os.path.join(log_dir, "slurm")] if args.executor == "slurm" else [])])
+            check_logs(log_dir, jobs)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -259,7 +264,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from runner.schedule import run_plan, stop_signal
     from runner.tables import table_path, write_tables
 
-    log_dir = os.path.abspath(args.log_dir or os.path.join(sweep.output, "logs", sweep.protocol))
     try:
         executor = make_executor(args, log_dir)
     except ValueError as e:

@@ -8,18 +8,30 @@ long as a small run); NPROC > 1 units start torchrun from there. The worker is s
 every run starts from the state a new process has (the engine reseeds per run). Each warm worker is a process group
 of its own: the signal that stops the runner (Ctrl-C, SIGTERM, SIGHUP) reaches it once, passed on by
 :meth:`LocalExecutor.stop`.
+
+A job leaves nothing running in its worker: train.py ends its loaders' persistent workers when a run ends
+(``engine.data_manager.close_loaders``), loader workers still alive when the job returns are killed
+(:func:`engine.preemption.end_workers`: a spawned worker's exit waits for its daemonic children, which ignore the
+SIGTERM it sends them, so one left behind would keep the worker, and the runner waiting for it, from ever ending),
+and what the job dropped is collected (a trainer in a reference cycle, such as a routed trainer and its router). A
+worker also ends when the runner is gone, however it ended (SIGKILL and the OOM killer included): it stops its job
+as :meth:`LocalExecutor.stop` would (:func:`_end_with_runner`).
 """
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import suppress
 from dataclasses import dataclass
 
+from engine.preemption import end_workers
 from runner import unit
 from runner.jobs import Job
 from runner.profiles import ask_torch, card_has_bf16
@@ -40,9 +52,14 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(int(count) if count.isdigit() else 0)]
 
 
+IDLE = threading.Event()
+"""In a warm worker: set while no job runs."""
+
+
 def _warm_up(devices: str | None, threads: int | None) -> None:
     """Worker initializer: a process group of its own (the runner passes signals on), the repository root
-    (train.py's relative paths start there), the slot's GPUs and torch threads, and train.py's imports paid once."""
+    (train.py's relative paths start there), the slot's GPUs and torch threads, train.py's imports paid once, and
+    the thread that ends the worker with the runner (:func:`_end_with_runner`)."""
     os.setpgrp()
     os.chdir(REPO)
     if devices is not None:
@@ -56,6 +73,33 @@ def _warm_up(devices: str | None, threads: int | None) -> None:
     import train
 
     train.register_project()
+    IDLE.set()
+    threading.Thread(target=_end_with_runner, name="end-with-runner", daemon=True).start()
+
+
+def _end_with_runner() -> None:
+    """A warm worker's thread: once the runner is gone (the pipe multiprocessing keeps open to the parent closes
+    whenever the parent ends, SIGKILL included), the worker's process group gets SIGTERM, as from
+    :meth:`LocalExecutor.stop` (train.py saves its state and returns; torchrun passes it on; an idle worker ends at
+    once), and SIGKILL (the worker and its loader workers) when the job has returned, or :data:`STOP_WAIT_S`
+    later."""
+    multiprocessing.parent_process().join()
+    os.killpg(os.getpgrp(), signal.SIGTERM)
+    IDLE.wait(STOP_WAIT_S)
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def _serve(job: Job, log: str, attempt: str, has_bf16: bool) -> int:
+    """In a warm worker: ``job``'s exit status (:func:`runner.unit.run_job`); afterwards the loader workers still
+    alive are killed (train.py ends those of the engine's loaders when its run ends) and what the job dropped is
+    collected (a trainer in a reference cycle, and the memory it holds)."""
+    IDLE.clear()
+    try:
+        return unit.run_job(job, log, attempt, has_bf16)
+    finally:
+        end_workers()
+        gc.collect()
+        IDLE.set()
 
 
 @dataclass
@@ -103,7 +147,7 @@ class LocalExecutor:
             slot.warm = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_warm_up,
                                             initargs=(slot.devices, self.threads))
         attempt = f"local {slot.devices or 'CPU'} slot, warm worker"
-        return Running(slot, slot.warm.submit(unit.run_job, job, log, attempt, self.has_bf16))
+        return Running(slot, slot.warm.submit(_serve, job, log, attempt, self.has_bf16))
 
     def poll(self, handles: Sequence[Running]) -> dict[Running, Outcome]:
         ended = {}
@@ -113,9 +157,11 @@ class LocalExecutor:
             run.slot.busy = False
             try:
                 ended[run] = Outcome(run.future.result())
-            except Exception as e:  # the worker process died (BrokenProcessPool): a new one serves the next job
+            except BrokenProcessPool as e:  # the worker process died: a new one serves the next job
                 run.slot.warm = None
                 ended[run] = Outcome(1, f"warm worker died: {e}")
+            except Exception as e:  # the job could not start (its log refused): the worker serves the next one
+                ended[run] = Outcome(1, str(e))
         return ended
 
     def stop(self, signum: int) -> None:

@@ -117,7 +117,7 @@ class Planner:
             env = self.env(method, config, shots, source=self.sweep.protocol != "base2new")
             call = UnitCall(method.scripts, script.removesuffix(".sh"), tuple(args), env)
             try:
-                plan = call.plan()
+                plan = call.steps()
             except UnitError as e:
                 raise ValueError(f"{name}: {e}") from None
             runs = tuple(step["dir"] for step in plan) if runs is None else runs

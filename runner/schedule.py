@@ -160,8 +160,8 @@ def format_seconds(seconds: float | None) -> str:
 
 
 def tail(path: str, lines: int = TAIL_LINES) -> str:
-    """The last lines of a log (empty when there is none)."""
-    if not os.path.isfile(path):
+    """The last lines of a log (empty when there is none, or when it is no regular file: a link is not followed)."""
+    if os.path.islink(path) or not os.path.isfile(path):
         return ""
     with open(path, errors="replace") as f:
         return "".join(f.readlines()[-lines:])

@@ -72,12 +72,12 @@ class SlurmUnit(submitit.helpers.Checkpointable):
             os.environ["OMP_NUM_THREADS"] = str(self.threads)
         code = unit.run_job(self.job, self.log, attempt)
         if code == EXIT_PREEMPTED and stopped_by() == "SIGTERM":
-            with open(self.log, "a") as log:
+            with unit.append_to(self.log) as log:
                 log.write("=== SLURM ended the job (SIGTERM): leaving without a result (SLURM requeues it unless it "
                           "was cancelled)\n")
             sys.exit(EXIT_PREEMPTED)
         if code == EXIT_PREEMPTED:
-            with open(self.log, "a") as log:
+            with unit.append_to(self.log) as log:
                 log.write(f"=== exit {EXIT_PREEMPTED} (preempted): requeueing through submitit\n")
             signal.raise_signal(preempt_signal())  # submitit's handler calls checkpoint() and requeues the job
         if code != 0:

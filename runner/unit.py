@@ -16,14 +16,21 @@ from dataclasses import replace
 from datetime import datetime
 from typing import IO
 
+from engine.run_files import open_run_file
 from runner.jobs import Job, command_line
 from runner.profiles import launch_env
 
 
+def append_to(path: str) -> IO[str]:
+    """The job log ``path`` (in the log folder the runner made) opened for appending, line-buffered; never through a
+    symbolic link (it would write outside the output) nor on a FIFO (it would block): anything but a regular file is
+    ``engine.errors.CorruptFileError`` naming it."""
+    return os.fdopen(open_run_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", buffering=1)
+
+
 def open_log(path: str, job: Job, attempt: str) -> IO[str]:
-    """``path`` opened for appending, after a header naming the attempt and the command."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    log = open(path, "a", buffering=1)
+    """``path`` opened for appending (:func:`append_to`), after a header naming the attempt and the command."""
+    log = append_to(path)
     log.write(f"=== {datetime.now():%Y-%m-%d %H:%M:%S} on {socket.gethostname()}: {attempt}\n"
               f"$ {command_line(job)}\n")
     return log

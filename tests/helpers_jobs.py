@@ -11,6 +11,23 @@ from dataclasses import dataclass, field
 from runner.schedule import EXIT_PREEMPTED
 
 
+def leave_loader(workers: int) -> None:
+    """A DataLoader with ``workers`` persistent worker processes that ignore the preemption signals (as the engine's
+    loaders' workers do), one pass taken (every worker has started), then left in a reference cycle, as a trainer that
+    outlives its run leaves its loaders: only the garbage collector would drop it."""
+    if not workers:
+        return
+    import torch
+
+    from engine.preemption import worker_init_fn
+
+    loader = torch.utils.data.DataLoader(range(8), batch_size=2, num_workers=workers, persistent_workers=True,
+                                         worker_init_fn=worker_init_fn())
+    for _ in loader:
+        pass
+    loader.cycle = loader
+
+
 @dataclass(frozen=True)
 class Toy:
     """Prints ``say``, appends its first line to ``count``, sleeps, writes what it sees of its environment, then
@@ -27,6 +44,8 @@ class Toy:
     """A file that gets ``CUDA_VISIBLE_DEVICES|OMP_NUM_THREADS|<knob X>`` of the call."""
     status: int = 0
     finish: str = ""
+    loader_workers: int = 0
+    """Persistent loader worker processes it leaves behind (:func:`leave_loader`)."""
     knobs: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -34,6 +53,7 @@ class Toy:
         return ("toy", self.say.splitlines()[0] if self.say else "-")
 
     def __call__(self) -> int:
+        leave_loader(self.loader_workers)
         if self.say:
             print(self.say, flush=True)
         if self.count:
@@ -58,10 +78,11 @@ class Toy:
 @dataclass(frozen=True)
 class Sleeper:
     """Writes its process id to ``pid_file`` and runs until SIGINT, SIGTERM or SIGHUP, whose number it writes to
-    ``got_file`` before it returns 0."""
+    ``got_file`` before it returns 0 (with ``loader_workers``, :func:`leave_loader` first)."""
 
     pid_file: str
     got_file: str
+    loader_workers: int = 0
     knobs: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -72,6 +93,7 @@ class Sleeper:
         got: list[int] = []
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, lambda signum, frame: got.append(signum))
+        leave_loader(self.loader_workers)
         with open(self.pid_file + ".tmp", "w") as f:
             f.write(str(os.getpid()))
         os.replace(self.pid_file + ".tmp", self.pid_file)

@@ -9,6 +9,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 
 # Subprocess timeouts only guard against hangs: far above any expected run, even on a slow, busy 2-core machine.
@@ -48,6 +49,40 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+TREE_ENV = "PETR_TEST_TREE"
+"""An environment variable that marks a process started by a test and everything it starts."""
+
+
+def processes_marked(marker: str) -> list[int]:
+    """The live processes whose environment holds ``PETR_TEST_TREE=marker``: every process started, directly or
+    through others, by one started with it (it is inherited), whichever process adopted it since; Linux /proc."""
+    needle = f"{TREE_ENV}={marker}".encode()
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+        except OSError:  # ended meanwhile, or another user's
+            continue
+        if needle in environ and alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def left_behind(marker: str) -> list[str]:
+    """The command lines of the processes marked ``marker`` (:func:`processes_marked`) still alive once none is, or
+    once :data:`HANG_GUARD_S` has passed: empty when the whole tree has ended."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while processes_marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    lines = []
+    for pid in processes_marked(marker):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+            command = f.read().replace(b"\0", b" ").decode(errors="replace")
+            lines.append(f"{pid}: {command[:160]}")
+    return lines
 
 
 def run_until(cmd: list[str], marker: str | None, sig: int, cwd: str, env: dict) -> tuple[int, str, bool]:

@@ -154,3 +154,30 @@ def test_a_key_of_another_trainers_namespace_is_refused_in_one_line(argv, line):
 def test_the_keys_a_trainer_reads_from_another_namespace_are_accepted(argv):
     cfg = _setup(*argv)
     assert cfg.TRAINER.NAME == (argv[1] if argv[0] == "--trainer" else "")
+
+
+def test_command_keys_name_each_key_a_command_line_sets_with_its_last_source():
+    """``train.command_keys``: the keys of the dataset and trainer config files, of the arguments that name a key
+    (``--seed 0`` included, the default -1 not; the trainer file's name sets CONFIG_NAME) and of the opts, each with
+    the source train.py merges last (the
+    protocol runner refuses in --extra-opts the keys its jobs' command lines set but through their trainer config);
+    the expected sets are written from the two files and the command line here."""
+    dataset, config = "configs/datasets/eurosat.yaml", "configs/trainers/CoOp/vit_b16_ctxv1.yaml"
+    args = train.build_parser().parse_args(["--root", "r", "--seed", "0", "--trainer", "CoOp", "--dataset-config-file",
+                                            dataset, "--config-file", config, "--output-dir", "o", "OPTIM.LR", "0.1",
+                                            "DATASET.NUM_SHOTS", "4"])
+    from_config = {"DATALOADER.TRAIN_X.BATCH_SIZE", "DATALOADER.TEST.BATCH_SIZE", "DATALOADER.NUM_WORKERS",
+                   "INPUT.SIZE", "INPUT.INTERPOLATION", "INPUT.PIXEL_MEAN", "INPUT.PIXEL_STD", "INPUT.TRANSFORMS",
+                   "OPTIM.NAME", "OPTIM.MAX_EPOCH", "OPTIM.LR_SCHEDULER", "OPTIM.WARMUP_EPOCH", "OPTIM.WARMUP_TYPE",
+                   "OPTIM.WARMUP_CONS_LR", "TRAIN.PRINT_FREQ", "MODEL.BACKBONE.NAME", "TRAINER.COOP.CTX_INIT",
+                   "CONFIG_NAME"}
+    assert train.command_keys(args) == {
+        "DATASET.NAME": dataset, **dict.fromkeys(from_config, config), "DATASET.ROOT": "command-line arguments",
+        "SEED": "command-line arguments", "TRAINER.NAME": "command-line arguments",
+        "OUTPUT_DIR": "command-line arguments", "OPTIM.LR": "command-line opts",
+        "DATASET.NUM_SHOTS": "command-line opts"}
+    unseeded = train.build_parser().parse_args(["--trainer", "CoOp", "--backbone", "RN50"])
+    assert train.command_keys(unseeded) == {"TRAINER.NAME": "command-line arguments",
+                                            "MODEL.BACKBONE.NAME": "command-line arguments"}
+    cfg = train.setup_cfg(args)  # what the arguments set, they set in the config (reset_cfg reads the same table)
+    assert (cfg.DATASET.ROOT, cfg.SEED, cfg.TRAINER.NAME, cfg.OUTPUT_DIR) == ("r", 0, "CoOp", "o")

@@ -1,6 +1,6 @@
 """Bad arguments to the runner are one ``error:`` line (exit status 2) before anything starts: no plan printed, no
 job launched, nothing written under the output root. One row per case: its arguments, the exit status and the
-first words of the line."""
+first words of the line; some cases first place a file, link or FIFO where the runner writes (``PLACED``)."""
 from __future__ import annotations
 
 import os
@@ -27,11 +27,75 @@ CASES = {
                                "error: --extra-opts: CoOp: unknown config key 'OPTIM.MAX_EPOCHS'"),
     "extra-opts value of the wrong type": (["--extra-opts", "OPTIM.LR fast"], 2,
                                            "error: --extra-opts: CoOp: Type mismatch"),
+    "extra-opts value out of its range": (["--extra-opts", "OPTIM.LR -1"], 2,
+                                          "error: --extra-opts: CoOp: OPTIM.LR is -1.0; it must be a number > 0"),
+    "extra-opts OUTPUT_DIR": (["--extra-opts", "OUTPUT_DIR {tmp}/elsewhere/run"], 2,
+                              "error: --extra-opts: OUTPUT_DIR is set by the runner for each job: leave it out and "
+                              "choose the output root with --output"),
+    "extra-opts SEED": (["--extra-opts", "OPTIM.MAX_EPOCH 2 SEED 5"], 2,
+                        "error: --extra-opts: SEED is set by the runner for each job: leave it out and give the seeds "
+                        "with --seeds"),
+    "extra-opts DATASET.ROOT": (["--extra-opts", "DATASET.ROOT {tmp}/elsewhere"], 2,
+                                "error: --extra-opts: DATASET.ROOT is set by the runner for each job: leave it out and "
+                                "give the datasets folder with --data"),
+    "extra-opts DATASET.NAME": (["--extra-opts", "DATASET.NAME DescribableTextures"], 2,
+                                "error: --extra-opts: DATASET.NAME is set by the runner for each job: leave it out and "
+                                "name the datasets with --datasets"),
+    "extra-opts DATASET.NUM_SHOTS": (["--extra-opts", "DATASET.NUM_SHOTS 4"], 2,
+                                     "error: --extra-opts: DATASET.NUM_SHOTS is set by the runner for each job: "),
+    "extra-opts DATASET.SUBSAMPLE_CLASSES": (["--extra-opts", "DATASET.SUBSAMPLE_CLASSES all"], 2,
+                                             "error: --extra-opts: DATASET.SUBSAMPLE_CLASSES is set by the runner for "
+                                             "each job: leave it out and choose the protocol"),
+    "extra-opts TRAINER.NAME": (["--extra-opts", "TRAINER.NAME PETR"], 2,
+                                "error: --extra-opts: TRAINER.NAME is set by the runner for each job: leave it out and "
+                                "name the methods with --methods"),
+    "extra-opts a student's teacher": (["--protocol", "xd", "--extra-opts", "TRAINER.PROMPTKD.TEACHER_CKPT /x"], 2,
+                                       "error: --extra-opts: TRAINER.PROMPTKD.TEACHER_CKPT is set by the runner for "
+                                       "each job: leave it out and set TEACHER_CKPT=PATH"),
+    "extra-opts the xd source": (["--protocol", "xd", "--methods", "PETR", "--extra-opts",
+                                  "DATASET.SOURCE_DATASET ImageNet"], 2,
+                                 "error: --extra-opts: DATASET.SOURCE_DATASET is set by the runner for each job: "
+                                 "leave it out and name the cross-dataset source with --source"),
     "output under a file": (["--output", "{tmp}/file/out"], 2,
                             "error: --output {tmp}/file/out: {tmp}/file is a file, not a folder"),
     "read-only output": (["--output", "{tmp}/read-only/out"], 2,
                          "error: --output {tmp}/read-only/out: {tmp}/read-only is not writable"),
+    "job log a symbolic link": ([], 2, "error: {tmp}/logs/CoOp_train_dtd_seed1.log is a symbolic link, not a regular "
+                                       "file: the runner appends the output of job 'CoOp train dtd seed1' to this log"),
+    "job log a FIFO": ([], 2, "error: {tmp}/logs/CoOp_train_dtd_seed1.log is a FIFO, not a regular file: "),
+    "logs folder a symbolic link": (["--log-dir", ""], 2,
+                                    "error: {tmp}/out/logs is a symbolic link, not a folder: the runner writes its "
+                                    "logs and tables under {tmp}/out and follows no link there"),
+    "table folder a symbolic link": ([], 2, "error: {tmp}/out/base2new is a symbolic link, not a folder: "),
 }
+PLACED = {
+    "job log a symbolic link": {"logs/CoOp_train_dtd_seed1.log": "link"},
+    "job log a FIFO": {"logs/CoOp_train_dtd_seed1.log": "fifo"},
+    "logs folder a symbolic link": {"out/logs": "link"},
+    "table folder a symbolic link": {"out/base2new": "link"},
+}
+"""What a case places before the runner starts (relative to the test's folder): a symbolic link to ``elsewhere``
+(a file outside the output) or a FIFO."""
+
+
+def place(tmp_path, placed: dict[str, str]) -> None:
+    for rel, kind in placed.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "link":
+            path.symlink_to(tmp_path / "elsewhere")
+        else:
+            os.mkfifo(path)
+
+
+def tree(root) -> dict[str, tuple[str, int]]:
+    """Every path under ``root`` (links not followed) with its kind and size."""
+    found = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            info = os.lstat(os.path.join(folder, name))
+            found[os.path.relpath(os.path.join(folder, name), root)] = (oct(info.st_mode >> 12), info.st_size)
+    return found
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -42,8 +106,11 @@ def test_bad_arguments_stop_before_anything_starts(tmp_path, case):
     (tmp_path / "data").mkdir()
     (tmp_path / "file").write_text("")
     (tmp_path / "read-only").mkdir(mode=0o555)
-    protocol = args[1] if args[0] == "--protocol" else "base2new"
-    args = args[2:] if args[0] == "--protocol" else args
+    (tmp_path / "elsewhere").mkdir()
+    place(tmp_path, PLACED.get(case, {}))
+    before = tree(tmp_path)
+    protocol = args[1] if args[:1] == ["--protocol"] else "base2new"
+    args = args[2:] if args[:1] == ["--protocol"] else args
     argv = ["--methods", "PromptKD" if protocol == "xd" else "CoOp", "--datasets", "dtd", "--seeds", "1", "--data",
             str(tmp_path / "data"), "--output", str(tmp_path / "out"), "--log-dir", str(tmp_path / "logs"),
             *[a.format(tmp=tmp_path) for a in args]]
@@ -51,7 +118,7 @@ def test_bad_arguments_stop_before_anything_starts(tmp_path, case):
                           text=True, timeout=HANG_GUARD_S)
     assert done.returncode == status, done.stdout[-2000:] + done.stderr[-2000:]
     assert done.stderr.startswith(first.format(tmp=tmp_path)) and len(done.stderr.splitlines()) == 1, done.stderr
-    assert done.stdout == "" and not (tmp_path / "out").exists() and not (tmp_path / "logs").exists()
+    assert done.stdout == "" and tree(tmp_path) == before  # nothing written, nothing through a link either
 
 
 def test_the_runner_does_not_import_torch():

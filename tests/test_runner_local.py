@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -18,8 +19,9 @@ from runner.jobs import Job, command_line
 from runner.local import LocalExecutor
 from runner.schedule import run_plan
 from tests.helpers_datasets import write_tree
+from tests.helpers_jobs import Toy
 from tests.helpers_petr import write_eurosat
-from tests.helpers_run import HANG_GUARD_S, alive, default_sigint, train_argv
+from tests.helpers_run import HANG_GUARD_S, TREE_ENV, alive, default_sigint, left_behind, train_argv
 from units.call import TrainCall, UnitCall
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,24 +74,109 @@ def test_train_py_and_a_unit_give_the_same_run_in_any_warm_worker(tmp_path, tiny
     assert f"-> {unit_run}" in (tmp_path / "logs" / "unit.log").read_text()  # the unit's own line
 
 
-def test_fast_profile_runs_end_to_end(tmp_path, tiny_clip_file, tiny_teacher_clip_file):
-    """PETR's base-to-novel jobs under ``--profile fast`` (compilation left out here: it is tested in
-    test_compile.py and takes minutes on a CPU): the runs use the shared views cache and persistent workers."""
+def fast_sweep(tmp_path, tiny_clip_file, tiny_teacher_clip_file, marker: str, workers: int,
+               *opts: str) -> tuple[list[str], dict[str, str]]:
+    """``python -m runner`` of PETR's base-to-novel jobs on a tiny EuroSAT under ``--profile fast`` (compilation left
+    out: it is tested in test_compile.py and takes minutes on a CPU) with ``workers`` persistent loader workers per
+    loader, then ``opts``: its command and environment, marked ``marker`` (``processes_marked``)."""
     write_eurosat(tmp_path / "data", train_per_class=6)
     env = {k: v for k, v in os.environ.items() if k not in ("DATA", "TEACHER_DIR", "EXTRA_OPTS")}
     env.update(BACKBONE=tiny_clip_file, TEACHER_NAME=tiny_teacher_clip_file, TEACHER_CKPT="none")
-    out = tmp_path / "out"
-    done = subprocess.run(
-        [sys.executable, "-m", "runner", "base2new", "--methods", "PETR", "--datasets", "eurosat", "--seeds", "1",
-         "--profile", "fast", "--data", str(tmp_path / "data"), "--output", str(out), "--threads", "1",
-         "--other-splits", "--extra-opts", f"{SMALL} TRAIN.COMPILE none"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    env[TREE_ENV] = marker
+    return [sys.executable, "-m", "runner", "base2new", "--methods", "PETR", "--datasets", "eurosat", "--seeds", "1",
+            "--profile", "fast", "--data", str(tmp_path / "data"), "--output", str(tmp_path / "out"), "--threads",
+            "1", "--other-splits", "--extra-opts",
+            " ".join([SMALL, f"TRAIN.COMPILE none DATALOADER.NUM_WORKERS {workers}", *opts])], env
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(1, marks=pytest.mark.slow)])
+def test_fast_profile_runs_end_to_end(tmp_path, tiny_clip_file, tiny_teacher_clip_file, workers):
+    """PETR's base-to-novel jobs under ``--profile fast``: the runs use the shared views cache and persistent loader
+    workers (with one worker per loader: each a process), and the runner ends with its table, leaving no process
+    behind (a routed trainer, which its router refers to, outlives its run in the warm worker: its loaders' workers
+    must end with the run all the same)."""
+    marker = uuid.uuid4().hex
+    argv, env = fast_sweep(tmp_path, tiny_clip_file, tiny_teacher_clip_file, marker, workers)
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = tmp_path / "out"
     log = (out / "base2new/train_base/eurosat/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed1/log.txt").read_text()
     assert re.search(r"TEACHER_CACHE: views\b", log) and re.search(r"PERSISTENT_WORKERS: True\b", log)
-    assert re.search(r"COMPILE: none\b", log)  # the user's override comes after the profile's
+    assert re.search(r"COMPILE: none\b", log) and re.search(rf"NUM_WORKERS: {workers}\b", log)  # the user's last
     assert [p.suffix for p in sorted((out / "teacher_cache").iterdir())].count(".pt") >= 1  # the sweep's shared cache
     assert re.search(r"^eurosat +PETR ", done.stdout, re.MULTILINE), done.stdout[-2000:]
+    assert left_behind(marker) == []
+
+
+@pytest.mark.slow
+def test_killing_the_runner_ends_every_process_it_started(tmp_path, tiny_clip_file, tiny_teacher_clip_file):
+    """SIGKILL to the runner of a fast-profile sweep in the middle of PETR's training (as a job scheduler or the
+    OOM killer ends it): its warm worker stops train.py as the runner's own stop would (the run saves its state:
+    resumable) and ends with its loader workers; no process the runner started is left."""
+    marker = uuid.uuid4().hex
+    argv, env = fast_sweep(tmp_path, tiny_clip_file, tiny_teacher_clip_file, marker, 2, "OPTIM.MAX_EPOCH 100000")
+    run = tmp_path / "out/base2new/train_base/eurosat/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed1"
+    runner = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while runner.poll() is None and time.monotonic() < deadline and not (
+                (run / "log.txt").exists() and "epoch [2/" in (run / "log.txt").read_text()):
+            time.sleep(0.2)
+        assert runner.poll() is None, "the runner ended before its job trained"
+    finally:
+        runner.kill()
+        runner.wait()
+    assert left_behind(marker) == []
+    assert run_state(str(run)) == "resumable"
+
+
+LEAVING_RUNNER = """
+import sys
+from runner.jobs import Job
+from runner.local import LocalExecutor
+from runner.schedule import run_plan
+from tests.helpers_jobs import Sleeper, Toy
+
+logs, run, *sleeper = sys.argv[1:]
+call = Sleeper(*sleeper, loader_workers=2) if sleeper else Toy(finish=run, loader_workers=2)
+executor = LocalExecutor([], threads=1)
+report = run_plan([Job(name="j", kind="train", method="M", dataset="d", call=call, runs=(run,))], executor, logs)
+executor.close()
+print("done" if report.ok else "failed")
+"""
+"""A runner with one job in a warm worker that leaves two persistent loader workers behind: a Toy that finishes its
+run, or (given a pid and a got file) a Sleeper that runs until a signal stops it."""
+
+
+def test_loader_workers_a_job_leaves_do_not_keep_the_runner(tmp_path):
+    """A job whose loader, in a reference cycle, keeps two persistent workers (which ignore SIGTERM, as the engine's
+    do): the runner still ends with the job done, and no process it started is left."""
+    marker = uuid.uuid4().hex
+    done = subprocess.run([sys.executable, "-c", LEAVING_RUNNER, str(tmp_path / "logs"), str(tmp_path / "run")],
+                          cwd=REPO, env={**os.environ, TREE_ENV: marker}, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+    assert done.returncode == 0 and done.stdout.endswith("\ndone\n"), done.stdout[-3000:] + done.stderr[-3000:]
+    assert left_behind(marker) == []
+
+
+def test_killing_the_runner_ends_its_warm_worker_and_loader_workers(tmp_path):
+    """SIGKILL to the runner while a job runs (with two loader workers): the warm worker gives the job SIGTERM, as
+    the runner's own stop does, and then ends with the loader workers; no process the runner started is left."""
+    marker = uuid.uuid4().hex
+    pid_file, got = tmp_path / "pid", tmp_path / "got"
+    runner = subprocess.Popen([sys.executable, "-c", LEAVING_RUNNER, str(tmp_path / "logs"), str(tmp_path / "run"),
+                               str(pid_file), str(got)], cwd=REPO, env={**os.environ, TREE_ENV: marker},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not pid_file.exists() and runner.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert runner.poll() is None and pid_file.exists()
+    finally:
+        runner.kill()
+        runner.wait()
+    assert left_behind(marker) == []
+    assert got.read_text() == str(int(signal.SIGTERM))
 
 
 def test_a_rerun_with_another_config_is_not_skipped(tmp_path, tiny_clip_file):
@@ -207,3 +294,26 @@ def test_sigterm_stops_train_py_in_a_warm_worker(tmp_path, tiny_clip_file):
             runner.wait()
     assert len(workers) == 1 and not any(alive(pid) for pid in workers)
     assert run_state(str(out)) == "resumable"
+
+
+def test_a_job_log_that_is_a_link_or_a_fifo_fails_its_job(tmp_path):
+    """A job's log that is a symbolic link (to a file outside the output) or a FIFO when the job starts (the command
+    line refuses both before anything starts; here they appear behind its back): the job fails at once with one
+    line naming the log, the link's target is left as it was, and the other job runs."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("kept\n")
+    (logs / "linked.log").symlink_to(outside)
+    os.mkfifo(logs / "fifo.log")
+    jobs = [Job(name=name, kind="train", method="M", dataset="d", runs=(str(tmp_path / name),),
+                call=Toy(say=name, finish=str(tmp_path / name))) for name in ("linked", "fifo", "plain")]
+    executor = LocalExecutor([], threads=1)
+    try:
+        report = run_plan(jobs, executor, str(logs))
+    finally:
+        executor.close()
+    assert report.done == ["plain"] and outside.read_text() == "kept\n"
+    assert report.failed["linked"].startswith(f"{logs / 'linked.log'} is a symbolic link, not a regular file; ")
+    assert report.failed["fifo"].startswith(f"{logs / 'fifo.log'} is a FIFO, not a regular file; ")
+    assert "kept" not in report.failed["linked"]  # its tail is not read through the link either

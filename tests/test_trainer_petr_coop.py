@@ -42,7 +42,7 @@ def test_plugin_script_on_a_coop_run_routes_without_training(tmp_path, coop_run,
     runner = script_runner(tmp_path, tree, tiny_clip_file)
     # the novel step stops: base was not run yet
     done, commands = runner.run("petr_coop/plugin.sh", "eurosat", "1", str(coop_dir))
-    assert done.returncode == 1 and "no finished run" in done.stderr and len(commands) == 1
+    assert done.returncode == 2 and "no finished run" in done.stderr and len(commands) == 1
     assert "--eval-only" not in commands[0] and "TRAINER.PETRCOOP.COOP_MODEL_DIR" in commands[0]
     # base is finished; the novel evaluation runs now
     done, commands = runner.run("petr_coop/plugin.sh", "eurosat", "1", str(coop_dir))

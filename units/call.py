@@ -63,20 +63,20 @@ class UnitCall:
             return False
         return True
 
-    def plan(self) -> list[dict]:
-        """The command's runs, in order, as ``{"dir": run folder, "argv": train.py command}``, computed without
-        running it and before the runs it reads exist (the runner plans its jobs with them); UnitError for arguments
-        or knobs it refuses."""
+    def steps(self) -> tuple[dict, ...]:
+        """Each run the command makes, in order: its folder (``dir``) and train.py command (``argv``: from
+        ``train.py`` on, behind torchrun's arguments when NPROC > 1), computed without running it and before the runs
+        it reads exist; UnitError for arguments or knobs it refuses."""
         if not self.known():
             raise UnitError(f"{self.script}: no such unit command")
         row, command = self.target()
         unit = Unit(row, self.script, self.knobs, self.caller, planning=True)
         command(unit, list(self.args))
-        return unit.steps
+        return tuple(unit.steps)
 
     def runs(self) -> tuple[str, ...]:
-        """The run folders the command writes, in order (:meth:`plan`)."""
-        return tuple(step["dir"] for step in self.plan())
+        """The run folders the command writes, in order (:meth:`steps`; the runner plans its jobs with them)."""
+        return tuple(step["dir"] for step in self.steps())
 
     def __call__(self, dry: bool = False, check: bool = True) -> int:
         """Run the command's train.py runs in this process (``dry``: print each run's folder and argument list
