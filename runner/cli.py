@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--teacher-dir", help="teachers folder (default $TEACHER_DIR, else the profile's)")
     p.add_argument("--config", default="", help="one config name for every method (e.g. demo); default: each "
                                                 "method's paper config")
+    p.add_argument("--backbone", default=os.environ.get("BACKBONE", ""), metavar="NAME|FILE",
+                   help="the students' CLIP for every run (MODEL.BACKBONE.NAME; a model name such as ViT-B/16 or a "
+                        "weight file; default $BACKBONE, else each config's; the demo configs name none)")
+    p.add_argument("--teacher-name", default=os.environ.get("TEACHER_NAME", ""), metavar="NAME|FILE",
+                   help="the teacher's CLIP (the PromptSRC teacher's backbone and the distilled students' "
+                        "TEACHER_NAME; default $TEACHER_NAME, else each config's)")
     p.add_argument("--extra-opts", default=os.environ.get("EXTRA_OPTS", ""),
                    help="'KEY VALUE ...' config overrides for every run (default $EXTRA_OPTS)")
     p.add_argument("--profile", choices=list(PROFILES), default="paper",
@@ -82,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan (jobs, commands, GPU-hours) and the preflight, and stop; exit 2 when an input "
                         "is missing (without --skip-missing), so scripts can use it as a check")
+    p.add_argument("--verbose", action="store_true",
+                   help="also print every job's command line in the plan (each job's log starts with it anyway)")
     p.add_argument("--log-dir", help="per-job logs (default <output>/logs/<protocol>)")
     p.add_argument("--gpus-per-job", type=int, default=1,
                    help="GPUs per run (NPROC: torchrun when > 1; 0: CPU jobs, as on a CPU-only SLURM partition)")
@@ -137,6 +145,8 @@ def make_sweep(args: argparse.Namespace) -> Sweep:
         raise ValueError(f"--output {output!r}: the fast profile passes its teacher cache folder in EXTRA_OPTS, "
                          "which cannot hold spaces; choose a path without spaces")
     knobs = {k: os.environ[k] for k in PASSED_KNOBS if os.environ.get(k)}
+    knobs.update((knob, value) for knob, value in (("BACKBONE", args.backbone), ("TEACHER_NAME", args.teacher_name))
+                 if value)
     return Sweep(protocol=args.protocol, methods=methods, datasets=tuple(datasets), seeds=tuple(args.seeds),
                  data=os.path.abspath(args.data), output=os.path.abspath(output),
                  teacher_dir=os.path.abspath(args.teacher_dir or os.environ.get("TEACHER_DIR") or profile.teachers),
@@ -145,9 +155,9 @@ def make_sweep(args: argparse.Namespace) -> Sweep:
                  procs_per_job=args.procs_per_job or max(args.gpus_per_job, 1))
 
 
-def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = True) -> None:
+def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = False) -> None:
     """Jobs per kind with their states and projected GPU-hours (paper, fast and upstream), the step times used, and
-    every command."""
+    (``show_commands``, --verbose) every command."""
     states = job_states(jobs)
     profile = sweep.profile.name
     print(f"Plan: {sweep.protocol}, {len(sweep.datasets)} dataset(s) ({' '.join(sweep.datasets)}), seeds "
@@ -185,6 +195,7 @@ def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = True) ->
     print(f"  + evaluation ({EVAL_SOURCE}), start-up ({JOB_OVERHEAD_SOURCE}) and (fast) compilation and "
           "teacher-cache times: runner/costs.py")
     if not show_commands:
+        print("(--verbose lists every job's command; each job's log starts with it)")
         return
     common = {k: v for k, v in jobs[0].knobs.items() if k in COMMON_ENV} if jobs else {}
     print("\nEvery job runs in the repository root with " + " ".join(f"{k}={v}" for k, v in common.items()))
@@ -193,6 +204,25 @@ def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = True) ->
         print(f"  [{states[job.name]}] {job.name}{after}\n      {command_line(job, hidden=common)}")
         if job.bf16_ns:
             print(f"      + TRAINER.{job.bf16_ns}.PREC bf16 on a card with bf16 (compute capability 8.0+)")
+
+
+def print_summary(sweep: Sweep, jobs: Sequence[Job], verb: str) -> None:
+    """One line of what the plan does with its jobs (per state) and the GPU-hours of those it runs, per profile."""
+    states = job_states(jobs)
+    count = Counter(states.values())
+    to_run = [j for j in jobs if states[j.name] not in ("finished", "check")]
+    hours = projected_hours(to_run, sweep.protocol)
+    print(f"\nSummary: {len(jobs)} jobs (" + ", ".join(f"{count[s]} {s}" for s in
+                                                    ("new", "resume", "retry", "check", "finished") if count[s])
+          + f"); {len(to_run)} {verb}, projected GPU-hours (H100): "
+          + ", ".join(f"{p} {h:.1f}" for p, h in zip(PROJECTED_PROFILES, hours)))
+
+
+def close(lines: Sequence[str], status: int) -> None:
+    """The closing lines of the output (problems last): ``error:`` lines to stderr when the sweep stops."""
+    sys.stdout.flush()
+    for line in lines:
+        print(line, file=sys.stderr if status and line.startswith("error:") else sys.stdout)
 
 
 def make_executor(args: argparse.Namespace, log_dir: str):
@@ -258,9 +288,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     if args.dry_run:
-        jobs, status = preflight(args, sweep, jobs)
-        print_plan(sweep, jobs)
-        return status
+        verdict = preflight(args, sweep, jobs)
+        shown = verdict.jobs or jobs  # what would run; the whole plan when nothing can
+        print_plan(sweep, shown, args.verbose)
+        print(f"\n{verdict.table}")
+        print_summary(sweep, shown, "to run")
+        close(verdict.closing, verdict.status)
+        return verdict.status
     from runner.schedule import run_plan, stop_signal
     from runner.tables import table_path, write_tables
 
@@ -269,11 +303,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    jobs, status = preflight(args, sweep, jobs)
-    if status:
+    verdict = preflight(args, sweep, jobs)
+    print(verdict.table)
+    if verdict.status:
         executor.close()
-        return status
-    print_plan(sweep, jobs, show_commands=False)
+        close(verdict.closing, verdict.status)
+        return verdict.status
+    jobs = verdict.jobs
+    print()
+    print_plan(sweep, jobs, args.verbose)
+    close(verdict.closing, 0)
     print(f"Executor: {executor.describe()}; logs in {log_dir}")
     try:
         report = run_plan(jobs, executor, log_dir,
@@ -285,7 +324,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_SIGNALLED + signum
     finally:
         executor.close()
-    print_report(report, jobs)
     verified = {*report.done, *report.finished_before}
     status, text = write_tables(sweep, [run for job in jobs if job.name in verified for run in job.runs])
     if text:
@@ -295,5 +333,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         why = "no run of this sweep was verified" if not text else "its runs could not be read (above)"
         print(f"\nNo table written: {why}; {table_path(sweep, 'txt')} and .csv are left as they were")
+    print_report(report, jobs)
     print_left_out(report)
     return 0 if report.ok and status == 0 else EXIT_FAILED

@@ -24,17 +24,20 @@ from clip.weights import MODELS, candidate_paths, find_weights
 from datasets.check import check_dataset
 from datasets.sizes import PUBLISHED_SIZES
 from engine.published import TEACHER_RECORD
-from runner.costs import trainer_config
 from runner.jobs import Job, dependents, publication_differences, published_folder
 from runner.protocols import Sweep
 from trainers.catalog import find_method
+from units.call import UnitCall
 from units.facts import REPO
+from units.planned import planned_config
 
 OFFLINE_KNOBS = ("PETR_OFFLINE", "HF_HUB_OFFLINE")
 """Either set to 1 (or true / yes) says this node cannot download: no network probe, missing weights are missing."""
 PROBE_TIMEOUT_S = 5.0
 """How long the one HEAD request per missing weight file waits for OpenAI's server before calling the node offline."""
-DEFAULT_BACKBONE, DEFAULT_TEACHER = "ViT-B/16", "ViT-L/14"
+DEFAULT_TEACHER = "ViT-L/14"
+"""A distilled student's TEACHER_NAME when nothing sets it (``trainers.distill.TEACHER_KEYS``' default; a test checks
+that they agree)."""
 EXIT_MISSING = 2
 KINDS = ("dataset", "weights", "teacher")
 
@@ -96,34 +99,37 @@ def reachable(url: str) -> bool:
         return False
 
 
-def job_setting(job: Job, key: str, knob: str, default: str) -> str:
-    """The value of config ``key`` the job's script passes: its EXTRA_OPTS, then the knob (``BACKBONE`` /
-    ``TEACHER_NAME``), then the trainer config file, then ``default``."""
-    opts = job.knobs.get("EXTRA_OPTS", "").split()
-    given = [opts[i + 1] for i in range(len(opts) - 1) if opts[i] == key]
-    if given:
-        return given[-1]
-    if job.knobs.get(knob):
-        return job.knobs[knob]
-    node = trainer_config(job.trainer, job.config)
-    for part in key.split("."):
-        node = node.get(part, {}) if isinstance(node, dict) else {}
-    return node if isinstance(node, str) and node else default
+def planned_settings(job: Job) -> list[dict]:
+    """What each run of ``job`` will be configured with, read from its planned train.py command line as train.py
+    merges it (``units.planned``: config files, arguments, knobs, EXTRA_OPTS); keys no command line sets keep their
+    defaults."""
+    call = job.call
+    argvs = [step["argv"] for step in call.steps()] if isinstance(call, UnitCall) else [list(call.argv[1:])]
+    return [planned_config(argv) for argv in argvs]
 
 
 def job_weights(job: Job) -> list[str]:
-    """The CLIP weights ``job`` loads: its backbone, and a distilled student's teacher CLIP."""
-    names = [job_setting(job, "MODEL.BACKBONE.NAME", "BACKBONE", DEFAULT_BACKBONE)]
+    """The CLIP weights ``job``'s runs load, as they will load them: each run's MODEL.BACKBONE.NAME ("" when nothing
+    names one) and a distilled student's TEACHER_NAME (its trainer's default when nothing names one)."""
     method = find_method(job.method)
-    if method.distilled and job.kind == "train":
-        names.append(job_setting(job, f"TRAINER.{method.ns}.TEACHER_NAME", "TEACHER_NAME", DEFAULT_TEACHER))
-    return names
+    names = []
+    for config in planned_settings(job):
+        names.append(str(config.get("MODEL.BACKBONE.NAME", "")))
+        if method.distilled and job.kind == "train":
+            names.append(str(config.get(f"TRAINER.{method.ns}.TEACHER_NAME", DEFAULT_TEACHER)))
+    return list(dict.fromkeys(names))
 
 
 def check_weights(item: Input) -> None:
-    """``cached`` (the file clip.load_model reads), ``will download here`` or ``missing (offline)``."""
-    path = find_weights(item.name, cwd=REPO)
-    if path:
+    """``cached`` (the file clip.load_model reads), ``will download here`` or ``missing (offline)``; ``no
+    backbone`` for an empty name (a config that names none, such as the demo's, without --backbone)."""
+    path = find_weights(item.name, cwd=REPO) if item.name else None
+    if not item.name:
+        item.status = "no backbone"
+        item.problems.append("no CLIP named: the jobs' config names no MODEL.BACKBONE.NAME (as the demo configs do): "
+                             "give one with --backbone NAME|FILE (and the distilled students' teacher CLIP with "
+                             "--teacher-name)")
+    elif path:
         item.status = f"cached ({path})"
     elif item.name not in MODELS:
         item.status = "missing"
@@ -235,33 +241,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "a small test tree)")
 
 
-def preflight(args: argparse.Namespace, sweep: Sweep, jobs: list[Job]) -> tuple[list[Job], int]:
-    """Print the preflight table and decide: the jobs to run and 0, or the plan's jobs and exit status 2 (one
-    ``error:`` line per problem) when an input is missing and ``--skip-missing`` was not given."""
+@dataclass
+class Verdict:
+    """What the preflight decided: the jobs to run, the exit status (2: stop) and the lines that close the output
+    (problems last, where a reader looks)."""
+
+    jobs: list[Job]
+    status: int
+    table: str
+    """The preflight table (each input, its status and how many jobs read it) and its verdict line."""
+    closing: list[str] = field(default_factory=list)
+    """``error:`` lines (stderr) when the sweep stops; otherwise what --skip-missing left out (stdout)."""
+
+
+def preflight(args: argparse.Namespace, sweep: Sweep, jobs: list[Job]) -> Verdict:
+    """Check every input of ``jobs`` and decide: every job and 0, the jobs whose inputs are present with
+    ``--skip-missing`` (2 when none is left), or the plan's jobs and exit status 2 with one ``error:`` line per
+    problem."""
     report = run_preflight(sweep, jobs, full=args.check_images, other_splits=args.other_splits)
     if args.executor == "slurm" and not args.dry_run:
         fetch_weights(report)
-    print(f"Preflight (data root {sweep.data}):")
-    print(report.table())
+    table = f"Preflight (data root {sweep.data}):\n{report.table()}"
     problems = report.problems
     if not problems:
-        print("Every input is present.\n")
-        return jobs, 0
+        return Verdict(jobs, 0, f"{table}\nEvery input is present.")
     if not args.skip_missing:
-        for line in problems:
-            print(f"error: {line}", file=sys.stderr)
-        print(f"error: {len(problems)} problem(s) with the sweep's inputs; fix them, or pass --skip-missing to run "
-              "only the jobs whose inputs are present", file=sys.stderr)
-        return jobs, EXIT_MISSING
+        return Verdict(jobs, EXIT_MISSING, table, [*(f"error: {line}" for line in problems),
+                                            f"error: {len(problems)} problem(s) with the sweep's inputs; fix them, or "
+                                            "pass --skip-missing to run only the jobs whose inputs are present"])
     left_out = report.left_out(jobs)
-    for line in problems:
-        print(f"missing: {line}")
-    print(f"Left out ({len(left_out)} of {len(jobs)} jobs, --skip-missing):")
-    for name, why in left_out.items():
-        print(f"  {name}: {why}")
     kept = [job for job in jobs if job.name not in left_out]
+    closing = [*(f"missing: {line}" for line in problems), f"Left out ({len(left_out)} of {len(jobs)} jobs, "
+               "--skip-missing):", *(f"  {name}: {why}" for name, why in left_out.items())]
     if not kept:
-        print("error: no job has all its inputs; fix the problems above", file=sys.stderr)
-        return kept, EXIT_MISSING
-    print()
-    return kept, 0
+        closing.append("error: no job has all its inputs; fix the problems above")
+        return Verdict(kept, EXIT_MISSING, table, closing)
+    return Verdict(kept, 0, table, closing)

@@ -219,11 +219,12 @@ def test_dry_run_prints_the_plan(tmp_path, capsys):
     (tmp_path / "out/base2new/train_base/dtd/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed1/resume.pth.tar").touch()
     status = runner_main(["base2new", "--methods", "PETR", "--datasets", "dtd", "eurosat", "--seeds", "1",
                           "--data", str(tmp_path / "data"), "--output", str(tmp_path / "out"), "--teacher-dir",
-                          str(tmp_path / "teachers"), "--dry-run"])
+                          str(tmp_path / "teachers"), "--dry-run", "--verbose"])
     out = capsys.readouterr().out
     assert status == 2  # the preflight: no data (tests/test_runner_preflight.py); the plan is printed all the same
     assert re.search(r"^dataset +dtd +missing +3$", out, re.MULTILINE)  # its teacher, PETR train and test
-    table = {line.split()[0]: line.split()[1:] for line in out.splitlines()
+    plan = out.split("Preflight (data root", 1)[0]  # the plan first, then the preflight table, the problems last
+    table = {line.split()[0]: line.split()[1:] for line in plan.splitlines()
              if line.split() and line.split()[0] in ("teacher", "train", "test", "total")}
     assert table["teacher"][:5] == ["2", "2", "0", "0", "0"] and table["train"][:5] == ["2", "1", "1", "0", "0"]
     assert table["total"][:2] == ["7", "6"]  # + the tables step
@@ -274,7 +275,7 @@ def test_bad_arguments_are_one_line(tmp_path, args, message):
 def test_processes_per_job_set_nproc(tmp_path, capsys):
     """NPROC of every job: --gpus-per-job N (N > 1), or --procs-per-job N for CPU jobs; one process sets none."""
     args = ["base2new", "--methods", "CoOp", "--datasets", "dtd", "--seeds", "1", "--data", str(tmp_path / "data"),
-            "--output", str(tmp_path / "out"), "--dry-run"]
+            "--output", str(tmp_path / "out"), "--dry-run", "--verbose"]
     for extra, nproc in ((["--gpus-per-job", "2"], "NPROC=2"), (["--gpus-per-job", "0", "--procs-per-job", "3"],
                                                                 "NPROC=3"), (["--gpus-per-job", "0"], None)):
         runner_main([*args, *extra])

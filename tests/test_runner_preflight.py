@@ -79,7 +79,7 @@ def test_ten_of_eleven_datasets_stop_the_sweep(root):
 
 
 def test_skip_missing_leaves_out_the_jobs_of_the_missing_dataset(root):
-    done = runner(root, "--other-splits", "--skip-missing")
+    done = runner(root, "--other-splits", "--skip-missing", "--verbose")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr
     assert f"Left out ({JOBS_PER_DATASET} of {11 * JOBS_PER_DATASET} jobs, --skip-missing):" in done.stdout
     assert "  teacher ucf101: lacks dataset ucf101" in done.stdout
@@ -87,7 +87,11 @@ def test_skip_missing_leaves_out_the_jobs_of_the_missing_dataset(root):
     assert "  CoOp test ucf101 seed1: lacks dataset ucf101" in done.stdout
     total = next(line.split() for line in done.stdout.splitlines() if line.startswith("total"))
     assert total[1] == str(10 * JOBS_PER_DATASET + 1)
-    assert " ucf101 " not in done.stdout.split("Every job runs in the repository root", 1)[1]
+    kept = 10 * JOBS_PER_DATASET
+    assert f"Summary: {kept} jobs ({kept} new); {kept} to run" in done.stdout
+    commands = done.stdout.split("Every job runs in the repository root", 1)[1].split("Preflight (data root", 1)[0]
+    assert " ucf101 " not in commands
+    assert done.stdout.rstrip().splitlines()[-1] == "  ZeroshotCLIP zero-shot ucf101: lacks dataset ucf101"  # last
 
 
 def test_counts_are_compared_with_the_published_ones(root):
@@ -117,3 +121,28 @@ def test_weights_missing_offline_and_a_missing_teacher_checkpoint(root):
     assert done.stderr.splitlines()[0] == (f"error: {nowhere}: TEACHER_CKPT not found; set it to a teacher "
                                            "checkpoint or PromptSRC run folder, or unset it so that the sweep trains "
                                            "the teacher")
+
+
+def test_the_preflight_resolves_each_jobs_clips_as_the_job_will(root):
+    """``--config demo`` names no backbone: the jobs would fail on an empty MODEL.BACKBONE.NAME, so the preflight
+    says so instead of assuming ViT-B/16; with ``--backbone`` and ``--teacher-name`` files (flags, or the knobs) every
+    job's runs resolve them, the teacher job's backbone included."""
+    done = runner(root, "--other-splits", "--datasets", "eurosat", "--config", "demo")
+    rows = table(done.stdout)
+    assert rows[("weights", "no")] == ["backbone", str(JOBS_PER_DATASET)]  # the teacher's demo config too
+    assert done.returncode == 2 and "error: no CLIP named: the jobs' config names no MODEL.BACKBONE.NAME" in done.stderr
+    student, teacher = root / "weights" / "ViT-B-16.pt", root / "weights" / "ViT-L-14.pt"
+    for how in (("--backbone", str(student), "--teacher-name", str(teacher)), ()):
+        env = {} if how else {"BACKBONE": str(student), "TEACHER_NAME": str(teacher)}
+        done = runner(root, "--other-splits", "--datasets", "eurosat", "--config", "demo", *how, **env)
+        rows = table(done.stdout)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+        assert rows[(("weights", str(student)))] == ["cached", f"({student})", str(JOBS_PER_DATASET - 1)]
+        assert rows[(("weights", str(teacher)))] == ["cached", f"({teacher})", str(1 + 6)]  # teacher; PETR, PromptKD
+
+
+def test_the_default_teacher_clip_is_the_trainers():
+    from runner.preflight import DEFAULT_TEACHER
+    from trainers.distill import TEACHER_KEYS
+
+    assert TEACHER_KEYS["TEACHER_NAME"][0] == DEFAULT_TEACHER
