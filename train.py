@@ -320,16 +320,19 @@ def main(argv: list[str] | None = None):
 
     Errors propagate (``cli`` turns user errors into one line); once the run's log.txt is open, the error (or the
     interruption, or the preemption) is written there too. The output folder is locked for the whole run (rank 0);
-    preemption signals are handled while it runs (engine/preemption.py).
+    preemption signals are handled while it runs (engine/preemption.py); no folder inside it is entered through a
+    link (``engine.run_files.writing_in``).
     """
     from engine.inputs import recording
+    from engine.run_files import writing_in
 
     args = build_parser().parse_args(argv)
     command = "train.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     with recording("") as ledger:
         cfg = setup_cfg(args)
         ledger.run_dir, ledger.roots = os.path.abspath(cfg.OUTPUT_DIR), input_roots(cfg)
-        return _claim_and_run(args, cfg, command)
+        with writing_in(ledger.run_dir):
+            return _claim_and_run(args, cfg, command)
 
 
 def _claim_and_run(args: argparse.Namespace, cfg, command: str):

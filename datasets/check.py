@@ -216,14 +216,17 @@ def _find_missing(check: DatasetCheck) -> None:
 
 
 def decode_error(path: str) -> str:
-    """Why the image at ``path`` cannot be decoded in full ("" when it can)."""
+    """Why the image at ``path`` cannot be decoded in full ("" when it can; ``engine.images``: the run's reader calls
+    the same files unreadable)."""
     from PIL import Image
+
+    from engine.images import UNREADABLE, unreadable_reason
 
     try:
         with Image.open(path) as image:
             image.load()
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-        return f"{type(e).__name__}: {e}"
+    except UNREADABLE as e:
+        return unreadable_reason(e)
     return ""
 
 

@@ -19,9 +19,9 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from engine.archives import archive_stem, name_key, unpack
+from engine.archives import archive_stem, name_key, safe_parts, unpack
 from engine.digests import sha256_of
-from engine.errors import CorruptFileError, UserError
+from engine.errors import CorruptFileError, InvalidInputError, UserError
 
 from . import check
 from .layouts import LAYOUTS, PAPER_DATASETS
@@ -222,6 +222,13 @@ def fetch(root: str, requested: list[str], source: HubSource, dry_run: bool = Fa
                   f"{' ...' if len(paths) > 12 else ''}): the repository's layout is not what this command expects; "
                   f"download the dataset by hand into {final} (DATASETS.md#{target.name.lower()}) or pass --repo / "
                   "--revision", file=sys.stderr)
+            status = EXIT_USER_ERROR
+            continue
+        try:
+            for path in picked:  # a listed name with '..' or a leading '/' would be placed outside the data root
+                safe_parts(path, source.url, "repository")
+        except InvalidInputError as e:
+            print(f"error: {target.name}: {e}; nothing was placed in {final}", file=sys.stderr)
             status = EXIT_USER_ERROR
             continue
         print(f"{target.name}: {', '.join(picked)} from {source.url} -> {final}")

@@ -28,6 +28,7 @@ from engine.inputs import declare_cache, read_input_json, record_input
 from engine.utils import write_json
 
 from .files import FEWSHOT_FOLDER, fewshot_path
+from .split_files import checked_entry
 from .splits import SplitData, encode_items, make_datum, relative_paths, shown
 
 VAL_SHOTS_CAP = 4
@@ -94,14 +95,19 @@ def check_all_classes(items: Sequence[Datum], lab2cname: dict[int, str], split: 
                                     f"({source}); delete that file to sample again, or check the split file")
 
 
-def _decode(entries: list, data: SplitData, cache: str) -> list[Datum]:
+def _decode(entries: object, split: str, data: SplitData, cache: str) -> list[Datum]:
+    """The ``split`` entries of the few-shot file ``cache`` as records of ``data``'s images (each entry checked:
+    ``datasets.split_files.checked_entry``)."""
+    fix = "delete it to sample again"
+    if not isinstance(entries, list):
+        raise InvalidInputError(f"Few-shot file {cache}: its {split} entries are no list; {fix}")
     items = []
     for entry in entries:
-        relpath, label, classname = entry
-        if data.lab2cname.get(int(label)) != classname:
+        relpath, label, classname = checked_entry(entry, f"Few-shot file {cache}", split, fix)
+        if data.lab2cname.get(label) != classname:
             raise InvalidInputError(f"Few-shot file {cache} does not match {data.split_file} (label {label} is "
-                                    f"{classname!r} there); delete it to sample again")
-        items.append(make_datum(os.path.join(data.dataset_dir, relpath), int(label), classname, cache, data.name))
+                                    f"{classname!r} there); {fix}")
+        items.append(make_datum(os.path.join(data.dataset_dir, relpath), label, classname, cache, data.name))
     return items
 
 
@@ -129,11 +135,11 @@ def _read_cache(cache: str, data: SplitData, digest: str) -> tuple[list[Datum], 
         raise InvalidInputError(f"Few-shot file {cache} was sampled from other data than {data.split_file} holds now "
                                 f"(digest {str(found)[:12]}, now {digest[:12]}); move it away (nothing was deleted) "
                                 "to sample again from the current split, or restore the split it came from")
-    train = _decode(content["train"], data, cache)
+    train = _decode(content["train"], "train", data, cache)
     _check_within(train, "train", data.train, cache, data)
     val = None
     if data.val is not None:
-        val = _decode(content.get("val") or [], data, cache)
+        val = _decode(content.get("val") or [], "val", data, cache)
         _check_within(val, "val", data.val, cache, data)
     if found is None:
         print(f"Note: few-shot file {cache} records no digest of its split (an earlier version wrote it); its images "

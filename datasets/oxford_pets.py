@@ -9,7 +9,7 @@ from engine.dataset_base import Datum
 from engine.registry import DATASET_REGISTRY
 
 from .protocols import ProtocolDataset
-from .split_files import open_list
+from .split_files import layout_hint, listed_path, open_list
 from .splits import (
     SplitData,
     make_datum,
@@ -40,8 +40,9 @@ class OxfordPets(ProtocolDataset):
                 for line in f:
                     if line.strip() and not line.startswith("#"):
                         imname, label = line.split()[:2]
-                        items.append(make_datum(os.path.join(image_dir, imname + ".jpg"), int(label) - 1,
-                                                pet_breed(imname), path, name))
+                        relpath = listed_path(imname + ".jpg", path, f"fix it ({layout_hint(name)})")
+                        items.append(make_datum(os.path.join(image_dir, relpath), int(label) - 1, pet_breed(imname),
+                                                path, name))
             return items
 
         def create(rng: random.Random):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import OrderedDict
 from typing import IO
 
@@ -50,28 +51,71 @@ def read_wnid_classnames(path: str) -> OrderedDict[str, str]:
     return classnames
 
 
+def path_problem(relpath: object) -> str:
+    """What is wrong with ``relpath``, an image path a list file gives relative to the image folder ("" when nothing
+    is): a listed path is a non-empty string, relative and without a ``..`` part, so it stays inside the data root."""
+    if not isinstance(relpath, str) or not relpath or "\0" in relpath:
+        return "is no file name"
+    if os.path.isabs(relpath) or ".." in relpath.replace(os.sep, "/").split("/"):
+        return "is absolute or climbs with '..' (listed paths are relative, inside the dataset's folder)"
+    return ""
+
+
+def listed_path(relpath: object, source: str, fix: str) -> str:
+    """``relpath``, an image path listed in the file ``source``, when :func:`path_problem` finds nothing wrong with
+    it; else an InvalidInputError naming the file, the path and ``fix``."""
+    problem = path_problem(relpath)
+    if problem:
+        raise InvalidInputError(f"{source} lists the path {relpath!r}, which {problem}; {fix}")
+    return relpath
+
+
+INTEGER = re.compile(r"\s*[+-]?[0-9]{1,18}\s*")
+"""A label given as a string: an integer."""
+
+
+def entry_problem(entry: object) -> str:
+    """What is wrong with an entry ``[relpath, label, class name]`` of a list file ("" when nothing is): the path
+    (:func:`path_problem`), a label that is no integer (or string of one), a class name that is no string."""
+    if not (isinstance(entry, list) and len(entry) == 3):
+        return "is not [path, label, class name]"
+    relpath, label, classname = entry
+    if path_problem(relpath):
+        return f"has a path that {path_problem(relpath)}"
+    if isinstance(label, bool) or not (isinstance(label, int) or isinstance(label, str) and INTEGER.fullmatch(label)):
+        return f"has the label {label!r}, which is no integer"
+    if not isinstance(classname, str):
+        return f"has the class name {classname!r}, which is no string"
+    return ""
+
+
+def checked_entry(entry: object, source: str, split: str, fix: str) -> Entry:
+    """An entry of ``split`` in the list file ``source`` as ``(relpath, label, class name)`` when
+    :func:`entry_problem` finds nothing wrong with it; else one InvalidInputError naming the file, the split, the
+    entry and ``fix``."""
+    problem = entry_problem(entry)
+    if problem:
+        shown = repr(entry)
+        raise InvalidInputError(f"{source}: the {split} entry {shown if len(shown) <= 160 else shown[:157] + '...'} "
+                                f"{problem}; {fix}")
+    relpath, label, classname = entry
+    return relpath, int(label), classname
+
+
 def split_entries(split_path: str, name: str) -> dict[str, list[Entry]]:
-    """The entries of a ``split_zhou_*.json`` file: ``{"train"|"val"|"test": [[relpath, label, classname], ...]}``;
-    a malformed file is a ValueError naming it."""
+    """The entries of a ``split_zhou_*.json`` file: ``{"train"|"val"|"test": [[relpath, label, classname], ...]}``,
+    each checked (:func:`checked_entry`); a malformed file is a ValueError naming it."""
     try:
         with open_list(split_path) as f:
             split = json.load(f)
     except json.JSONDecodeError as e:
         raise ValueError(f"Malformed JSON in {split_path}: {e}") from None
-    if not isinstance(split, dict) or any(key not in split for key in SPLITS):
+    if not isinstance(split, dict) or any(not isinstance(split.get(key), list) for key in SPLITS):
         raise InvalidInputError(f"Split file {split_path} must hold a JSON object with keys train, val and test; "
                                 f"re-download it ({layout_hint(name)})")
-    output = {}
-    for key in SPLITS:
-        items = []
-        for entry in split[key]:
-            if not (isinstance(entry, list) and len(entry) == 3):
-                raise InvalidInputError(f"Split file {split_path}: entry {entry!r} in {key!r} is not "
-                                        "[path, label, name]")
-            relpath, label, classname = entry
-            items.append((relpath, int(label), classname))
-        output[key] = items
-    return output
+    fix = f"fix it or download the split file again ({layout_hint(name)})"
+    return {key: [checked_entry(entry, f"Split file {split_path}", key, fix) for entry in split[key]]
+            for key in SPLITS}
 
 
 def read_variants(path: str) -> dict[str, int]:
@@ -86,8 +130,9 @@ def variant_entries(path: str, cname2lab: dict[str, int], variants_path: str, na
     with open_list(path) as f:
         for line in f:
             if line.strip():
-                imname, classname = line.strip().split(" ", 1)
+                imname, _, classname = line.strip().partition(" ")
                 if classname not in cname2lab:
                     raise InvalidInputError(f"{name}: {path} names variant {classname!r}, missing in {variants_path}")
-                items.append((imname + ".jpg", cname2lab[classname], classname))
+                fix = f"fix it or unpack the dataset again ({layout_hint(name)})"
+                items.append((listed_path(imname + ".jpg", path, fix), cname2lab[classname], classname))
     return items

@@ -9,7 +9,7 @@ from engine.errors import InvalidInputError
 from engine.registry import DATASET_REGISTRY
 
 from .protocols import ProtocolDataset
-from .split_files import open_list
+from .split_files import layout_hint, listed_path, open_list
 from .splits import (
     SplitData,
     make_datum,
@@ -41,6 +41,7 @@ class SUN397(ProtocolDataset):
                 for line in f:
                     imname = line.strip().lstrip("/")
                     if imname:
+                        listed_path(imname, path, f"fix it ({layout_hint(name)})")
                         class_dir = os.path.dirname(imname)
                         if class_dir not in cname2lab:
                             raise InvalidInputError(f"{name}: {path} lists {imname}, whose class is not in "

@@ -79,7 +79,8 @@ def clip_files(cache_dir: str, weights_dir: str = WEIGHTS_DIR) -> tuple[str, str
     """Paths of the student's and the teacher's tiny CLIP (OpenAI-format state dicts ``clip.load_model`` reads),
     expanded from the shipped files into ``cache_dir`` once and reused while they hold the recorded weights.
 
-    Prints one line when a file is not the one the repository shipped (regenerated weights: other numbers).
+    Prints one line when a file is not the one the repository shipped (regenerated weights: other numbers); a file
+    holding the other role's CLIP is refused (:func:`check_roles`).
     """
     manifest = read_manifest(weights_dir)
     paths = {role: os.path.join(weights_dir, file_name(role)) for role in ROLES}
@@ -87,6 +88,7 @@ def clip_files(cache_dir: str, weights_dir: str = WEIGHTS_DIR) -> tuple[str, str
         if not os.path.isfile(path):
             raise InputNotFoundError(f"{path} is missing; {REGENERATE}")
     entries = manifest["files"]
+    check_roles(paths, entries, os.path.join(weights_dir, MANIFEST))
     sums = {role: sha256_of(path) for role, path in paths.items()}
     changed = [paths[role] for role in ROLES if sums[role] != entries[role].get("shipped_sha256")]
     if changed:
@@ -95,6 +97,21 @@ def clip_files(cache_dir: str, weights_dir: str = WEIGHTS_DIR) -> tuple[str, str
     student, teacher = (expanded_file(paths[role], cache_dir, role, reuse=sums[role] == entries[role].get("sha256"))
                         for role in ROLES)
     return student, teacher
+
+
+def check_roles(paths: dict[str, str], entries: dict, manifest: str) -> None:
+    """Each role's file must hold the CLIP pretrained for that role: the parameters its record holds are those the
+    manifest records for the role. A file of the other role (the two swapped) or of other parameters is one error
+    line, so the demo never runs with the student and the teacher exchanged."""
+    for role in ROLES:
+        params = read_record(paths[role]).get("params")
+        if params == entries[role].get("params"):
+            continue
+        other = next((r for r in ROLES if r != role and params == entries[r].get("params")), None)
+        held = f"the {other}'s tiny CLIP" if other else "a tiny CLIP pretrained with other parameters"
+        raise InvalidInputError(f"{paths[role]} holds {held}, not the {role}'s that {manifest} records "
+                                f"({entries[role].get('params', {}).get('size')}); put each file back in its place "
+                                f"({', '.join(file_name(r) for r in ROLES)}) or {REGENERATE}")
 
 
 def expanded_file(path: str, cache_dir: str, role: str, reuse: bool = True) -> str:

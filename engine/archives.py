@@ -34,12 +34,14 @@ def name_key(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
-def _safe_parts(member: str, archive: str) -> tuple[str, ...]:
-    """The path parts of a member name; an absolute name or one with ``..`` is refused."""
-    path = PurePosixPath(member.replace("\\", "/"))
+def safe_parts(name: str, source: str, kind: str = "archive") -> tuple[str, ...]:
+    """The path parts of ``name``, a member of the archive (``kind``) or a file of the repository listing ``source``;
+    an absolute name or one with ``..`` is refused: it would be written outside the folder it is placed in."""
+    path = PurePosixPath(name.replace("\\", "/"))
     if path.is_absolute() or ".." in path.parts or (path.parts and ":" in path.parts[0]):
-        raise InvalidInputError(f"{archive} holds the member {member!r}, which would be written outside the folder it "
-                                "is unpacked into; refused (the archive is not the expected one)")
+        member = "the member" if kind == "archive" else "the file"
+        raise InvalidInputError(f"{source} holds {member} {name!r}, which would be written outside the folder it is "
+                                f"placed in; refused (the {kind} is not the expected one)")
     return tuple(p for p in path.parts if p not in ("", "."))
 
 
@@ -51,14 +53,14 @@ def _members(archive: str):
                 # the directory found belongs to a zip stored inside (a torch file): the archive's own end is missing
                 raise zipfile.BadZipFile("its central directory is not the archive's own")
             for info in zf.infolist():
-                yield _safe_parts(info.filename, archive), info.is_dir(), lambda info=info: zf.open(info)
+                yield safe_parts(info.filename, archive), info.is_dir(), lambda info=info: zf.open(info)
         return
     with tarfile.open(archive) as tf:
         for info in tf:
             if not (info.isfile() or info.isdir()):
                 raise InvalidInputError(f"{archive} holds {info.name!r}, a link or special file; refused (only "
                                         "plain files and folders are unpacked)")
-            yield _safe_parts(info.name, archive), info.isdir(), lambda info=info: tf.extractfile(info)
+            yield safe_parts(info.name, archive), info.isdir(), lambda info=info: tf.extractfile(info)
 
 
 def unpack(archive: str, dest: str) -> int:

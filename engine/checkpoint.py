@@ -25,7 +25,6 @@ from .inputs import open_input
 from .restricted_pickle import dropped_entries, load_upstream_checkpoint, plain_entries
 from .run_files import file_kind, not_regular_error
 from .runs import POINTER_FILE, pointed_checkpoint
-from .utils import mkdir_if_missing
 
 _PLAIN = (bool, int, float, str, bytes, type(None), torch.Tensor, torch.Size, torch.dtype, torch.device)
 
@@ -62,14 +61,14 @@ def save_checkpoint(
     remove_module_from_keys: bool = True,
     model_name: str = "",
 ) -> str:
-    """Write ``state`` to ``<save_dir>/model.pth.tar-<epoch>`` (or ``model_name``) and update ``checkpoint``."""
+    """Write ``state`` to ``<save_dir>/model.pth.tar-<epoch>`` (or ``model_name``) and update ``checkpoint``; the
+    folder is made as every atomic write makes it (``engine.atomic``: inside a run folder, no link is entered)."""
     if remove_module_from_keys and "state_dict" in state:
         state = dict(state)
         state["state_dict"] = OrderedDict(
             (k[len("module."):] if k.startswith("module.") else k, v) for k, v in state["state_dict"].items()
         )
     check_plain(state)
-    mkdir_if_missing(save_dir)
     fpath = os.path.join(save_dir, model_name or f"model.pth.tar-{state['epoch']}")
     atomic_torch_save(state, fpath)
     print(f"Checkpoint saved to {fpath}")

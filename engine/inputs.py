@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from .digests import file_digest, open_digest
 from .errors import CorruptFileError, InputNotFoundError
-from .run_files import file_kind
+from .run_files import file_kind, inside
 
 REGENERABLE = ("fewshot", "cache")
 """Roles of files a run makes again, the same, when they are gone (a few-shot sample of its split, a cache)."""
@@ -85,12 +85,6 @@ def expand_key(name: str, roots: Mapping[str, str]) -> str:
         if name.startswith(prefix):
             return os.path.join(folder, name[len(prefix):])
     return name
-
-
-def inside(path: str, folder: str) -> bool:
-    """Whether ``path`` is ``folder`` or lies under it (both made absolute, links not followed)."""
-    path, folder = os.path.abspath(path), os.path.abspath(folder)
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 @contextlib.contextmanager

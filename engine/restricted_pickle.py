@@ -165,12 +165,12 @@ def plain_entries(checkpoint: Any, path: str) -> tuple[dict, dict[Any, list[str]
     """The entries of a loaded checkpoint dict that hold plain data only, and the others with the names of the
     objects they hold; a checkpoint that is no dict, whose state_dict holds objects or that nests containers beyond the
     recursion limit is refused in one line."""
-    if not isinstance(checkpoint, dict):
-        names = ", ".join(sorted(opaque_names(checkpoint))) or type(checkpoint).__name__
-        raise InvalidInputError(f"{path} holds a pickled {names} object, not a checkpoint dict (Dassl layout: "
-                                "state_dict, epoch, ...); nothing was run")
     kept, ignored = {}, {}
     try:
+        if not isinstance(checkpoint, dict):
+            names = ", ".join(sorted(opaque_names(checkpoint))) or type(checkpoint).__name__
+            raise InvalidInputError(f"{path} holds a pickled {names} object, not a checkpoint dict (Dassl layout: "
+                                    "state_dict, epoch, ...); nothing was run")
         for key, value in checkpoint.items():
             names = opaque_names(value)
             if names or not isinstance(key, (str, int)):

@@ -56,6 +56,7 @@ from .inputs import commit as commit_inputs
 from .meters import AverageMeter, MetricMeter
 from .precision import autocast, make_grad_scaler, resolve_precision
 from .registry import TRAINER_REGISTRY, check_availability
+from .run_files import make_folder
 from .runs import RESULTS_FILE, RESUME_FILE
 from .schema import KeyTable
 from .utils import write_json
@@ -255,6 +256,7 @@ class TrainerBase:
         except ImportError:
             return
         print(f"Initialize tensorboard (log_dir={log_dir})")
+        make_folder(log_dir)  # inside the run folder: never through a link
         self._writer = SummaryWriter(log_dir=log_dir)
 
     def close_writer(self) -> None:

@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from .atomic import atomic_write_text
 from .errors import CorruptFileError, InputNotFoundError
+from .images import UNREADABLE, unreadable_reason
 
 
 def mkdir_if_missing(dirname: str) -> None:
@@ -80,9 +81,9 @@ def read_image(path: str) -> Image.Image:
     try:
         with Image.open(path) as img:
             return _to_rgb(img, path)
-    except (UnidentifiedImageError, OSError) as e:
-        raise CorruptFileError(f"Cannot read image {path} (corrupt or not an image: {e}); restore it from the "
-                               "dataset's archive, or fix the split file that lists it") from None
+    except UNREADABLE as e:  # the data-root check's rule (engine.images)
+        raise CorruptFileError(f"Cannot read image {path} ({unreadable_reason(e)}); restore it from the dataset's "
+                               "archive, or fix the split file that lists it") from None
 
 
 def set_random_seed(seed: int) -> None:

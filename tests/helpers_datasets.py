@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import struct
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -74,6 +76,20 @@ def write_image(path: str, seed: int = 0, corrupt: bool = False) -> None:
     pixels = np.random.default_rng(seed).integers(0, 256, size=(8, 8, 3), dtype=np.uint8)
     fmt = "PNG" if path.lower().endswith(".png") else "JPEG"
     Image.fromarray(pixels).save(path, format=fmt)
+
+
+def write_huge_png(path: str, side: int = 15_000) -> None:
+    """A PNG declaring ``side`` x ``side`` 1-bit pixels (15,000: 225 Mpixels, past twice Pillow's default limit, a
+    decompression bomb) whose pixel data is a few zero rows: the chunks are written here (structs and CRC-32), so no
+    such image is ever built in memory."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)  # 1-bit grayscale, no interlacing
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+                + chunk(b"IEND", b""))
 
 
 def _text(path: str, lines: list[str]) -> None:

@@ -27,7 +27,7 @@ import engine.utils
 import train
 from engine.checkpoint import get_rng_state, save_checkpoint
 from tests.helpers_baselines import argv as baseline_argv
-from tests.helpers_datasets import write_image
+from tests.helpers_datasets import write_huge_png, write_image
 from tests.helpers_petr import petr_argv, write_eurosat
 from tests.helpers_run import HANG_GUARD_S, full_disk, read_only, train_argv
 from tests.helpers_upstream import write_dassl_checkpoint
@@ -105,6 +105,36 @@ def _corrupt_image(tmp, data, tree, clip_file, mp, workers: str = "0"):
         write_image(path, corrupt=True)
     return (coop_argv(data, tmp / "run", clip_file, "DATALOADER.NUM_WORKERS", workers, "DATASET.NUM_SHOTS", "0"),
             f"error: Cannot read image {tree.dataset_dir}...")
+
+
+def _huge_image(tmp, data, tree, clip_file, mp):
+    """A test image that declares 15,000 x 15,000 pixels (225 Mpixels: past Pillow's limit, a decompression bomb),
+    read by a zero-shot evaluation of every test image."""
+    with open(tree.split_file) as f:
+        huge = os.path.join(tree.dataset_dir, "2750", json.load(f)["test"][0][0])
+    write_huge_png(huge)
+    return (zeroshot_argv(data, tmp / "run", clip_file),
+            f"error: Cannot read image {huge} (DecompressionBombError: Image size (225000000 pixels) exceeds limit ...")
+
+
+OUTSIDE = "has a path that is absolute or climbs with '..' (listed paths are relative, inside the dataset's folder)"
+
+
+def _split_entry(split: str, entry_of, problem: str):
+    """The first ``split`` entry of the split file replaced by ``entry_of(tmp, entry)``; an image lies outside the
+    data root (``<tmp>/outside.jpg``) for an entry to point to. The line names the file, the split, the entry and
+    ``problem``."""
+    def setup(tmp, data, tree, clip_file, mp):
+        write_image(str(tmp / "outside.jpg"), seed=7)
+        with open(tree.split_file) as f:
+            split_data = json.load(f)
+        entry = split_data[split][0] = entry_of(tmp, split_data[split][0])
+        with open(tree.split_file, "w") as f:
+            json.dump(split_data, f)
+        return (coop_argv(data, tmp / "run", clip_file, "DATASET.NUM_SHOTS", "0"),
+                f"error: Split file {tree.split_file}: the {split} entry {entry!r} {problem}; fix it or download the "
+                "split file again (expected layout for EuroSAT: see DATASETS.md#eurosat)")
+    return setup
 
 
 def _corrupt_image_worker(tmp, data, tree, clip_file, mp):
@@ -459,6 +489,25 @@ def _nested_tuples(tmp, data, tree, clip_file, mp):
     return _eval_argv(data, tmp, clip_file), f"error: {path} nests ..."
 
 
+def _nested_lists(tmp, data, tree, clip_file, mp):
+    folder = tmp / "trained" / "prompt_learner"
+    folder.mkdir(parents=True)
+    path = folder / "model.pth.tar-1"
+    path.write_bytes(nested_pickle(100_000, "list", top=True))
+    return _eval_argv(data, tmp, clip_file), f"error: {path} nests ..."
+
+
+def _model_folder_linked(tmp, data, tree, clip_file, mp):
+    """The run folder's prompt_learner/ is a symbolic link to a folder outside it (which must stay empty)."""
+    (tmp / "run").mkdir()
+    (tmp / "outside").mkdir()
+    path = tmp / "run" / "prompt_learner"
+    os.symlink(tmp / "outside", path)
+    return (coop_argv(data, tmp / "run", clip_file),
+            f"error: {path} is a symbolic link, not a folder; a run writes only inside its own folder (a link there is "
+            f"not followed): remove it (rm {path}) and rerun")
+
+
 def _baseline(trainer: str, config: str, *opts: str, expected: str):
     """A tiny run of ``trainer`` with its shipped ``config`` and ``opts``; {clip} in ``expected``: the CLIP file."""
     def setup(tmp, data, tree, clip_file, mp):
@@ -625,6 +674,17 @@ CASES = {
         "RN50x16, RN50x64), of any size; " + WEIGHTS_FIX, obj={"state_dict": {"ctx": torch.zeros(4)}}), ["log.txt"],
         True),
     "checkpoint nesting 100,000 tuples": (_nested_tuples, ["log.txt", "run.json"], True),
+    "checkpoint nesting 100,000 lists": (_nested_lists, ["log.txt", "run.json"], True),
+    "split entry with an absolute path": (_split_entry("test", lambda tmp, e: [str(tmp / "outside.jpg"), *e[1:]],
+                                                       OUTSIDE), ["log.txt"], False),
+    "split entry with a '..' path": (_split_entry("test", lambda tmp, e: ["../../../outside.jpg", *e[1:]], OUTSIDE),
+                                     ["log.txt"], False),
+    "split entry with label 'abc'": (_split_entry("train", lambda tmp, e: [e[0], "abc", e[2]],
+                                                  "has the label 'abc', which is no integer"), ["log.txt"], False),
+    "split entry with path 5": (_split_entry("train", lambda tmp, e: [5, *e[1:]], "has a path that is no file name"),
+                                ["log.txt"], False),
+    "225-Mpixel PNG in a split": (_huge_image, ["log.txt", "run.json"], False),
+    "prompt_learner/ is a symbolic link": (_model_folder_linked, ["log.txt", "run.json"], True),
 }
 UNTOUCHED = {"rerun with another config (finished run)", "output folder in use by a live run",
              "split changed under a finished run (stale few-shot file)", "CLIP weights replaced under a finished run",
@@ -682,6 +742,7 @@ def test_bad_input_matrix(case, tmp_path, tiny_clip_file, monkeypatch, capsys):
     has_fewshot = os.path.isdir(os.path.join(tree.dataset_dir, "split_fewshot"))
     assert has_fewshot == fewshot
     assert not (tmp_path / "ran").exists()  # no pickled command ran
+    assert not os.path.isdir(tmp_path / "outside") or os.listdir(tmp_path / "outside") == []  # nothing written there
     _row(case, status, line, out, "written (valid)" if has_fewshot else "none")
 
 

@@ -140,3 +140,52 @@ def test_command_line_exit_status(tmp_path):
                                             "restore it from the dataset's archive")
     done = run_check("--root", str(tmp_path), "eurosatt")
     assert done.returncode == 2 and done.stderr.startswith("error: unknown dataset 'eurosatt'; use one of: imagenet")
+
+
+BAD_ENTRIES = {
+    "path 5": (lambda root, e: [5, *e[1:]], "has a path that is no file name"),
+    "absolute path": (lambda root, e: [os.path.join(root, "outside.jpg"), *e[1:]],
+                      "has a path that is absolute or climbs with '..' (listed paths are relative, inside the "
+                      "dataset's folder)"),
+    "'..' path": (lambda root, e: ["../../outside.jpg", *e[1:]],
+                  "has a path that is absolute or climbs with '..' (listed paths are relative, inside the dataset's "
+                  "folder)"),
+    "label 'abc'": (lambda root, e: [e[0], "abc", e[2]], "has the label 'abc', which is no integer"),
+    "class name 3": (lambda root, e: [e[0], e[1], 3], "has the class name 3, which is no string"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ENTRIES))
+def test_a_bad_split_entry_is_one_problem_line(tmp_path, case):
+    """An entry whose path would be read outside the data root (an image lies there, readable), or of the wrong type,
+    is one line naming the file, the split and the entry: never a traceback, never ``ok``."""
+    tree = write_tree("EuroSAT", str(tmp_path / "data"), mode="json")
+    write_image(str(tmp_path / "outside.jpg"))
+    with open(tree.split_file) as f:
+        split = json.load(f)
+    edit, problem = BAD_ENTRIES[case]
+    entry = split["val"][1] = edit(str(tmp_path), split["val"][1])
+    with open(tree.split_file, "w") as f:
+        json.dump(split, f)
+    found = check(tmp_path / "data", "eurosat")
+    assert found.problems == [
+        f"{tree.split_file}: unreadable split file (Split file {tree.split_file}: the val entry {entry!r} {problem}; "
+        "fix it or download the split file again (expected layout for EuroSAT: see DATASETS.md#eurosat)); download it "
+        "again (see DATASETS.md#eurosat)"]
+    assert found.images == [] and found.counts == {}
+
+
+def test_a_variant_list_line_outside_the_image_folder_is_one_problem_line(tmp_path):
+    """FGVC-Aircraft's own lists (``<image id> <variant>``) are held to the same rule."""
+    tree = write_tree("FGVCAircraft", str(tmp_path), mode="native")
+    listing = os.path.join(tree.dataset_dir, "images_variant_test.txt")
+    with open(listing) as f:
+        lines = f.read().splitlines()
+    lines[0] = "../../outside " + lines[0].split(" ", 1)[1]
+    with open(listing, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    [line] = check(tmp_path, "fgvc_aircraft").problems
+    assert line == (f"{tree.dataset_dir}/images_variant_*.txt: unreadable split list ({listing} lists the path "
+                    "'../../outside.jpg', which is absolute or climbs with '..' (listed paths are relative, inside "
+                    "the dataset's folder); fix it or unpack the dataset again (expected layout for FGVCAircraft: see "
+                    "DATASETS.md#fgvcaircraft)); unpack the dataset again (see DATASETS.md#fgvcaircraft)")

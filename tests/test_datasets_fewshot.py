@@ -121,6 +121,29 @@ def test_stale_cache_is_reported(tmp_path):
         fewshot_splits(data, 2, seed=1)
 
 
+@pytest.mark.parametrize("edit, problem", [
+    (lambda e: ["../../outside.jpg", *e[1:]], "has a path that is absolute or climbs with '..' (listed paths are "
+     "relative, inside the dataset's folder)"),
+    (lambda e: [e[0], "abc", e[2]], "has the label 'abc', which is no integer"),
+    (lambda e: [e[0], e[1]], "is not [path, label, class name]"),
+], ids=["'..' path", "label 'abc'", "two fields"])
+def test_a_bad_fewshot_entry_is_one_error(tmp_path, edit, problem):
+    """A few-shot file's entries are checked as a split file's: one error naming the file, the split and the entry (an
+    image lies outside the dataset folder for the '..' path to reach)."""
+    data = _synthetic(tmp_path / "data", per_class_train=4, per_class_val=2)
+    (tmp_path / "outside.jpg").touch()
+    fewshot_splits(data, 2, seed=1)
+    cache = fewshot_path(str(tmp_path / "data"), 2, 1)
+    with open(cache) as f:
+        content = json.load(f)
+    entry = content["val"][0] = edit(content["val"][0])
+    with open(cache, "w") as f:
+        json.dump(content, f)
+    message = f"Few-shot file {cache}: the val entry {entry!r} {problem}; delete it to sample again"
+    with pytest.raises(InvalidInputError, match=f"^{re.escape(message)}$"):
+        fewshot_splits(data, 2, seed=1)
+
+
 def _split_paths(tree, split: str) -> set[str]:
     with open(tree.split_file) as f:
         return {os.path.join(tree.dataset_dir, "2750", rel) for rel, _, _ in json.load(f)[split]}

@@ -212,6 +212,23 @@ def test_flipped_byte_in_the_tensors_is_one_error_line(weights, tmp_path, capsys
     assert [name for name in os.listdir(tmp_path / "cache") if name.startswith(".tmp-")] == []
 
 
+def test_swapped_files_are_one_error_line(weights, tmp_path, capsys):
+    """The student's file holding the teacher's CLIP and the teacher's the student's: refused in one line before any
+    expansion (the roles would run exchanged), though each file is a good compact file of the manifest's."""
+    folder = copy_folder(weights, tmp_path / "weights")
+    student, teacher = (os.path.join(folder, shipped.file_name(role)) for role in shipped.ROLES)
+    os.rename(student, student + ".swap")
+    os.rename(teacher, student)
+    os.rename(student + ".swap", teacher)
+    status, err, out = run_expand(folder, tmp_path / "cache", capsys)
+    assert (status, out) == (2, "")
+    assert err == [f"error: {student} holds the teacher's tiny CLIP, not the student's that "
+                   f"{os.path.join(folder, 'manifest.json')} records (tiny); put each file back in its place "
+                   "(tinyclip-student.safetensors, tinyclip-teacher.safetensors) or regenerate the tiny CLIPs with "
+                   "make demo-pretrain"]
+    assert not os.path.exists(tmp_path / "cache")
+
+
 def test_flipped_byte_in_the_header_is_one_error_line(weights, tmp_path, capsys):
     folder = copy_folder(weights, tmp_path / "weights")
     path = os.path.join(folder, shipped.file_name("student"))

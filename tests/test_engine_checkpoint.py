@@ -17,6 +17,7 @@ from torch import nn
 from engine import load_checkpoint, load_pretrained_weights, save_checkpoint, write_json
 from engine.checkpoint import get_rng_state, load_model_state, resume_from_checkpoint, set_rng_state
 from engine.errors import CorruptFileError, InvalidInputError
+from engine.run_files import make_folder, writing_in
 from tests.helpers_run import HANG_GUARD_S, REPO
 
 
@@ -52,6 +53,46 @@ def test_failed_writes_leave_old_checkpoint_and_no_temp_files(tmp_path):
     assert sorted(os.listdir(d)) == ["checkpoint", "model.pth.tar-1", "model.pth.tar-2"]
     assert (d / "checkpoint").read_text().strip() == "model.pth.tar-1"
     assert torch.equal(load_checkpoint(str(d / "model.pth.tar-1"))["state_dict"]["w"], torch.ones(2))
+
+
+def test_no_folder_inside_a_run_folder_is_entered_through_a_link(tmp_path):
+    """While a run writes in its folder (``writing_in``, as train.py does), a link, a FIFO or a file where one of its
+    folders is expected (at any depth) is one error naming it, and nothing is written through it; the run folder
+    itself may lie behind a link (an output root on another disk), and outside a run folder links are followed as
+    ``os.makedirs`` follows them."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "disk").mkdir()
+    os.symlink(tmp_path / "disk", tmp_path / "output")
+    run = tmp_path / "output" / "run"
+    (run / "split_fewshot").mkdir(parents=True)
+    os.symlink(outside, run / "prompt_learner")
+    os.symlink(outside, run / "split_fewshot" / "eurosat")
+    os.mkfifo(run / "teacher_cache")
+    (run / "tensorboard").write_text("a file\n")
+
+    def refused(path, kind: str) -> str:
+        return (f"{path} is {kind}, not a folder; a run writes only inside its own folder (a link there is not "
+                f"followed): remove it (rm {path}) and rerun")
+
+    with writing_in(str(run)):
+        assert save_checkpoint(_state(1, 1.0), str(run / "VLPromptLearner")) == \
+            str(run / "VLPromptLearner" / "model.pth.tar-1")
+        write_json({"a": 1}, str(run / "results.json"))
+        for write, path, kind in (
+                (lambda: save_checkpoint(_state(1, 1.0), str(run / "prompt_learner")), run / "prompt_learner",
+                 "a symbolic link"),
+                (lambda: write_json({}, str(run / "split_fewshot" / "eurosat" / "shot_2-seed_1.json")),
+                 run / "split_fewshot" / "eurosat", "a symbolic link"),
+                (lambda: write_json({}, str(run / "teacher_cache" / "train_x.json")), run / "teacher_cache", "a FIFO"),
+                (lambda: make_folder(str(run / "tensorboard")), run / "tensorboard", "a regular file")):
+            with pytest.raises(CorruptFileError) as caught:
+                write()
+            assert str(caught.value) == refused(path, kind)
+    assert os.listdir(outside) == [] and sorted(os.listdir(tmp_path / "disk" / "run")) == [
+        "VLPromptLearner", "prompt_learner", "results.json", "split_fewshot", "teacher_cache", "tensorboard"]
+    save_checkpoint(_state(1, 1.0), str(run / "prompt_learner"))  # no run being written: the link is followed
+    assert sorted(os.listdir(outside)) == ["checkpoint", "model.pth.tar-1"]
 
 
 def test_pickled_objects_are_never_run_unless_trusted(tmp_path, capsys):
@@ -198,11 +239,13 @@ def test_a_zip_bomb_is_refused_before_it_is_inflated(tmp_path):
     assert int(grown_mib) < 128, done.stderr
 
 
-def nested_pickle(depth: int) -> bytes:
+def nested_pickle(depth: int, container: str = "tuple", top: bool = False) -> bytes:
     """A checkpoint in torch's zip layout whose data.pkl is ``{"state_dict": ((((),),),)}`` nested ``depth`` deep
-    (pickle opcodes written directly: pickling such an object would itself recurse)."""
+    (``container`` list: ``[[[[]]]]``; ``top``: that nest alone, no dict around it), pickle opcodes written directly:
+    pickling such an object would itself recurse."""
+    nest = b")" + b"\x85" * depth if container == "tuple" else b"]" * (depth + 1) + b"a" * depth
     key = b"state_dict"
-    data = (b"\x80\x02}X" + len(key).to_bytes(4, "little") + key + b")" + b"\x85" * depth + b"s.")
+    data = b"\x80\x02" + (nest if top else b"}X" + len(key).to_bytes(4, "little") + key + nest + b"s") + b"."
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as z:
         z.writestr("archive/data.pkl", data)
@@ -211,13 +254,22 @@ def nested_pickle(depth: int) -> bytes:
     return buffer.getvalue()
 
 
-def test_a_checkpoint_nesting_100000_tuples_is_one_error(tmp_path):
+@pytest.mark.parametrize("container", ["tuple", "list"])
+@pytest.mark.parametrize("top", [False, True], ids=["in the state_dict", "the whole pickle"])
+def test_a_checkpoint_nesting_100000_containers_is_one_error(tmp_path, container, top):
     path = tmp_path / "nested.pth.tar"
-    path.write_bytes(nested_pickle(100_000))
+    path.write_bytes(nested_pickle(100_000, container, top))
     with pytest.raises(CorruptFileError) as caught:
         load_checkpoint(str(path))
     assert str(caught.value) == (f"{path} nests its containers deeper than Python's recursion limit (a checkpoint "
                                  "holds flat dicts of tensors); refused, nothing was run: restore a good copy or "
                                  "point to another file")
-    path.write_bytes(nested_pickle(3))
-    assert load_checkpoint(str(path)) == {"state_dict": ((((),),),)}
+    path.write_bytes(nested_pickle(3, container, top))
+    nest = ((((),),),) if container == "tuple" else [[[[]]]]
+    if not top:
+        assert load_checkpoint(str(path)) == {"state_dict": nest}
+        return
+    with pytest.raises(InvalidInputError) as caught:
+        load_checkpoint(str(path))
+    assert str(caught.value) == (f"{path} holds a pickled {container} object, not a checkpoint dict (Dassl layout: "
+                                 "state_dict, epoch, ...); nothing was run")

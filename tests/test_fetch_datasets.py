@@ -169,3 +169,23 @@ def test_dataset_repositories_are_listed_under_datasets(tmp_path):
     assert result.stdout == f"EuroSAT: eurosat.zip from {hub_url}/datasets/{REPO_ID}/tree/main -> " \
                             f"{tmp_path / 'data' / 'eurosat'}\n"
     assert repo.requests == [f"GET /api/datasets/{REPO_ID}/tree/main"]
+
+
+def test_a_listed_file_name_leaving_the_data_root_is_one_line(tmp_path, sources):
+    """A hub listing whose file of a dataset climbs out with '..': that dataset gets one line and nothing is
+    downloaded or placed for it (a dry run says the same); the other datasets are fetched."""
+    files = {"eurosat/../../escaped.txt": b"outside\n", "eurosat/split_zhou_EuroSAT.json": b"{}",
+             "food101.zip": zipped(sources["Food101"][1])}
+    repo = HubRepo(REPO_ID, files, lfs={"food101.zip"})
+    data = tmp_path / "data"
+    with serve(repo.handler()) as hub_url:
+        dry = run_fetch(data, hub_url, "eurosat", "--dry-run")
+        result = run_fetch(data, hub_url, "eurosat", "food101", "--other-splits")
+    line = (f"error: EuroSAT: {hub_url}/{REPO_ID}/tree/main holds the file 'eurosat/../../escaped.txt', which would be "
+            "written outside the folder it is placed in; refused (the repository is not the expected one); nothing "
+            f"was placed in {data / 'eurosat'}")
+    assert (dry.returncode, dry.stderr, dry.stdout) == (2, line + "\n", "")
+    assert result.returncode == 2 and result.stderr == line + "\n", result.stderr
+    assert f"Food101: {data / 'food-101'} is in place" in result.stdout and "eurosat" not in os.listdir(data)
+    assert not [r for r in repo.requests if "/resolve/" in r and "eurosat" in r]
+    assert not os.path.exists(tmp_path / "escaped.txt") and not os.path.exists(data / "escaped.txt")

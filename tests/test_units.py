@@ -68,6 +68,65 @@ def test_petr_base2new_train_and_test(tmp_path):
         "TRAINER.PETR.TEACHER_NAME", "t.pt", "OPTIM.MAX_EPOCH", "1", "INPUT.SIZE", "(32,32)"]]
 
 
+def distilled(run: str, trainer: str, model: str, teacher_name: str, teacher_ckpt: str) -> None:
+    """A finished distilled-student run whose run.json records the teacher it was distilled from."""
+    finished(run, model)
+    ns = trainer.upper()
+    with open(os.path.join(run, "run.json"), "w") as f:
+        json.dump({"trainer": trainer, "mode": "train", "config": {
+            "TRAINER.NAME": trainer, f"TRAINER.{ns}.TEACHER_NAME": teacher_name,
+            f"TRAINER.{ns}.TEACHER_CKPT": teacher_ckpt}}, f)
+
+
+def test_a_distilled_student_is_tested_against_the_teacher_it_was_distilled_from(tmp_path):
+    """The test command of PromptKD (and PETR) takes the teacher from the training run's run.json: no teacher knob is
+    needed (no TEACHER_DIR folder exists here), and a TEACHER_CKPT or TEACHER_NAME naming another teacher (whose text
+    features would score another classifier) is one line; a run recording a teacher that is gone is one line too."""
+    runner, data, out, _ = setup(tmp_path)
+    teacher = tmp_path / "my-teacher"
+    teacher.mkdir()
+    train_dir = f"{out}/base2new/train_base/eurosat/shots_0/PromptKD/vit_b16_c2_ep20_batch8_4+4ctx/seed1"
+    distilled(train_dir, "PromptKD", "VLPromptLearner", "t.pt", str(teacher))
+    test_dir = train_dir.replace("train_base", "test_new")
+    knobs = {"TEACHER_DIR": str(tmp_path / "no-teachers"), "TEACHER_NAME": ""}
+    done, commands = runner.record(["bash", "scripts/promptkd/base2new_test.sh", "eurosat", "1"], knobs)
+    assert done.stdout == f"Evaluating PromptKD on the novel classes of eurosat (seed 1) -> {test_dir}\n", done.stderr
+    assert commands == [[
+        "train.py", "--root", data, "--seed", "1", "--trainer", "PromptKD", "--dataset-config-file",
+        "configs/datasets/eurosat.yaml", "--config-file",
+        "configs/trainers/PromptKD/vit_b16_c2_ep20_batch8_4+4ctx.yaml", "--output-dir", test_dir, "--model-dir",
+        train_dir, "--load-epoch", "last", "--eval-only", "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "new",
+        "TRAINER.MODAL", "base2novel", "TRAINER.PROMPTKD.TEACHER_NAME", "t.pt", "TRAINER.PROMPTKD.TEACHER_CKPT",
+        str(teacher), "MODEL.BACKBONE.NAME", "s.pt", "OPTIM.MAX_EPOCH", "1", "INPUT.SIZE", "(32,32)"]]
+    same, _ = runner.record(["bash", "scripts/promptkd/base2new_test.sh", "eurosat", "1"],
+                            {"TEACHER_CKPT": str(teacher) + "/", "TEACHER_NAME": "t.pt"})
+    assert same.returncode == 0, same.stderr
+    why = (f"error: {train_dir} was distilled from the teacher {teacher} (TEACHER_NAME t.pt), whose text features "
+           "score its student; {} would score another classifier: unset it (the test takes the run's teacher)\n")
+    for knob, value in (("TEACHER_CKPT", "none"), ("TEACHER_CKPT", str(tmp_path)), ("TEACHER_NAME", "ViT-B/16")):
+        done, commands = runner.record(["bash", "scripts/promptkd/base2new_test.sh", "eurosat", "1"], {knob: value})
+        assert (done.returncode, done.stderr, commands) == (1, why.format(f"{knob}={value}"), [])
+    teacher.rmdir()
+    done, _ = runner.record(["bash", "scripts/promptkd/base2new_test.sh", "eurosat", "1"])
+    assert (done.returncode, done.stderr) == (1, f"error: {train_dir} was distilled from the teacher {teacher}, which "
+                                                 "is gone: its text features score the student, so restore it there\n")
+
+
+def test_a_seed_that_is_no_number_is_one_line(tmp_path):
+    """A <seed> argument or a SEEDS entry that is no number stops the command with one line before any run (it never
+    reaches train.py's argument parser)."""
+    runner, _, out, _ = setup(tmp_path)
+    for script, args, knobs in (("coop/base2new_train.sh", ["eurosat", "abc"], {}),
+                                ("promptkd/base2new_test.sh", ["eurosat", "abc"], {}),
+                                ("coop/main.sh", ["eurosat", "vit_b16", "end", "16", "1", "False"], {"SEEDS": "1 x"})):
+        done, commands = runner.record(["bash", f"scripts/{script}", *args], knobs)
+        seed = args[-1] if not knobs else "x"
+        given = f" (in SEEDS={knobs['SEEDS']})" if knobs else ""
+        assert (done.returncode, done.stdout, done.stderr, commands) == (
+            1, "", f"error: scripts/{script}: seed must be a number (0, 1, 2, ...), not {seed!r}{given}\n", [])
+    assert not os.path.exists(out)
+
+
 def test_promptkd_xd_train(tmp_path):
     runner, data, out, teachers = setup(tmp_path)
     run = f"{out}/xd/train/dtd/shots_0/PromptKD/vit_b16_c2_ep20_batch8_4+4ctx_cross_datasets/seed2"

@@ -20,7 +20,7 @@ from functools import partial
 from engine.atomic import atomic_write_text
 from engine.digests import file_digest
 from engine.published import TEACHER_RECORD, read_record, record_differences, record_of_run
-from engine.runs import pointed_checkpoint
+from engine.runs import pointed_checkpoint, read_run_json
 from trainers.catalog import PETR_X_LEARNERS
 from units.facts import (
     BASE2NEW_DATASETS,
@@ -167,7 +167,7 @@ def coop_main(u: Unit, args: list[str]) -> None:
     u.require_data()
     dataset_name(dataset)
     u.require_config(config)
-    for seed in u.knob("SEEDS", "1 2 3").split():
+    for seed in u.seeds():
         out = f"{u.output}/{dataset}/{u.trainer}/{config}_{k}shots/nctx{nctx}_csc{csc}_ctp{ctp}/seed{seed}"
         u.train(f"Training {u.trainer} on {k} shots of {dataset} (seed {seed})", dataset, out,
                 [*coop_opts(nctx, csc, ctp), "DATASET.NUM_SHOTS", k], config, seed)
@@ -181,7 +181,7 @@ def coop_eval(u: Unit, args: list[str]) -> None:
     tail = f"{config}_16shots/nctx{nctx}_csc{csc}_ctp{ctp}"
     u.require_data()
     dataset_name(dataset)
-    for seed in u.knob("SEEDS", "1 2 3").split():
+    for seed in u.seeds():
         model = f"{u.output}/imagenet/{u.trainer}/{tail}/seed{seed}"
         out = f"{u.output}/evaluation/{u.trainer}/{tail}/{dataset}/seed{seed}"
         u.needs(u.finished(model), f"no finished ImageNet run in {model}: run scripts/coop/main.sh imagenet {config} "
@@ -217,10 +217,39 @@ def distilled_b2n(u: Unit, args: list[str], test: bool) -> None:
     out = u.run_dir("base2new/test_new", dataset, k, config, seed)
     u.needs(u.finished(model), f"no finished training run in {model}: run scripts/{u.method.scripts}/base2new_train.sh "
             f"{dataset} {seed}")
-    ckpt = u.teacher_ckpt(folder)
     u.train(f"Evaluating {u.trainer} on the novel classes of {dataset} (seed {seed})", dataset, out,
             [*u.eval_args(model), "DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "new", "TRAINER.MODAL",
-             "base2novel", *kd, f"TRAINER.{u.method.ns}.TEACHER_CKPT", ckpt], config, seed)
+             "base2novel", *kd, *distilled_from(u, model, folder)], config, seed)
+
+
+def distilled_from(u: Unit, model: str, folder: str) -> list[str]:
+    """The teacher options of a test of the distilled student in ``model``: the teacher it was distilled from, as its
+    run.json records it (TEACHER_NAME, TEACHER_CKPT), so a test needs no teacher knob of its own. The student's logits
+    are scored against its teacher's text features of the tested classes, so the teacher is read again, and another
+    teacher would score another classifier: a TEACHER_CKPT or TEACHER_NAME naming another one is refused. A run that
+    records none (upstream's, or one a plan names before it exists) takes the teacher as its training does
+    (``Unit.teacher_ckpt``, the teacher folder ``folder``)."""
+    ns = f"TRAINER.{u.method.ns}"
+    try:
+        identity = read_run_json(model)
+    except (OSError, ValueError):  # train.py says what is wrong with the folder; the teacher is then the knobs'
+        identity = None
+    config = identity.get("config") if isinstance(identity, dict) else None
+    config = config if isinstance(config, dict) else {}
+    name, ckpt = config.get(f"{ns}.TEACHER_NAME"), config.get(f"{ns}.TEACHER_CKPT")
+    if not (isinstance(name, str) and name and isinstance(ckpt, str)):
+        return [f"{ns}.TEACHER_CKPT", u.teacher_ckpt(folder)]
+    recorded = os.path.realpath(os.path.join(REPO, ckpt)) if ckpt else "none"  # train.py runs from the repository
+    given = u.env.get("TEACHER_CKPT", "")
+    asked = "none" if given == "none" else os.path.realpath(u.path("TEACHER_CKPT")) if given else ""
+    if asked not in ("", recorded) or u.knob("TEACHER_NAME") not in ("", name):
+        knob = f"TEACHER_CKPT={given}" if asked not in ("", recorded) else f"TEACHER_NAME={u.knob('TEACHER_NAME')}"
+        raise UnitError(f"{model} was distilled from the teacher {ckpt or 'none (a plain CLIP)'} (TEACHER_NAME "
+                        f"{name}), whose text features score its student; {knob} would score another classifier: "
+                        "unset it (the test takes the run's teacher)")
+    u.needs(recorded == "none" or os.path.exists(recorded), f"{model} was distilled from the teacher {ckpt}, which is "
+            "gone: its text features score the student, so restore it there")
+    return [f"{ns}.TEACHER_NAME", name, f"{ns}.TEACHER_CKPT", ckpt]
 
 
 def student_transfer(u: Unit, args: list[str], script: str) -> tuple[str, str, str, str, str]:
@@ -254,10 +283,9 @@ def promptkd_xd_test(u: Unit, args: list[str]) -> None:
     out = u.run_dir("xd/test", dataset, k, config, seed)
     u.needs(u.finished(model), f"no {source_name}-distilled student in {model}: run SOURCE={u.source} "
             f"scripts/promptkd/xd_train.sh {u.source} {seed}")
-    ckpt = u.teacher_ckpt(f"{source_name}-xd")
     u.train(f"Evaluating the {source_name}-distilled {u.trainer} on {dataset} ({modal}, seed {seed})", dataset, out,
             [*u.eval_args(model), "DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "all", "TRAINER.MODAL", modal,
-             "TRAINER.PROMPTKD.TEACHER_CKPT", ckpt], config, seed)
+             *distilled_from(u, model, f"{source_name}-xd")], config, seed)
 
 
 def petr_transfer(u: Unit, args: list[str], tree: str, test: bool) -> None:
@@ -281,16 +309,15 @@ def petr_transfer(u: Unit, args: list[str], tree: str, test: bool) -> None:
     out = u.run_dir(f"{tree}/test", dataset, k, config, seed)
     u.needs(u.finished(model), f"no finished training run in {model}: run scripts/petr/{tree}_train.sh {dataset} "
             f"{seed}")
-    ckpt = u.teacher_ckpt(f"{source_name}-xd")
     u.train(f"Evaluating {u.trainer} ({modal}: {source_name} -> {dataset}) on {dataset} (seed {seed})", dataset, out,
-            [*u.eval_args(model), *opts, "TRAINER.PETR.TEACHER_CKPT", ckpt], config, seed)
+            [*u.eval_args(model), *opts, *distilled_from(u, model, f"{source_name}-xd")], config, seed)
 
 
 def petr_reproduce(u: Unit, args: list[str]) -> None:
     """PETR's base-to-novel table: train and test every dataset of DATASETS x SEEDS (each unit a child process,
     failures reported at the end, a preemption ends the loop with 75), then the Base / Novel / HM table."""
     config = u.knob("CFG", u.method.config)
-    datasets = u.knob("DATASETS", " ".join(BASE2NEW_DATASETS)).split()
+    datasets, seeds = u.knob("DATASETS", " ".join(BASE2NEW_DATASETS)).split(), u.seeds()
     u.require_data()
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):  # sent to the child too: wait for
         signal.signal(signum, lambda *_: None)  # its status (75: preempted, its state saved; SIGINT: interrupted)
@@ -301,7 +328,7 @@ def petr_reproduce(u: Unit, args: list[str]) -> None:
     failed, dry = [], [("--check-argv" if u.check else "--print-argv")] if u.dry else []
     for dataset in datasets:
         dataset_name(dataset)
-        for seed in u.knob("SEEDS", "1 2 3").split():
+        for seed in seeds:
             for command in ("base2new_train", "base2new_test"):
                 argv = [sys.executable, "-m", "units", *dry, "petr", command, dataset, seed]
                 env["UNITS_SCRIPT"] = f"scripts/petr/{command}.sh"

@@ -110,9 +110,24 @@ class Unit:
         if not os.path.isfile(os.path.join(REPO, "configs", "trainers", self.trainer, f"{config}.yaml")):
             raise UnitError(f"no config configs/trainers/{self.trainer}/{config}.yaml{why}")
 
+    def check_seed(self, seed: str, given: str = "") -> None:
+        """UnitError unless ``seed`` (the ``<seed>`` argument, or one of ``given``: SEEDS) is a number train.py's
+        --seed takes."""
+        if not re.fullmatch(r"[0-9]{1,9}", seed):
+            raise UnitError(f"{self.script}: seed must be a number (0, 1, 2, ...), not {seed!r}"
+                            f"{f' (in {given}={self.knob(given)})' if given else ''}")
+
+    def seeds(self) -> list[str]:
+        """The seeds of SEEDS (default 1 2 3), each checked before any run (:meth:`check_seed`)."""
+        seeds = self.knob("SEEDS", "1 2 3").split()
+        for seed in seeds:
+            self.check_seed(seed, "SEEDS")
+        return seeds
+
     # ----- run folders ---------------------------------------------------------------------------------------
     def run_dir(self, tree: str, dataset: str, shots: str, config: str, seed: str, trainer: str = "") -> str:
         """The folder of one run; ``tree`` is ``PROTOCOL/ROLE`` (engine.runs.run_dir)."""
+        self.check_seed(seed)
         protocol, role = tree.split("/")
         return run_dir(self.output, protocol, role, dataset, shots, trainer or self.trainer, config, seed)
 
@@ -172,7 +187,10 @@ class Unit:
 
     # ----- runs ----------------------------------------------------------------------------------------------
     def argv(self, dataset: str, out: str, args: list[str], config: str, seed: str) -> list[str]:
-        """The train.py command (from ``train.py`` on, behind torchrun's arguments when NPROC > 1)."""
+        """The train.py command (from ``train.py`` on, behind torchrun's arguments when NPROC > 1; no --seed for an
+        empty ``seed``: zero-shot CLIP)."""
+        if seed != "":
+            self.check_seed(seed)
         nproc = self.knob("NPROC", "1")
         if not re.fullmatch(r"[1-9][0-9]*", nproc):
             raise UnitError(f"NPROC={nproc}: give the number of processes (GPUs), e.g. NPROC=4")
