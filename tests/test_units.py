@@ -105,10 +105,10 @@ def test_a_distilled_student_is_tested_against_the_teacher_it_was_distilled_from
            "score its student; {} would score another classifier: unset it (the test takes the run's teacher)\n")
     for knob, value in (("TEACHER_CKPT", "none"), ("TEACHER_CKPT", str(tmp_path)), ("TEACHER_NAME", "ViT-B/16")):
         done, commands = runner.record(["bash", "scripts/promptkd/base2new_test.sh", "eurosat", "1"], {knob: value})
-        assert (done.returncode, done.stderr, commands) == (1, why.format(f"{knob}={value}"), [])
+        assert (done.returncode, done.stderr, commands) == (2, why.format(f"{knob}={value}"), [])
     teacher.rmdir()
     done, _ = runner.record(["bash", "scripts/promptkd/base2new_test.sh", "eurosat", "1"])
-    assert (done.returncode, done.stderr) == (1, f"error: {train_dir} was distilled from the teacher {teacher}, which "
+    assert (done.returncode, done.stderr) == (2, f"error: {train_dir} was distilled from the teacher {teacher}, which "
                                                  "is gone: its text features score the student, so restore it there\n")
 
 
@@ -123,7 +123,7 @@ def test_a_seed_that_is_no_number_is_one_line(tmp_path):
         seed = args[-1] if not knobs else "x"
         given = f" (in SEEDS={knobs['SEEDS']})" if knobs else ""
         assert (done.returncode, done.stdout, done.stderr, commands) == (
-            1, "", f"error: scripts/{script}: seed must be a number (0, 1, 2, ...), not {seed!r}{given}\n", [])
+            2, "", f"error: scripts/{script}: seed must be a number (0, 1, 2, ...), not {seed!r}{given}\n", [])
     assert not os.path.exists(out)
 
 
