@@ -331,15 +331,29 @@ def main(argv: list[str] | None = None):
     with recording("") as ledger:
         cfg = setup_cfg(args)
         ledger.run_dir, ledger.roots = os.path.abspath(cfg.OUTPUT_DIR), input_roots(cfg)
+        cfg, notes = evaluated_config(args, cfg)
         with writing_in(ledger.run_dir):
-            return _claim_and_run(args, cfg, command)
+            return _claim_and_run(args, cfg, command, notes)
 
 
-def _claim_and_run(args: argparse.Namespace, cfg, command: str):
-    """Claim OUTPUT_DIR, then skip the run or make it (see :func:`main`)."""
+def evaluated_config(args: argparse.Namespace, cfg) -> tuple[object, list[str]]:
+    """The config of an ``--eval-only`` run: the keys that shaped the evaluated model (its trainer's
+    ``RECORDED_KEYS``) as the run in ``--model-dir`` records them (``trainers.tuned_run.evaluated_config``), and the
+    line to log when they differ from the merged config's."""
+    if not (args.eval_only and args.model_dir):
+        return cfg, []
+    from trainers.tuned_run import evaluated_config as recorded_config
+
+    return recorded_config(cfg, args.model_dir)
+
+
+def _claim_and_run(args: argparse.Namespace, cfg, command: str, notes: list[str]):
+    """Claim OUTPUT_DIR, then skip the run or make it (see :func:`main`); ``notes`` go to its log first."""
     claim = None
     try:
         claim, skip = claim_output_dir(args, cfg, command)
+        if claim is not None:
+            claim.notes.extend(notes)
         if skip:
             if claim is not None:  # rank 0 says it
                 print("\n".join([skip, *claim.notes]))

@@ -105,10 +105,11 @@ def fitting_class_prompts(classnames: Sequence[str], n_ctx: int, prefix: str, co
 
 @torch.no_grad()
 def prompted_text_features(clip_model: CLIP, prompts: Sequence[torch.Tensor], classnames: Sequence[str],
-                           batch_size: int = 256) -> torch.Tensor:
-    """L2-normalised float32 text features [C, embed_dim] of ``classnames`` under deep text prompts (no grad)."""
+                           batch_size: int = 256, prefix: str = "") -> torch.Tensor:
+    """L2-normalised float32 text features [C, embed_dim] of ``classnames`` under deep text prompts (no grad), the
+    class prompts "<prefix> <class name>." (``class_prompt_tokens``)."""
     device = clip_model.token_embedding.weight.device
-    tokens = class_prompt_tokens(classnames, prompts[0].shape[0], clip_model.context_length).to(device)
+    tokens = class_prompt_tokens(classnames, prompts[0].shape[0], clip_model.context_length, prefix).to(device)
     chunks = [clip_model.encode_text(tokens[i:i + batch_size], prompts).float()
               for i in range(0, len(tokens), batch_size)]
     return F.normalize(torch.cat(chunks), dim=-1)

@@ -11,6 +11,18 @@ from engine.errors import ConfigError
 from .clip import tokenize
 from .model import CLIP
 
+WORDS_MAX_CTX = 4
+"""Upstream MaPLe, IVLP and PromptSRC start a text context of at most this many tokens from CTX_INIT's words and keep
+the words beyond it in the class prompt; a longer context starts at random, its prompt all placeholders."""
+
+
+def context_words(ctx_init: str, n_ctx: int) -> str:
+    """The words before the class name of a class prompt whose first ``n_ctx`` tokens are learned, upstream's rule
+    (:data:`WORDS_MAX_CTX`): CTX_INIT's words ("a photo of a" with 2 tokens: "of a" stays a word of the prompt), or ""
+    (``n_ctx`` placeholders) without words or for a longer context."""
+    words = ctx_init.replace("_", " ").strip()
+    return words if n_ctx <= WORDS_MAX_CTX else ""
+
 
 def init_text_embedding(clip_model: CLIP, init_text: str, n_ctx: int | None = None) -> torch.Tensor:
     """Token embeddings [n, width] of ``init_text``'s BPE tokens (``_`` read as a space): all of them, or the first
@@ -50,12 +62,14 @@ class DeepPrompts(nn.Module):
         self.prompts = nn.ParameterList([nn.Parameter(torch.randn(n_ctx, width) * init_std) for _ in range(depth)])
 
     @classmethod
-    def from_text_init(cls, clip_model: CLIP, init_text: str, depth: int, init_std: float = 0.02) -> DeepPrompts:
+    def from_text_init(cls, clip_model: CLIP, init_text: str, depth: int, init_std: float = 0.02,
+                       n_ctx: int | None = None) -> DeepPrompts:
         """Text prompts whose layer 0 is the token embedding of ``init_text`` (e.g. CTX_INIT "a photo of a").
 
-        n_ctx is the number of BPE tokens of ``init_text``; deeper layers start from N(0, init_std).
+        n_ctx is the number of BPE tokens of ``init_text`` unless given (then its first n_ctx tokens); deeper layers
+        start from N(0, init_std).
         """
-        embedding = init_text_embedding(clip_model, init_text)
+        embedding = init_text_embedding(clip_model, init_text, n_ctx)
         prompts = cls(embedding.shape[0], clip_model.text_width, depth, init_std)
         with torch.no_grad():
             prompts.prompts[0].copy_(embedding)

@@ -376,6 +376,10 @@ class SimpleTrainer(TrainerBase):
     DATA_ROLE = "standard"
     CONFIG_KEYS: KeyTable = {}
     """The keys of ``TRAINER.<NS>``: key -> (default, rule); the project's config collects them from its trainers."""
+    RECORDED_KEYS: tuple[str, ...] = ()
+    """The keys of ``TRAINER.<NS>`` that shape the model a run saves but that its tensors do not all say (a prompt
+    learner's words, token counts, class-token position, depth): an ``--eval-only`` run takes their values from what
+    the evaluated run records (train.py)."""
 
     @classmethod
     def borrowed_keys(cls, cfg) -> tuple[str, ...]:

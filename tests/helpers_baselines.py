@@ -94,14 +94,15 @@ Reference = Callable[[list[str], torch.Tensor], torch.Tensor]
 """(class names, images) → the reference logits of the trainer's current prompts."""
 
 
-def deep_prompt_reference(model, text_prompts: list[torch.Tensor], vision_prompts: list[torch.Tensor]) -> Reference:
+def deep_prompt_reference(model, text_prompts: list[torch.Tensor], vision_prompts: list[torch.Tensor],
+                          template: str = "a photo of a {}.") -> Reference:
     """τ·cos(image, text) on open_clip with deep prompts done by hand: the text prompts at positions 1..n after SOS
-    of "a photo of a <class>." before text blocks 0..J_t-1, the vision prompts appended to the patch tokens before
-    vision blocks 0..J_v-1 (``tests.helpers_clip``'s reference encoders)."""
+    of the class prompt ``template`` ("a photo of a <class>.") before text blocks 0..J_t-1, the vision prompts
+    appended to the patch tokens before vision blocks 0..J_v-1 (``tests.helpers_clip``'s reference encoders)."""
 
     @torch.no_grad()
     def logits(classnames: list[str], images: torch.Tensor) -> torch.Tensor:
-        tokens = clip.tokenize([f"a photo of a {name}." for name in classnames])
+        tokens = clip.tokenize([template.format(name) for name in classnames])
         text = F.normalize(reference_encode_text(model, tokens, text_prompts), dim=-1)
         image = F.normalize(reference_encode_image(model, images, vision_prompts), dim=-1)
         return model.logit_scale.exp() * image @ text.t()
@@ -127,13 +128,13 @@ def cocoop_reference(model, ctx: torch.Tensor, meta_net: list[tuple[torch.Tensor
     return logits
 
 
-def maple_reference(model, text_prompts: list[torch.Tensor],
-                    projections: list[tuple[torch.Tensor, torch.Tensor]]) -> Reference:
-    """τ·cos(image, text) with MaPLe's coupling: text prompts P_j (the first tokens of "a photo of a <class>." and
-    the same positions before each deeper block), vision prompts W_j·P_j + b_j (``projections`` = [(W_j, b_j)])
+def maple_reference(model, text_prompts: list[torch.Tensor], projections: list[tuple[torch.Tensor, torch.Tensor]],
+                    template: str = "a photo of a {}.") -> Reference:
+    """τ·cos(image, text) with MaPLe's coupling: text prompts P_j (the first tokens of the class prompt ``template``
+    and the same positions before each deeper block), vision prompts W_j·P_j + b_j (``projections`` = [(W_j, b_j)])
     appended to the patch tokens and replaced before each deeper block, j = 0..J-1."""
     vision_prompts = [p @ w.t() + b for p, (w, b) in zip(text_prompts, projections)]
-    return deep_prompt_reference(model, text_prompts, vision_prompts)
+    return deep_prompt_reference(model, text_prompts, vision_prompts, template)
 
 
 def check_scores(tree: Tree, trainer, reference: Reference) -> None:

@@ -46,13 +46,20 @@ def ensemble_reference(model, classnames: list[str], images: torch.Tensor) -> to
     return model.logit_scale.exp() * F.normalize(model.encode_image(images), dim=-1) @ ensemble.t()
 
 
-def coop_branch(ctx: torch.Tensor) -> Callable:
-    """θ_s of a CoOp context from open_clip: the prompt 'ctx <name>.' written by hand."""
+def coop_branch(ctx: torch.Tensor, position: str = "end") -> Callable:
+    """θ_s of a CoOp context from open_clip: the prompt written by hand, "ctx <name>." with the class token at the
+    ``position`` "end", "ctx[:n/2] <name> ctx[n/2:]." ("middle") or "<name> ctx." ("front")."""
+    n_ctx, half = ctx.shape[0], ctx.shape[0] // 2
 
     @torch.no_grad()
     def logits(model, classnames: list[str], images: torch.Tensor) -> torch.Tensor:
-        tokens = clip.tokenize([f"{' '.join(['X'] * ctx.shape[0])} {name}." for name in classnames])
-        coop = F.normalize(reference_encode_text(model, tokens, [ctx]), dim=-1)
+        rows = []
+        for name in classnames:  # one class at a time: the spans after SOS differ in length
+            tokens = clip.tokenize([f"{' '.join(['X'] * n_ctx)} {name}."])
+            words = model.token_embedding(tokens)[0, 1 + n_ctx:int(tokens.argmax()) - 1]  # the name, before "."
+            span = {"end": [ctx], "middle": [ctx[:half], words, ctx[half:]], "front": [words, ctx]}[position]
+            rows.append(reference_encode_text(model, tokens, [torch.cat(span)]))
+        coop = F.normalize(torch.cat(rows), dim=-1)
         return model.logit_scale.exp() * F.normalize(model.encode_image(images), dim=-1) @ coop.t()
 
     return logits

@@ -1,7 +1,8 @@
 """Upstream Dassl run folders and PromptKD teacher checkpoints, written in the tests. Checkpoints in Dassl's layout:
 the model's state dict, ``epoch``, the optimiser's state dict, and a ``scheduler`` entry that pickles objects (as
 Dassl's scheduler ``state_dict()`` does), one of them with a side effect when unpickled. Logs in Dassl's format: a
-finished training run, a finished ``--eval-only`` run, and a training run killed after its first validation."""
+finished training run, a finished ``--eval-only`` run, and a training run killed after its first validation. Upstream
+IVLP, MaPLe and CoOp runs (checkpoint and log) trained with settings other than this project's configs'."""
 from __future__ import annotations
 
 import os
@@ -9,7 +10,11 @@ import os
 import torch
 from torch import nn
 
+import train
 from trainers.promptsrc import VLPromptLearner
+
+DEPTH = 3
+"""The prompt depth of the upstream runs written here (the tiny CLIPs have 9 blocks per tower)."""
 
 
 class UpstreamScheduler:
@@ -184,3 +189,65 @@ def write_dassl_log(folder: str, cfg, tail: str = UPSTREAM_TRAIN_LOG, name: str 
         f.write(f"***************\n** Arguments **\n***************\ntrainer: {cfg.TRAINER.NAME}\n"
                 f"************\n** Config **\n************\n{cfg}\nCollecting env info ...\n{tail}")
     return path
+
+
+def cfg_of(trainer: str, *opts: str, config: str = ""):
+    """A merged config as train.py makes it (``configs/trainers/<trainer>/<config>.yaml`` when given)."""
+    files = ["--config-file", f"configs/trainers/{trainer}/{config}.yaml"] if config else []
+    return train.setup_cfg(train.build_parser().parse_args(["--trainer", trainer, *files, *opts]))
+
+
+def upstream_ivlp_run(folder, clip_file: str, n_ctx_logged: int | None = 2) -> tuple[list, list, str]:
+    """An upstream IVLP run with upstream's default prompts (2 text and 2 vision tokens, CTX_INIT "a photo of a"),
+    depth 3: its checkpoint in upstream's key layout and, unless ``n_ctx_logged`` is None, a log.txt whose config
+    dump records N_CTX_TEXT ``n_ctx_logged``. Returns the text and vision prompts (fp16-rounded) and the file."""
+    torch.manual_seed(3)
+    text = [(torch.randn(2, 64) * 0.3).half() for _ in range(DEPTH)]
+    vision = [(torch.randn(2, 64) * 0.3).half() for _ in range(DEPTH)]
+    state = {"prompt_learner.ctx": text[0], "image_encoder.VPT": vision[0],
+             "prompt_learner.token_prefix": torch.zeros(3, 1, 64).half(),
+             "prompt_learner.token_suffix": torch.zeros(3, 74, 64).half(), "logit_scale": torch.tensor(4.6)}
+    for i in range(1, DEPTH):
+        state[f"text_encoder.transformer.resblocks.{i}.VPT_shallow"] = text[i]
+        state[f"image_encoder.transformer.resblocks.{i}.VPT_shallow"] = vision[i]
+    path = write_dassl_checkpoint(str(folder / "VLPromptLearner"), state, 5, None, str(folder.parent / "ran"))
+    if n_ctx_logged is not None:
+        write_dassl_log(str(folder), cfg_of(
+            "IVLP", "DATASET.NAME", "EuroSAT", "MODEL.BACKBONE.NAME", clip_file, "TRAINER.IVLP.N_CTX_TEXT",
+            str(n_ctx_logged), "TRAINER.IVLP.N_CTX_VISION", "2", "TRAINER.IVLP.PROMPT_DEPTH_TEXT", str(DEPTH),
+            "TRAINER.IVLP.PROMPT_DEPTH_VISION", str(DEPTH), "TRAINER.IVLP.CTX_INIT", "a photo of a"))
+    return [t.float() for t in text], [v.float() for v in vision], path
+
+
+def upstream_maple_run(folder, clip_file: str, ctx_init: str) -> tuple[list, list, str]:
+    """An upstream MaPLe run of 2 context tokens from the words ``ctx_init``, depth :data:`DEPTH` on the tiny student
+    CLIP: its checkpoint (upstream's whole wrapper: ``prompt_learner.`` entries, class-token buffers, a frozen weight)
+    and its log.txt recording TRAINER.MAPLE.CTX_INIT ``ctx_init``. Returns the text prompts and the projections
+    [(W, b)] (fp16-rounded) and the file."""
+    torch.manual_seed(4)
+    text = [(torch.randn(2, 64) * 0.3).half() for _ in range(DEPTH)]
+    maps = [((torch.randn(64, 64) * 0.1).half(), (torch.randn(64) * 0.1).half()) for _ in range(DEPTH)]
+    state = {"prompt_learner.ctx": text[0], "prompt_learner.proj.weight": maps[0][0],
+             "prompt_learner.proj.bias": maps[0][1], "prompt_learner.token_prefix": torch.zeros(3, 1, 64).half(),
+             "prompt_learner.token_suffix": torch.zeros(3, 74, 64).half(), "logit_scale": torch.tensor(4.6)}
+    for i in range(1, DEPTH):
+        state[f"prompt_learner.compound_prompts_text.{i - 1}"] = text[i]
+        state[f"prompt_learner.compound_prompt_projections.{i - 1}.weight"] = maps[i][0]
+        state[f"prompt_learner.compound_prompt_projections.{i - 1}.bias"] = maps[i][1]
+    path = write_dassl_checkpoint(str(folder / "MultiModalPromptLearner"), state, 5, None, str(folder.parent / "ran"))
+    write_dassl_log(str(folder), cfg_of("MaPLe", "DATASET.NAME", "EuroSAT", "MODEL.BACKBONE.NAME", clip_file,
+                                        "TRAINER.MAPLE.CTX_INIT", ctx_init, "TRAINER.MAPLE.PROMPT_DEPTH", str(DEPTH)))
+    return [t.float() for t in text], [(w.float(), b.float()) for w, b in maps], path
+
+
+def upstream_coop_run(folder, clip_file: str, position: str) -> tuple[torch.Tensor, str]:
+    """An upstream CoOp run of a 4-token context (no CTX_INIT) with the class token at ``position``, on the tiny
+    student CLIP: its checkpoint (with class-token buffers) and its log.txt recording CLASS_TOKEN_POSITION
+    ``position``. Returns the context and the file."""
+    torch.manual_seed(6)
+    ctx = torch.randn(4, 64) * 0.5
+    state = {"ctx": ctx, "token_prefix": torch.zeros(3, 1, 64), "token_suffix": torch.zeros(3, 72, 64)}
+    path = write_dassl_checkpoint(str(folder / "prompt_learner"), state, 5, None, str(folder.parent / "ran"))
+    write_dassl_log(str(folder), cfg_of("CoOp", "DATASET.NAME", "EuroSAT", "MODEL.BACKBONE.NAME", clip_file,
+                                        "TRAINER.COOP.N_CTX", "4", "TRAINER.COOP.CLASS_TOKEN_POSITION", position))
+    return ctx, path

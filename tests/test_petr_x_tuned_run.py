@@ -1,7 +1,9 @@
 """PETR+X reads what its tuned run records: the class prompts of an upstream IVLP run built around the words of its
-logged config (upstream's defaults: 2 text tokens of "a photo of a", the rest of the words kept), scored as the
-prompt written by hand on open_clip; refusals of a checkpoint that is not the recorded run's; notes in the log,
-results.json and router.json for an unfinished tuned run and one that records nothing."""
+logged config (upstream's defaults: 2 text tokens of "a photo of a", the rest of the words kept), of an upstream MaPLe
+run around the other words it was trained from, an upstream CoOp context with the class token where its run put it,
+each scored as the prompt written by hand on open_clip; the settings read from the recorded trainer's namespace and
+typed; refusals of a checkpoint that is not the recorded run's; notes in the log, results.json and router.json for an
+unfinished tuned run and one that records nothing."""
 from __future__ import annotations
 
 import hashlib
@@ -16,43 +18,24 @@ from yacs.config import CfgNode
 import clip
 import train
 from engine.errors import InvalidInputError
-from tests.helpers_baselines import deep_prompt_reference
+from tests.helpers_baselines import deep_prompt_reference, maple_reference
 from tests.helpers_clip import reference_encode_image, reference_encode_text, rel_err
 from tests.helpers_petr import write_eurosat
 from tests.helpers_routed import BASE, NEW, check_against_reference, coop_branch, reference_routing, run_argv
-from tests.helpers_upstream import UPSTREAM_KILLED_LOG, UPSTREAM_TRAIN_LOG, write_dassl_checkpoint, write_dassl_log
+from tests.helpers_upstream import (
+    UPSTREAM_KILLED_LOG,
+    UPSTREAM_TRAIN_LOG,
+    cfg_of,
+    upstream_coop_run,
+    upstream_ivlp_run,
+    upstream_maple_run,
+    write_dassl_checkpoint,
+    write_dassl_log,
+)
 from trainers.tuned import TUNED_METHODS
-from trainers.tuned_run import TunedRun, deep_prompt_words, logged_config
+from trainers.tuned_run import TunedRun, deep_prompt_words, logged_config, recorded_settings
 
-DEPTH = 3
-
-
-def cfg_of(trainer: str, *opts: str, config: str = ""):
-    """A merged config as train.py makes it (``configs/trainers/<trainer>/<config>.yaml`` when given)."""
-    files = ["--config-file", f"configs/trainers/{trainer}/{config}.yaml"] if config else []
-    return train.setup_cfg(train.build_parser().parse_args(["--trainer", trainer, *files, *opts]))
-
-
-def upstream_ivlp_run(folder, clip_file: str, n_ctx_logged: int | None = 2) -> tuple[list, list, str]:
-    """An upstream IVLP run with upstream's default prompts (2 text and 2 vision tokens, CTX_INIT "a photo of a"),
-    depth 3: its checkpoint in upstream's key layout and, unless ``n_ctx_logged`` is None, a log.txt whose config
-    dump records N_CTX_TEXT ``n_ctx_logged``. Returns the text and vision prompts (fp16-rounded) and the file."""
-    torch.manual_seed(3)
-    text = [(torch.randn(2, 64) * 0.3).half() for _ in range(DEPTH)]
-    vision = [(torch.randn(2, 64) * 0.3).half() for _ in range(DEPTH)]
-    state = {"prompt_learner.ctx": text[0], "image_encoder.VPT": vision[0],
-             "prompt_learner.token_prefix": torch.zeros(3, 1, 64).half(),
-             "prompt_learner.token_suffix": torch.zeros(3, 74, 64).half(), "logit_scale": torch.tensor(4.6)}
-    for i in range(1, DEPTH):
-        state[f"text_encoder.transformer.resblocks.{i}.VPT_shallow"] = text[i]
-        state[f"image_encoder.transformer.resblocks.{i}.VPT_shallow"] = vision[i]
-    path = write_dassl_checkpoint(str(folder / "VLPromptLearner"), state, 5, None, str(folder.parent / "ran"))
-    if n_ctx_logged is not None:
-        write_dassl_log(str(folder), cfg_of(
-            "IVLP", "DATASET.NAME", "EuroSAT", "MODEL.BACKBONE.NAME", clip_file, "TRAINER.IVLP.N_CTX_TEXT",
-            str(n_ctx_logged), "TRAINER.IVLP.N_CTX_VISION", "2", "TRAINER.IVLP.PROMPT_DEPTH_TEXT", str(DEPTH),
-            "TRAINER.IVLP.PROMPT_DEPTH_VISION", str(DEPTH), "TRAINER.IVLP.CTX_INIT", "a photo of a"))
-    return [t.float() for t in text], [v.float() for v in vision], path
+NAMES = ["annual crop land", "forest", "herbaceous vegetation land", "sea or lake"]
 
 
 def test_logged_config_reads_the_config_dump_yacs_prints():
@@ -97,6 +80,62 @@ def test_upstream_ivlp_with_two_text_tokens_scores_with_its_init_words(tmp_path,
             F.normalize(reference_encode_image(tiny_openclip_model, images, vision), dim=-1)
             @ F.normalize(reference_encode_text(tiny_openclip_model, tokens, text), dim=-1).t())
     assert rel_err(placeholders, expected) > 1e-2
+
+
+def test_upstream_maple_trained_from_other_words_scores_with_its_recorded_words(tmp_path, tiny_clip, tiny_clip_file,
+                                                                               tiny_openclip_model, capsys):
+    """An upstream MaPLe run trained from CTX_INIT "a satellite photo of": its class prompt is "a satellite photo of
+    <class>." with its first 2 tokens learned, whatever PETR+X's own TRAINER.MAPLE.CTX_INIT ("a photo of a") says;
+    one line names both."""
+    text, maps, path = upstream_maple_run(tmp_path / "maple", tiny_clip_file, "a satellite photo of")
+    cfg = cfg_of("PETRX", "MODEL.BACKBONE.NAME", tiny_clip_file, config="vit_b16_maple")
+    assert cfg.TRAINER.MAPLE.CTX_INIT == "a photo of a"
+    model = TUNED_METHODS["MaPLe"].load(tiny_clip, cfg, path, nullcontext)
+    images = torch.randn(6, 3, 32, 32)
+    with torch.no_grad():
+        logits = model.class_scorer(NAMES)(images)
+    expected = maple_reference(tiny_openclip_model, text, maps, "a satellite photo of {}.")(NAMES, images)
+    assert rel_err(logits, expected) < 1e-5
+    assert rel_err(maple_reference(tiny_openclip_model, text, maps)(NAMES, images), expected) > 1e-2  # other words
+    out = capsys.readouterr().out
+    assert (f"Note: {tmp_path / 'maple'} records TRAINER.MAPLE.CTX_INIT 'a satellite photo of' (this config: 'a photo "
+            f"of a') in {tmp_path / 'maple' / 'log.txt'}: its prompts are read with the recorded values") in out
+    assert f"{path}: class prompt 'a satellite photo of {{}}.', its first 2 tokens learned" in out
+
+
+def test_upstream_coop_with_the_class_token_in_the_middle_scores_as_recorded(tmp_path, tiny_clip, tiny_clip_file,
+                                                                              tiny_openclip_model, capsys):
+    """An upstream CoOp run trained with CLASS_TOKEN_POSITION middle: "ctx[:2] <class> ctx[2:]." whatever PETR+X's own
+    TRAINER.COOP.CLASS_TOKEN_POSITION (end) says."""
+    ctx, path = upstream_coop_run(tmp_path / "coop", tiny_clip_file, "middle")
+    cfg = cfg_of("PETRX", "MODEL.BACKBONE.NAME", tiny_clip_file, config="vit_b16_coop")
+    model = TUNED_METHODS["CoOp"].load(tiny_clip, cfg, path, nullcontext)
+    images = torch.randn(6, 3, 32, 32)
+    with torch.no_grad():
+        logits = model.class_scorer(NAMES)(images)
+    expected = coop_branch(ctx, "middle")(tiny_openclip_model, NAMES, images)
+    assert rel_err(logits, expected) < 1e-5
+    assert rel_err(coop_branch(ctx)(tiny_openclip_model, NAMES, images), expected) > 1e-2  # the class token at the end
+    assert "records TRAINER.COOP.CLASS_TOKEN_POSITION 'middle' (this config: 'end')" in capsys.readouterr().out
+
+
+def test_settings_are_read_from_the_recorded_trainers_namespace_as_this_configs_types():
+    """A run records every trainer's namespace (the others at their defaults): a PromptSRC run read by IVLP gives its
+    TRAINER.PROMPTSRC values; a log records text, read as the config's type; a value of another type is one error."""
+    run = TunedRun("run", {"TRAINER.NAME": "PromptSRC", "TRAINER.PROMPTSRC.N_CTX_TEXT": "2",
+                           "TRAINER.PROMPTSRC.CTX_INIT": "a photo of a", "TRAINER.IVLP.N_CTX_TEXT": "4",
+                           "TRAINER.PROMPTSRC.PROMPT_DEPTH_TEXT": "9", "TRAINER.COOP.CSC": "True"}, "run/log.txt")
+    values, note = recorded_settings(run, "IVLP", {"N_CTX_TEXT": 4, "CTX_INIT": "", "PROMPT_DEPTH_TEXT": 9})
+    assert values == {"N_CTX_TEXT": 2, "CTX_INIT": "a photo of a", "PROMPT_DEPTH_TEXT": 9}
+    assert note == ("Note: run records TRAINER.PROMPTSRC.N_CTX_TEXT 2 (this config's TRAINER.IVLP.N_CTX_TEXT: 4); "
+                    "TRAINER.PROMPTSRC.CTX_INIT 'a photo of a' (this config's TRAINER.IVLP.CTX_INIT: '') in "
+                    "run/log.txt: its prompts are read with the recorded values")
+    coop = TunedRun("run", {"TRAINER.NAME": "CoOp", "TRAINER.COOP.CSC": "True", "TRAINER.COOP.N_CTX": "four"},
+                    "run/log.txt")
+    assert recorded_settings(coop, "COOP", {"CSC": False})[0] == {"CSC": True}
+    assert recorded_settings(TunedRun("run"), "COOP", {"CSC": False}) == ({"CSC": False}, "")  # records nothing
+    with pytest.raises(InvalidInputError, match=r"^run/log.txt records TRAINER.COOP.N_CTX 'four', which is no int"):
+        recorded_settings(coop, "COOP", {"N_CTX": 16})
 
 
 def test_unrecorded_words_matter_only_below_four_text_tokens(tmp_path):

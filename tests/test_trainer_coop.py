@@ -1,4 +1,5 @@
-"""CoOp: prompt assembly against hand-built sequences and open_clip, training/reload through train.py."""
+"""CoOp: prompt assembly against hand-built sequences and open_clip, training/reload through train.py, an upstream
+run evaluated with the class-token position it records."""
 from __future__ import annotations
 
 import json
@@ -11,10 +12,12 @@ import torch.nn.functional as F
 import clip
 import train
 from engine import load_checkpoint
-from tests.helpers_clip import reference_encode_text
-from tests.helpers_datasets import write_tree
+from tests.helpers_clip import reference_encode_text, rel_err
+from tests.helpers_datasets import load_images, write_tree
 from tests.helpers_engine import write_image_tree
+from tests.helpers_routed import coop_branch
 from tests.helpers_run import train_argv
+from tests.helpers_upstream import upstream_coop_run
 from trainers.coop import CoOpPromptLearner, coop_text_features
 
 CLASSNAMES = ["cat", "sea_lake", "herbaceous vegetation land"]  # 1, 2 and 4 BPE tokens
@@ -132,6 +135,25 @@ def test_coop_trains_reloads_and_evaluates_new_classes(tmp_path, tiny_clip_file)
                                 str(out / "prompt_learner" / "model.pth.tar-2"), "DATASET.SUBSAMPLE_CLASSES", "new",
                                 flags=("--no-train",)))
     assert torch.equal(init.prompt_learner.ctx.detach(), ctx)
+
+
+def test_an_upstream_run_evaluates_with_the_class_token_position_it_records(tmp_path, tiny_clip_file,
+                                                                             tiny_openclip_model):
+    """An upstream CoOp run of 4 tokens with the class token in the middle, evaluated with the ctxv1 config (its
+    context from "a photo of a", the class token at the end): "ctx[:2] <class> ctx[2:]." as the run's log records,
+    named in one line."""
+    tree = write_tree("EuroSAT", tmp_path / "data", mode="json")
+    ctx, _ = upstream_coop_run(tmp_path / "upstream", tiny_clip_file, "middle")
+    out = tmp_path / "test_new"
+    evaluated = train.main(coop_argv(tmp_path / "data", out, tiny_clip_file, "DATASET.SUBSAMPLE_CLASSES", "new",
+                                     flags=("--eval-only", "--model-dir", str(tmp_path / "upstream"), "--load-epoch",
+                                            "5")))
+    images, _ = load_images(tree, "test", [3, 4])
+    with torch.no_grad():
+        logits = evaluated.model_inference(images)
+    assert rel_err(logits, coop_branch(ctx, "middle")(tiny_openclip_model, tree.classnames[3:], images)) < 1e-5
+    assert ("TRAINER.COOP.CTX_INIT '' (this config: 'a photo of a'); TRAINER.COOP.CLASS_TOKEN_POSITION 'middle' (this "
+            "config: 'end')") in (out / "log.txt").read_text()
 
 
 def test_coop_loss_decreases_on_colour_classes(tmp_path, tiny_clip_file):

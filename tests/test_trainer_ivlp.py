@@ -1,6 +1,7 @@
 """IVLP against the paper's equations on a tiny CLIP (open_clip forwards with independent deep prompts written by
 hand), its loss against NumPy (cross-entropy alone: no PromptSRC term), its parameter count against upstream's
-construction, and upstream checkpoints (the whole CLIP wrapper's state) evaluated."""
+construction, and upstream checkpoints (the whole CLIP wrapper's state) evaluated, with the prompt sizes and words
+their run records."""
 from __future__ import annotations
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 import train
 from tests.helpers_baselines import (
     MARKER,
+    NEW,
     built_trainer,
     check_cross_entropy_step,
     check_scores,
@@ -21,7 +23,10 @@ from tests.helpers_baselines import (
     upstream_run,
     vit_b16_shell,
 )
-from trainers.ivlp import IVLPPromptLearner
+from tests.helpers_clip import rel_err
+from tests.helpers_datasets import load_images
+from tests.helpers_upstream import upstream_ivlp_run
+from trainers.promptsrc import VLPromptLearner
 
 CONFIG = "vit_b16_c2_ep20_batch8_4+4ctx"
 
@@ -38,12 +43,12 @@ def upstream_parameter_count(n_text: int, n_vision: int, depth_text: int, depth_
 def test_trainable_parameters_of_the_vit_b16_configs_equal_upstreams(config):
     assert upstream_parameter_count(4, 4, 9, 9) == 46_080
     _, opts = shipped_options("IVLP", config)
-    learner = IVLPPromptLearner.build(vit_b16_shell(), opts.N_CTX_TEXT, opts.N_CTX_VISION, opts.PROMPT_DEPTH_TEXT,
+    learner = VLPromptLearner.build(vit_b16_shell(), opts.N_CTX_TEXT, opts.N_CTX_VISION, opts.PROMPT_DEPTH_TEXT,
                                       opts.PROMPT_DEPTH_VISION, opts.CTX_INIT)
     assert trainable(learner) == 46_080
 
 
-def reference(model, learner: IVLPPromptLearner):
+def reference(model, learner: VLPromptLearner):
     """τ·cos(image, text), each tower with its own prompts: the text ones at positions 1..n after SOS of "a photo of
     a <class>." (blocks 0..J_t−1), the vision ones appended after the patch tokens (blocks 0..J_v−1)."""
     text_prompts = [p.detach() for p in learner.text_prompts()]
@@ -70,7 +75,7 @@ def test_loss_is_cross_entropy_alone_and_only_the_prompts_train(built, tiny_open
     assert trainer.prompt_learner.gpa is None  # no prompt aggregation either
 
 
-def upstream_state(learner: IVLPPromptLearner, model) -> tuple[dict, dict]:
+def upstream_state(learner: VLPromptLearner, model) -> tuple[dict, dict]:
     """Random fp16 prompts in upstream IVLP's key layout (its CLIP wrapper's state: prompts, a class-token buffer,
     frozen weights) and the same prompts in ours."""
     torch.manual_seed(1)
@@ -97,7 +102,10 @@ def test_upstream_checkpoint_evaluates_with_eval_only(built, tmp_path, tiny_clip
         assert torch.equal(loaded[key], value), key
     assert loaded["_extra_state"]["classnames"] == tree.classnames[3:]  # the run's own metadata is kept
     check_upstream_accuracy(tree, out, reference(tiny_openclip_model, evaluated.prompt_learner))
-    assert "IVLP prompt learner: upstream checkpoint, left out" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "TRAINER.IVLP prompt learner: upstream checkpoint, left out" in out
+    assert (f"Note: {run} records no config (run.json, or the config dump of log.txt): its prompts are read with this "
+            "config's TRAINER.IVLP N_CTX_TEXT, N_CTX_VISION, CTX_INIT, PROMPT_DEPTH_TEXT, PROMPT_DEPTH_VISION") in out
 
     narrow = eval_only(tree, tmp_path / "eval_narrow", "IVLP", CONFIG, tiny_clip_file, run, 20,
                        "TRAINER.IVLP.N_CTX_VISION", "2")
@@ -105,3 +113,27 @@ def test_upstream_checkpoint_evaluates_with_eval_only(built, tmp_path, tiny_clip
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'vision_prompts.prompts.0' has shape (4, 64)" in err
     assert not (tmp_path / MARKER).exists()
+
+
+def test_an_upstream_run_with_upstreams_two_text_tokens_evaluates_as_it_records(built, tmp_path, tiny_clip_file,
+                                                                                 tiny_openclip_model):
+    """Upstream IVLP's defaults (2 text and 2 vision tokens from "a photo of a": the class prompt keeps "of a"; depth
+    3 here) evaluate with the shipped 4 + 4 token config: the sizes and words come from the run's log, named in one
+    line. The settings an earlier error suggested (N_CTX_TEXT 2, CTX_INIT '') give the same prompt."""
+    tree, _ = built
+    text, vision, _ = upstream_ivlp_run(tmp_path / "upstream", tiny_clip_file)
+    expected = deep_prompt_reference(tiny_openclip_model, text, vision)
+    images, _ = load_images(tree, "test", NEW)
+    for name, opts in (("shipped", ()), ("suggested", ("TRAINER.IVLP.N_CTX_TEXT", "2", "TRAINER.IVLP.CTX_INIT", ""))):
+        out = tmp_path / name
+        evaluated = train.main(eval_only(tree, out, "IVLP", CONFIG, tiny_clip_file, str(tmp_path / "upstream"), 5,
+                                         *opts))
+        with torch.no_grad():
+            logits = evaluated.class_scorer(tree.classnames[3:])(images)
+        assert rel_err(logits, expected(tree.classnames[3:], images)) < 1e-5, name
+        check_upstream_accuracy(tree, out, expected)
+        log = (out / "log.txt").read_text()
+        assert "IVLP: class prompt 'a photo of a {}.', its first 2 tokens learned" in log
+        notes = [line for line in log.splitlines() if line.startswith("Note: ") and " records TRAINER." in line]
+        assert len(notes) == 1 and "TRAINER.IVLP.N_CTX_VISION 2 (this config: 4)" in notes[0], notes
+    assert "TRAINER.IVLP.CTX_INIT 'a photo of a' (this config: '')" in notes[0]

@@ -1,6 +1,6 @@
 """MaPLe against the paper's equations on a tiny CLIP (open_clip forwards with the coupled prompts written by hand),
 its loss against NumPy, its parameter count against upstream's construction, and upstream checkpoints (the whole
-CLIP wrapper's state) evaluated."""
+CLIP wrapper's state) evaluated, with the words and depth their run records."""
 from __future__ import annotations
 
 import pytest
@@ -10,6 +10,7 @@ import clip
 import train
 from tests.helpers_baselines import (
     MARKER,
+    NEW,
     built_trainer,
     check_cross_entropy_step,
     check_scores,
@@ -22,6 +23,9 @@ from tests.helpers_baselines import (
     upstream_run,
     vit_b16_shell,
 )
+from tests.helpers_clip import rel_err
+from tests.helpers_datasets import load_images
+from tests.helpers_upstream import DEPTH, upstream_maple_run
 from trainers.maple import MultiModalPromptLearner
 
 CONFIG = "vit_b16_c2_ep5_batch4_2ctx"
@@ -111,3 +115,24 @@ def test_upstream_checkpoint_evaluates_with_eval_only(built, tmp_path, tiny_clip
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unexpected keys ['compound_prompt_projections.2.bias'" in err
     assert "PROMPT_DEPTH" in err and not (tmp_path / MARKER).exists()
+
+
+def test_an_upstream_run_trained_from_other_words_evaluates_with_them(built, tmp_path, tiny_clip_file,
+                                                                      tiny_openclip_model):
+    """An upstream MaPLe run trained from "a satellite photo of" (depth 3) evaluates with the shipped config ("a photo
+    of a", depth 9): the class prompt is "a satellite photo of <class>." with its first 2 tokens learned, as the
+    run's log records, named in one line."""
+    tree, _ = built
+    text, maps, _ = upstream_maple_run(tmp_path / "upstream", tiny_clip_file, "a satellite photo of")
+    out = tmp_path / "eval_new"
+    evaluated = train.main(eval_only(tree, out, "MaPLe", CONFIG, tiny_clip_file, str(tmp_path / "upstream"), 5))
+    expected = maple_reference(tiny_openclip_model, text, maps, "a satellite photo of {}.")
+    images, _ = load_images(tree, "test", NEW)
+    with torch.no_grad():
+        logits = evaluated.class_scorer(tree.classnames[3:])(images)
+    assert rel_err(logits, expected(tree.classnames[3:], images)) < 1e-5
+    check_upstream_accuracy(tree, out, expected)
+    log = (out / "log.txt").read_text()
+    assert (f"Note: {tmp_path / 'upstream'} records TRAINER.MAPLE.CTX_INIT 'a satellite photo of' (this config: 'a "
+            f"photo of a'); TRAINER.MAPLE.PROMPT_DEPTH {DEPTH} (this config: 9) in") in log
+    assert "MaPLe: 2 context tokens, prompt 'a satellite photo of {}.'" in log

@@ -1,8 +1,10 @@
-"""PromptSRC teacher: train.main end to end + eval-only, GPA vs SciPy, loss terms vs NumPy, teacher feature file."""
+"""PromptSRC teacher: train.main end to end + eval-only (of its own run and of an upstream run), GPA vs SciPy, loss
+terms vs NumPy, teacher feature file."""
 from __future__ import annotations
 
 import json
 import os
+from contextlib import nullcontext
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,10 +17,13 @@ from scipy.stats import norm
 import clip
 import train
 from engine import TRAINER_REGISTRY
-from tests.helpers_clip import reference_encode_image, reference_encode_text
+from tests.helpers_baselines import deep_prompt_reference
+from tests.helpers_clip import reference_encode_image, reference_encode_text, rel_err
 from tests.helpers_datasets import write_tree
+from tests.helpers_routed import upstream_promptsrc_state
 from tests.helpers_run import train_argv
-from trainers.promptsrc import PROMPTSRC_TEMPLATES, PromptSRC, VLPromptLearner, gpa_weights
+from tests.helpers_upstream import cfg_of, write_dassl_checkpoint, write_dassl_log
+from trainers.promptsrc import PROMPTSRC_TEMPLATES, PromptSRC, VLPromptCLIP, VLPromptLearner, gpa_weights
 from trainers.teacher import build_teacher
 from trainers.templates import IMAGENET_TEMPLATES
 
@@ -92,6 +97,31 @@ def test_end_to_end_and_eval_only_reproduces_accuracy(run):
     frozen = clip.load_model(run.clip_file)
     for name, p in frozen.state_dict().items():
         assert torch.equal(p, run.trained.clip_model.state_dict()[name]), name
+
+
+def test_an_upstream_promptsrc_run_evaluates_with_eval_only(run, tmp_path, tiny_teacher_openclip_model):
+    """Upstream PromptSRC's run folder (its CLIP wrapper's keys, a scheduler entry that must not run, its log's config
+    dump: depth 2, where this run's options say 3) evaluates as the prompts written by hand score."""
+    torch.manual_seed(7)
+    text = [(torch.randn(4, 128) * 0.3).half().float() for _ in range(2)]
+    vision = [(torch.randn(4, 128) * 0.3).half().float() for _ in range(2)]
+    state = upstream_promptsrc_state(text, vision, 128)
+    upstream = tmp_path / "upstream"
+    write_dassl_checkpoint(str(upstream / "VLPromptLearner"), state, 20, None, str(tmp_path / "pickled_code_ran"))
+    write_dassl_log(str(upstream), cfg_of("PromptSRC", "DATASET.NAME", "EuroSAT", "MODEL.BACKBONE.NAME", run.clip_file,
+                                          "TRAINER.PROMPTSRC.PROMPT_DEPTH_TEXT", "2",
+                                          "TRAINER.PROMPTSRC.PROMPT_DEPTH_VISION", "2"))
+    out = str(tmp_path / "eval")
+    evaluated = train.main(_args(run.tree.root, out, "PromptSRC", run.clip_file,
+                                 flags=("--eval-only", "--model-dir", str(upstream), "--load-epoch", "20")))
+    batches = list(evaluated.test_loader)  # the images the evaluation scored
+    images, labels = torch.cat([b["img"] for b in batches]), torch.cat([b["label"] for b in batches])
+    expected = deep_prompt_reference(tiny_teacher_openclip_model, text, vision)(run.tree.classnames[:3], images)
+    with torch.no_grad():
+        logits = evaluated.class_scorer(run.tree.classnames[:3])(images)
+    assert rel_err(logits, expected) < 1e-5 and not (tmp_path / "pickled_code_ran").exists()
+    accuracy = 100.0 * (expected.argmax(dim=1) == labels).double().mean().item()
+    assert _results(out)["accuracy"] == pytest.approx(accuracy)
 
 
 def test_gpa_aggregates_the_epochs_prompts(run):
@@ -177,10 +207,18 @@ def test_promptsrc_templates_are_promptkds_60():
     assert set(PROMPTSRC_TEMPLATES) == set(IMAGENET_TEMPLATES[:-20])  # CLIP's 80 without the last 20
 
 
-def test_ctx_init_must_match_n_ctx_text(tiny_teacher_clip):
-    with pytest.raises(ValueError, match="N_CTX_TEXT"):
-        VLPromptLearner.build(tiny_teacher_clip, n_ctx_text=2, n_ctx_vision=4, depth_text=3, depth_vision=3,
-                              ctx_init="a photo of a")
+def test_ctx_init_words_beyond_the_text_context_stay_in_the_prompt(tiny_teacher_clip):
+    """Upstream's rule: 2 text tokens from "a photo of a" start as "a photo" and "of a" stays a word of every class
+    prompt; a context of more than 4 tokens starts at random, its prompt all placeholders."""
+    two = VLPromptLearner.build(tiny_teacher_clip, n_ctx_text=2, n_ctx_vision=4, depth_text=3, depth_vision=3,
+                                ctx_init="a photo of a")
+    ids = clip.tokenize("a photo of a")[0, 1:3]
+    assert torch.equal(two.text_prompts.prompts[0].detach(), tiny_teacher_clip.token_embedding.weight[ids])
+    tokens = VLPromptCLIP(tiny_teacher_clip, two, nullcontext).prompt_tokens(["cat"])
+    assert tokens[0].tolist()[:8] == clip.tokenize("a photo of a cat.")[0].tolist()[:8]
+    five = VLPromptLearner.build(tiny_teacher_clip, 5, 4, 3, 3, ctx_init="a photo of a")
+    tokens = VLPromptCLIP(tiny_teacher_clip, five, nullcontext).prompt_tokens(["cat"])
+    assert tokens[0].tolist()[:9] == clip.tokenize("X X X X X cat.")[0].tolist()[:9]
 
 
 def test_checkpoints_without_gpa_sums_load(tiny_teacher_clip):

@@ -127,6 +127,31 @@ def test_a_seed_that_is_no_number_is_one_line(tmp_path):
     assert not os.path.exists(out)
 
 
+@pytest.mark.parametrize("method", ["maple", "cocoop", "ivlp"])
+def test_prompt_learner_tests_load_the_last_epoch_as_upstreams_scripts(tmp_path, method):
+    """Upstream's test scripts of CoCoOp, MaPLe and IVLP load their config's last epoch (``--load-epoch``), also when
+    the run kept a model-best.pth.tar (a best_val run); LOAD_EPOCH picks another."""
+    runner, data, out, _ = setup(tmp_path)
+    trainer, model, config = {"maple": ("MaPLe", "MultiModalPromptLearner", "vit_b16_c2_ep5_batch4_2ctx"),
+                              "cocoop": ("CoCoOp", "prompt_learner", "vit_b16_c4_ep10_batch1_ctxv1"),
+                              "ivlp": ("IVLP", "VLPromptLearner", "vit_b16_c2_ep20_batch4_4+4ctx")}[method]
+    train_dir = f"{out}/base2new/train_base/eurosat/shots_16/{trainer}/{config}/seed1"
+    xd_dir = train_dir.replace("base2new/train_base/eurosat", "xd/train/imagenet")
+    for run in (train_dir, xd_dir.replace(config, f"{config}_cross_datasets") if method == "maple" else xd_dir):
+        finished(run, model)
+        open(os.path.join(run, model, "model-best.pth.tar"), "wb").close()
+    done, commands = runner.record(["bash", f"scripts/{method}/base2new_test.sh", "eurosat", "1"])
+    assert done.returncode == 0, done.stderr
+    assert commands[0][commands[0].index("--model-dir"):][:5] == ["--model-dir", train_dir, "--load-epoch", "last",
+                                                                  "--eval-only"]
+    done, commands = runner.record(["bash", f"scripts/{method}/xd_test.sh", "caltech101", "1"])
+    assert done.returncode == 0, done.stderr
+    assert commands[0][commands[0].index("--model-dir") + 2:][:3] == ["--load-epoch", "last", "--eval-only"]
+    done, commands = runner.record(["bash", f"scripts/{method}/base2new_test.sh", "eurosat", "1"], {"LOAD_EPOCH": "3"})
+    assert commands[0][commands[0].index("--model-dir"):][:5] == ["--model-dir", train_dir, "--load-epoch", "3",
+                                                                  "--eval-only"]
+
+
 def test_promptkd_xd_train(tmp_path):
     runner, data, out, teachers = setup(tmp_path)
     run = f"{out}/xd/train/dtd/shots_0/PromptKD/vit_b16_c2_ep20_batch8_4+4ctx_cross_datasets/seed2"

@@ -150,6 +150,7 @@ class CoCoOp(ClassScoring, ClipWeightsCheck, TrainerX):
         "PREC": ("fp16", PREC_RULE),
     }
     PROMPTED = CoCoOpCLIP
+    RECORDED_KEYS = ("N_CTX", "CTX_INIT")
 
     def build_model(self) -> None:
         cfg, opts = self.cfg, self.ns

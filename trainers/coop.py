@@ -33,6 +33,7 @@ from engine.schema import Bool, Choice, Int, KeyTable, Text
 
 from .backbone import Autocast, ClipWeightsCheck, cosine_logits, load_backbone
 from .scoring import ClassScorer, CrossEntropyStep
+from .tuned_run import TunedRun, recorded_settings
 
 CLASS_TOKEN_POSITIONS = ("end", "middle", "front")
 # Buffers that upstream CoOp checkpoints also contain; they are rebuilt from the class names instead.
@@ -176,7 +177,7 @@ class CoOpTuned:
     @classmethod
     def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast) -> CoOpTuned:
         """The context of a CoOp checkpoint (ours or upstream's); its length is read off the tensor, the class token
-        position is TRAINER.COOP.CLASS_TOKEN_POSITION."""
+        position is the one the run records, else this config's TRAINER.COOP.CLASS_TOKEN_POSITION."""
         state = load_checkpoint(path).get("state_dict", {})
         ctx = state.get("ctx")
         if not torch.is_tensor(ctx) or ctx.dim() not in (2, 3):
@@ -185,7 +186,11 @@ class CoOpTuned:
         if ctx.dim() == 3:
             raise InvalidInputError(f"{path} holds a {_describe_ctx(ctx.shape)}, which only fits the classes it was "
                                     "trained on; train CoOp with TRAINER.COOP.CSC False to score the other classes")
-        return cls(clip_model, ctx, cfg.TRAINER.COOP.CLASS_TOKEN_POSITION, autocast)
+        settings, note = recorded_settings(TunedRun.of_checkpoint(path), "COOP",
+                                           {"CLASS_TOKEN_POSITION": cfg.TRAINER.COOP.CLASS_TOKEN_POSITION})
+        if note:
+            print(note)
+        return cls(clip_model, ctx, settings["CLASS_TOKEN_POSITION"], autocast)
 
     def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
         """The context's text features of ``classnames`` (computed here, once) against each image's CLIP features."""
@@ -220,6 +225,7 @@ class CoOp(CrossEntropyStep, ClipWeightsCheck, TrainerX):
         "PREC": ("fp16", PREC_RULE),
         "CLASS_TOKEN_POSITION": ("end", Choice(CLASS_TOKEN_POSITIONS)),
     }
+    RECORDED_KEYS = ("N_CTX", "CSC", "CTX_INIT", "CLASS_TOKEN_POSITION")
     eval_classifier: torch.Tensor | None = None
 
     def build_model(self) -> None:

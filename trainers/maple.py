@@ -1,7 +1,8 @@
 """MaPLe (Khattak et al., CVPR 2023): deep language prompts coupled to the vision prompts by linear projections.
 
 Text layer 0 learns ``ctx`` (n_ctx tokens after SOS; with CTX_INIT "a photo of a" and n_ctx 2 they start as "a
-photo" and "of a" stays a fixed word of every prompt, as upstream); text layers j = 1..J-1 learn
+photo" and "of a" stays a fixed word of every prompt, as upstream; a context of more than 4 tokens starts at random,
+``clip.prompts.context_words``); text layers j = 1..J-1 learn
 ``compound_prompts_text[j-1]``. The vision prompts are their images through linear maps (text width → vision
 width): ``proj(ctx)`` appended after the positional embedding, ``compound_prompt_projections[j-1](…)`` replacing
 them before vision block j. J = PROMPT_DEPTH. Logits are τ · cos(image, text), trained with cross-entropy.
@@ -9,7 +10,7 @@ them before vision block j. J = PROMPT_DEPTH. Logits are τ · cos(image, text),
 Upstream registers its whole CLIP wrapper as ``MultiModalPromptLearner``, so its checkpoints hold the frozen CLIP
 weights too; here the model of that name is the prompt learner alone, with upstream's parameter names, and
 upstream checkpoints load into it (``prompt_learner.`` entries kept, the rest left out), also as PETR+X's seen branch
-(``MaPLeCLIP.from_checkpoint``). Trainable parameters are float32 in every precision.
+(``MaPLeCLIP.from_checkpoint``, with the words the run records). Trainable parameters are float32 in every precision.
 """
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ import torch.nn.functional as F
 from tabulate import tabulate
 from torch import nn
 
-from clip.classifier import class_prompt_tokens, fitting_class_prompts
+from clip.classifier import class_prompt_tokens, class_prompts, fitting_class_prompts
 from clip.model import CLIP, require_vit
-from clip.prompts import init_text_embedding
+from clip.prompts import context_words, init_text_embedding
 from engine import TRAINER_REGISTRY, TrainerX, build_lr_scheduler, build_optimizer, load_checkpoint
 from engine.compile import compile_clip
 from engine.errors import ConfigError
@@ -33,6 +34,7 @@ from engine.schema import Int, KeyTable, Text
 from .backbone import Autocast, ClipWeightsCheck, load_backbone
 from .learner_state import learner_state
 from .scoring import ClassScorer, ClassScoring, PromptedCLIP, checkpoint_context
+from .tuned_run import TunedRun, recorded_settings
 
 MODEL_NAME = "MultiModalPromptLearner"
 UPSTREAM_PREFIX = "prompt_learner."
@@ -49,15 +51,15 @@ class MultiModalPromptLearner(nn.Module):
                               "this CLIP's shorter tower)")
         if n_ctx < 1:
             raise ConfigError(f"TRAINER.MAPLE.N_CTX is {n_ctx}; use at least 1 context token")
-        ctx_init = ctx_init.replace("_", " ").strip()
-        if ctx_init:
+        words = context_words(ctx_init, n_ctx)
+        if words:
             try:
-                ctx = init_text_embedding(clip_model, ctx_init, n_ctx).float()
+                ctx = init_text_embedding(clip_model, words, n_ctx).float()
             except ValueError as e:
                 raise ConfigError(f"TRAINER.MAPLE.CTX_INIT: {e}") from None
         else:
             ctx = torch.empty(n_ctx, clip_model.text_width).normal_(std=0.02)
-        self.prompt_prefix = ctx_init
+        self.prompt_prefix = words
         self.context_length = clip_model.context_length
         text_width, vision_width = clip_model.text_width, clip_model.vision_width
         self.ctx = nn.Parameter(ctx)
@@ -104,13 +106,21 @@ class MaPLeCLIP(PromptedCLIP):
     @classmethod
     def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast) -> MaPLeCLIP:
         """A finished MaPLe run's prompts (ours or upstream's), frozen; N_CTX and PROMPT_DEPTH are read off the
-        tensors, the prompt's words are TRAINER.MAPLE.CTX_INIT (the words after the context stay in the prompt)."""
+        tensors (and must be what the run records), the prompt's words are the CTX_INIT the run records, else this
+        config's TRAINER.MAPLE.CTX_INIT (the words after the context stay in the prompt)."""
         state = load_checkpoint(path).get("state_dict", {})
         own = {k.removeprefix(UPSTREAM_PREFIX): v for k, v in state.items()}
         n_ctx = checkpoint_context(own, path, "MaPLe").shape[0]
         depth = 1 + sum(k.startswith("compound_prompts_text.") for k in own)
-        learner = MultiModalPromptLearner(clip_model, n_ctx, depth, cfg.TRAINER.MAPLE.CTX_INIT)
+        run = TunedRun.of_checkpoint(path)
+        settings, note = recorded_settings(run, "MAPLE", {"CTX_INIT": cfg.TRAINER.MAPLE.CTX_INIT},
+                                           {"N_CTX": n_ctx, "PROMPT_DEPTH": depth}, path)
+        if note:
+            print(note)
+        learner = MultiModalPromptLearner(clip_model, n_ctx, depth, settings["CTX_INIT"])
         learner.load_state_dict(state)
+        print(f"{path}: class prompt {class_prompts(['{}'], n_ctx, learner.prompt_prefix)[0]!r}, its first {n_ctx} "
+              f"tokens learned ({run.config_source or 'no recorded config: the words of this config'})")
         return cls.frozen(clip_model, learner, autocast)
 
     def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
@@ -141,6 +151,7 @@ class MaPLe(ClassScoring, ClipWeightsCheck, TrainerX):
         "PROMPT_DEPTH": (9, Int(1)),  # deep text prompts coupled to the vision prompts in layers 0..PROMPT_DEPTH-1
     }
     PROMPTED = MaPLeCLIP
+    RECORDED_KEYS = ("N_CTX", "CTX_INIT", "PROMPT_DEPTH")
 
     def build_model(self) -> None:
         cfg, opts = self.cfg, self.ns
@@ -152,7 +163,7 @@ class MaPLe(ClassScoring, ClipWeightsCheck, TrainerX):
         learner = self.prompt_learner
         fitting_class_prompts(self.dm.dataset.classnames, learner.n_ctx, learner.prompt_prefix,
                               self.clip_model.context_length, f"TRAINER.MAPLE.N_CTX is {opts.N_CTX}")
-        template = f"{learner.prompt_prefix or ' '.join(['X'] * learner.n_ctx)} {{}}."
+        template = class_prompts(["{}"], learner.n_ctx, learner.prompt_prefix)[0]
         print(f"MaPLe: {learner.n_ctx} context tokens, prompt {template!r}, coupled prompts in layers "
               f"0..{learner.depth - 1}")
         groups = (("text prompts", [learner.ctx, *learner.compound_prompts_text]),

@@ -48,6 +48,7 @@ class PETRCoOp(RoutedTrainerMixin, CoOp):
         "PREC": ("fp16", PREC_RULE),
         **ROUTER_KEYS,
     }
+    RECORDED_KEYS = ()  # its CoOp branch's settings are CoOp's keys (borrowed), not of its namespace
 
     @classmethod
     def borrowed_keys(cls, cfg) -> tuple[str, ...]:

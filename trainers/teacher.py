@@ -19,7 +19,7 @@ from tabulate import tabulate
 from torch import nn
 
 import clip
-from clip.classifier import prompted_text_features, zeroshot_text_features
+from clip.classifier import class_prompts, prompted_text_features, zeroshot_text_features
 from clip.model import CLIP, require_vit
 from engine.checkpoint import POINTER_FILE, checkpoint_epoch, load_checkpoint, pointed_checkpoint
 from engine.digests import file_digest
@@ -27,10 +27,10 @@ from engine.errors import InvalidInputError
 from engine.published import read_record
 
 from .backbone import Autocast
-from .promptsrc import MODEL_NAME, VLPromptCLIP, VLPromptLearner
+from .promptsrc import MODEL_NAME, VLPromptCLIP, VLPromptLearner, is_upstream_layout
 from .templates import single_template
 from .tuned_run import TunedRun, deep_prompt_words
-from .upstream_teacher import is_upstream_layout, upstream_teacher_prompts
+from .upstream_teacher import upstream_teacher_prompts
 
 HOW_TO_GET = ("train one with `bash scripts/teacher/base2new_train.sh <dataset> <seed>` or point TEACHER_CKPT at "
               "PromptKD's released teacher (teacher_model/<Dataset>/VLPromptLearner/model-best.pth.tar)")
@@ -68,7 +68,8 @@ class Teacher(nn.Module):
         """L2-normalised float32 text features [len(classnames), D] (e.g. for a cross-dataset target's classes)."""
         if self.prompts is None:
             return zeroshot_text_features(self.clip_model, classnames, [self.template])
-        return prompted_text_features(self.clip_model, self.prompts.text_prompts(), classnames)
+        return prompted_text_features(self.clip_model, self.prompts.text_prompts(), classnames,
+                                      prefix=self.prompts.prompt_prefix)
 
     @torch.no_grad()
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
@@ -233,9 +234,9 @@ def deep_prompt_run(clip_model: CLIP, cfg, path: str, autocast: Autocast, ns: st
     class prompts hold the words the run's recorded config says (``<run>/<model folder>/<file>``: ``path``)."""
     prompts = read_teacher_prompts(path, role="checkpoint")
     check_teacher_fits(prompts, clip_model, cfg.MODEL.BACKBONE.NAME, path, "MODEL.BACKBONE.NAME", "tuned model")
-    run = TunedRun.read(os.path.dirname(os.path.dirname(path)))
+    run = TunedRun.of_checkpoint(path)
     prompts.prompt_prefix = deep_prompt_words(run, ns, prompts.describe(), path)
-    template = f"{prompts.prompt_prefix or ' '.join(['X'] * prompts.text_prompts.n_ctx)} {{}}."
-    print(f"{path}: class prompt {template!r}, its first {prompts.text_prompts.n_ctx} tokens learned "
-          f"({run.config_source or 'no recorded config'})")
+    n_ctx = prompts.text_prompts.n_ctx
+    print(f"{path}: class prompt {class_prompts(['{}'], n_ctx, prompts.prompt_prefix)[0]!r}, its first {n_ctx} "
+          f"tokens learned ({run.config_source or 'no recorded config'})")
     return VLPromptCLIP.frozen(clip_model, prompts, autocast)

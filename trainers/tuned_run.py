@@ -1,21 +1,30 @@
-"""What a tuned run records about itself, for PETR+X: its config, the dataset and CLIP it was trained on, its state.
+"""What a finished run records about itself: its config, the dataset and CLIP it was trained on, its state.
 
 A run of this project records its merged config in ``run.json`` and its dataset and backbone in ``results.json``; an
 upstream Dassl run (CoOp, PromptSRC, PromptKD) has neither, but Dassl prints the merged config at the top of its log
 (``engine.runs.logged_config``; of a folder run again in place, the newest finished log, ``engine.runs.run_log``),
 which is read instead. PETR+X refuses a tuned run recorded for another dataset, CLIP or trainer and notes one that is
 unfinished or records nothing.
+
+The record is the truth about the prompts a run learned: whoever reads a run's prompts (PETR+X's loaders, an
+``--eval-only`` run) takes the settings that shaped them (context words, token counts, class-token position, depth)
+from it through :func:`recorded_settings`, the one place that does so.
 """
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from yacs.config import CfgNode
+
 import clip
+from clip.prompts import WORDS_MAX_CTX, context_words
 from engine.digests import file_digest
 from engine.errors import InvalidInputError
 from engine.inputs import read_input_json, read_input_text, record_input
+from engine.registry import TRAINER_REGISTRY
 from engine.run_identity import read_identity
 from engine.runs import IDENTITY_FILE, LOG_FILE, RESULTS_FILE, logged_config, run_log, run_state
 
@@ -51,6 +60,11 @@ class TunedRun:
             config = logged_config(read_input_text(log_path, "run-record", errors="replace"))
             source = log_path if config else ""
         return cls(folder, config, source, results if isinstance(results, dict) else {}, run_state(folder), clips)
+
+    @classmethod
+    def of_checkpoint(cls, path: str) -> TunedRun:
+        """The records of the run that saved the checkpoint ``path`` (``<run>/<model folder>/<file>``)."""
+        return cls.read(os.path.dirname(os.path.dirname(path)))
 
     def recorded(self, results_key: str, config_key: str) -> Any:
         """A value the run records: ``results_key`` of results.json, else ``config_key`` of its config (None)."""
@@ -107,32 +121,96 @@ class TunedRun:
         return recorded == backbone
 
 
-UPSTREAM_INIT_MAX_CTX = 4
-"""Upstream IVLP and PromptSRC start their text context from CTX_INIT's words only when N_CTX_TEXT is at most 4:
-the class prompt is then "<CTX_INIT> <class>." with its first N_CTX_TEXT tokens learned and the other words kept;
-with more tokens the context starts at random and the prompt holds placeholders. Every shipped upstream config
-initialises from "a photo of a", four tokens: with N_CTX_TEXT 4 all of them are learned, so a run that does not
-record its words (PromptKD's released teachers) has the placeholders' prompt."""
+def recorded_namespace(run: TunedRun, ns: str) -> str:
+    """The config namespace of the trainer ``run`` records (``ns`` when it records none): a run's record also holds
+    the defaults of every other trainer's namespace, which say nothing about its prompts."""
+    name = run.recorded("trainer", "TRAINER.NAME")
+    if not name:
+        return ns
+    return getattr(TRAINER_REGISTRY.get(name), "NS", ns) if name in TRAINER_REGISTRY else str(name).upper()
+
+
+def typed_like(value: Any, like: Any, key: str, source: str) -> Any:
+    """A recorded ``value`` (a log's config dump records text) as the type of ``like``, this run's value of ``key``
+    (None: kept as recorded)."""
+    if like is None:
+        return value
+    if isinstance(like, str):
+        return str(value)
+    if not isinstance(value, str):
+        return value
+    try:
+        if isinstance(like, bool):
+            return {"True": True, "False": False}[value]
+        return type(like)(value)
+    except (KeyError, ValueError):
+        raise InvalidInputError(f"{source} records {key} {value!r}, which is no {type(like).__name__}; restore the "
+                                "run's record or give the folder of another run") from None
+
+
+def recorded_settings(run: TunedRun, ns: str, config: Mapping[str, Any], checkpoint: Mapping[str, Any] | None = None,
+                      path: str = "") -> tuple[dict[str, Any], str]:
+    """The settings ``TRAINER.<ns>.<KEY>`` that shaped the prompts of ``run``, and the line to print ("" for none).
+
+    ``config``: the keys the reader takes from a config, with its value (None: it has none); the run's recorded value
+    replaces it, and the line names each that differs. ``checkpoint``: the keys read off the tensors of ``path``, which
+    must be what the run records (else the checkpoint is not that run's: one error). The run's keys are read from its
+    own trainer's namespace (:func:`recorded_namespace`)."""
+    prefix, source = f"TRAINER.{recorded_namespace(run, ns)}.", run.config_source
+    values, changed = {}, []
+    for key, value in (checkpoint or {}).items():
+        recorded = run.config.get(prefix + key)
+        if recorded is not None and typed_like(recorded, value, prefix + key, source) != value:
+            raise InvalidInputError(f"{path} has TRAINER.{ns}.{key} {value} (read off its prompts), but {source} "
+                                    f"records {recorded}: the checkpoint is not that run's; give the folder of the run "
+                                    "that saved it")
+        values[key] = value
+    for key, value in config.items():
+        recorded = run.config.get(prefix + key)
+        values[key] = value if recorded is None else typed_like(recorded, value, prefix + key, source)
+        if value is not None and values[key] != value:
+            ours = "" if prefix == f"TRAINER.{ns}." else f"'s TRAINER.{ns}.{key}"
+            changed.append(f"{prefix}{key} {values[key]!r} (this config{ours}: {value!r})")
+    note = (f"Note: {run.folder} records {'; '.join(changed)} in {source}: its prompts are read with the recorded "
+            "values" if changed else "")
+    return values, note
+
+
+def evaluated_config(cfg: CfgNode, model_dir: str) -> tuple[CfgNode, list[str]]:
+    """The config of an ``--eval-only`` run of the run in ``model_dir``: the keys of the trainer's namespace that shape
+    its prompts (the trainer class's ``RECORDED_KEYS``) as that run records them (:func:`recorded_settings`), and the
+    line saying which differ from ``cfg`` (none: ``cfg`` itself and no line) or that the run records no config."""
+    trainer = TRAINER_REGISTRY.get(cfg.TRAINER.NAME) if cfg.TRAINER.NAME in TRAINER_REGISTRY else None
+    keys = getattr(trainer, "RECORDED_KEYS", ())
+    if not keys:
+        return cfg, []
+    options, run = cfg.TRAINER[trainer.NS], TunedRun.read(model_dir)
+    if not run.config_source:
+        return cfg, [f"Note: {model_dir} records no config ({IDENTITY_FILE}, or the config dump of {LOG_FILE}): its "
+                     f"prompts are read with this config's TRAINER.{trainer.NS} {', '.join(keys)}"]
+    values, note = recorded_settings(run, trainer.NS, {key: options[key] for key in keys})
+    if not note:
+        return cfg, []
+    cfg = cfg.clone()
+    cfg.defrost()
+    cfg.TRAINER[trainer.NS].update(values)
+    cfg.freeze()
+    return cfg, [note]
 
 
 def deep_prompt_words(run: TunedRun, ns: str, sizes: dict[str, int], path: str) -> str:
     """The words before the class name in the class prompts of the IVLP / PromptSRC checkpoint ``path`` of ``run``
     ("" for N_CTX_TEXT placeholders): ``TRAINER.<ns>.CTX_INIT`` of the run's recorded config, whose prompt sizes must
-    be the checkpoint's (``sizes``: ``VLPromptLearner.describe()``)."""
-    n_ctx, key = sizes["n_ctx_text"], f"TRAINER.{ns}."
-    if key + "CTX_INIT" not in run.config:
-        if n_ctx >= UPSTREAM_INIT_MAX_CTX:
-            return ""
+    be the checkpoint's (``sizes``: ``VLPromptLearner.describe()``). A run that records no words is read with
+    placeholders when its context is longer than upstream's words can start (every shipped upstream config starts
+    from "a photo of a", four tokens, all learned with 4 text tokens: PromptKD's released teachers), else refused."""
+    n_ctx = sizes["n_ctx_text"]
+    read = {"N_CTX_TEXT": n_ctx, "N_CTX_VISION": sizes["n_ctx_vision"], "PROMPT_DEPTH_TEXT": sizes["depth_text"],
+            "PROMPT_DEPTH_VISION": sizes["depth_vision"]}
+    words = recorded_settings(run, ns, {"CTX_INIT": None}, read, path)[0]["CTX_INIT"]
+    if words is None and n_ctx < WORDS_MAX_CTX:
         raise InvalidInputError(f"cannot tell the words of the class prompts of {path}: {run.folder} records no "
-                                f"{key}CTX_INIT ({IDENTITY_FILE}, or the config dump of {LOG_FILE}), and its {n_ctx} "
-                                "text tokens may have been initialised from words that stay in the prompt; put the "
-                                f"run's {LOG_FILE} (Dassl writes the config at its top) back in {run.folder}")
-    for name, size in (("N_CTX_TEXT", n_ctx), ("N_CTX_VISION", sizes["n_ctx_vision"]),
-                       ("PROMPT_DEPTH_TEXT", sizes["depth_text"]), ("PROMPT_DEPTH_VISION", sizes["depth_vision"])):
-        value = run.config.get(key + name)
-        if value is not None and str(value) != str(size):
-            raise InvalidInputError(f"{path} has {key}{name} {size} (read off its prompts), but "
-                                    f"{run.config_source} records {value}: the checkpoint is not that run's; give the "
-                                    "folder of the run that saved it")
-    words = str(run.config[key + "CTX_INIT"]).replace("_", " ").strip()
-    return words if n_ctx <= UPSTREAM_INIT_MAX_CTX else ""
+                                f"TRAINER.{ns}.CTX_INIT ({IDENTITY_FILE}, or the config dump of {LOG_FILE}), and its "
+                                f"{n_ctx} text tokens may have been initialised from words that stay in the prompt; "
+                                f"put the run's {LOG_FILE} (Dassl writes the config at its top) back in {run.folder}")
+    return context_words(str(words or ""), n_ctx)

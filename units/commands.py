@@ -79,9 +79,11 @@ def b2n_train(u: Unit, args: list[str], script: str, opts: tuple[str, ...] = ())
             ["DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "base", *opts], config, seed)
 
 
-def b2n_test(u: Unit, args: list[str], script: str, missing: str, opts: tuple[str, ...] = (), config: str = "") -> None:
-    """Evaluate the model of base2new_train (``config``: another run folder's config) on the novel classes; without
-    it, ``missing`` (formatted with the model folder, dataset and seed) says what to run."""
+def b2n_test(u: Unit, args: list[str], script: str, missing: str, opts: tuple[str, ...] = (), config: str = "",
+             last: bool = False) -> None:
+    """Evaluate the model of base2new_train (``config``: another run folder's config; ``last``: its last epoch,
+    :func:`last_epoch_args`) on the novel classes; without it, ``missing`` (formatted with the model folder, dataset
+    and seed) says what to run."""
     usage(u, args, (2,), f"bash {script} <dataset> <seed>")
     u.require_data()
     dataset, seed = args
@@ -91,8 +93,15 @@ def b2n_test(u: Unit, args: list[str], script: str, missing: str, opts: tuple[st
     u.needs(u.finished(model), missing.format(model=model, dataset=dataset, seed=seed))
     out = u.run_dir("base2new/test_new", dataset, shots(u), config, seed)
     u.train(f"Evaluating {u.trainer} on the novel classes of {dataset} (seed {seed})", dataset, out,
-            [*u.eval_args(model), "DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "new", *opts],
-            config.removesuffix(PLUGIN_SUFFIX), seed)
+            [*(last_epoch_args(u, model) if last else u.eval_args(model)), "DATASET.NUM_SHOTS", shots(u),
+             "DATASET.SUBSAMPLE_CLASSES", "new", *opts], config.removesuffix(PLUGIN_SUFFIX), seed)
+
+
+def last_epoch_args(u: Unit, model: str) -> list[str]:
+    """The flags that evaluate the last epoch the run in ``model`` saved (LOAD_EPOCH: that one), as upstream's test
+    scripts of CoCoOp, MaPLe and IVLP load theirs (``--load-epoch`` of the config's last epoch), whether or not the
+    run kept a model-best.pth.tar."""
+    return u.eval_args(model) if u.knob("LOAD_EPOCH") else ["--model-dir", model, "--load-epoch", "last", "--eval-only"]
 
 
 def learner_b2n_train(u: Unit, args: list[str]) -> None:
@@ -103,7 +112,7 @@ def learner_b2n_train(u: Unit, args: list[str]) -> None:
 def learner_b2n_test(u: Unit, args: list[str]) -> None:
     """A prompt learner's base-class model on the novel classes."""
     b2n_test(u, args, u.script, "no finished training run in {model}: run bash "
-             f"{u.script.removesuffix('test.sh')}train.sh {{dataset}} {{seed}}")
+             f"{u.script.removesuffix('test.sh')}train.sh {{dataset}} {{seed}}", last=True)
 
 
 def learner_xd_train(u: Unit, args: list[str]) -> None:
@@ -130,7 +139,7 @@ def learner_xd_test(u: Unit, args: list[str], tree: str = "xd") -> None:
             f"{os.path.dirname(u.script)}/xd_train.sh {seed}")
     out = u.run_dir(f"{tree}/test", dataset, shots(u), config, seed)
     u.train(f"Evaluating the {source_name}-trained {u.trainer} on {dataset} (seed {seed})", dataset, out,
-            [*u.eval_args(model), "DATASET.SUBSAMPLE_CLASSES", "all"], config, seed)
+            [*last_epoch_args(u, model), "DATASET.SUBSAMPLE_CLASSES", "all"], config, seed)
 
 
 def learner_dg_test(u: Unit, args: list[str]) -> None:
