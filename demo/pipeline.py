@@ -33,6 +33,7 @@ if __name__ == "__main__":  # process-wide, so only as a program; read when torc
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from analysis.dumps import find_units, unit_scores
+from analysis.report import write_report
 from demo import report
 from demo.figure import report_figure
 from demo.pretrain import PRETRAIN_THREADS, SHIPPED, PretrainParams, default_params, default_path, pretrained_path
@@ -232,9 +233,12 @@ class Demo:
         figure = os.path.join(out, "report.png")
         (unit,) = [u for u in find_units([os.path.join(out, "base2new")])
                    if u.method == f"PETR/{CONFIG}" and u.seed == str(first)]
+        seeds = ", ".join(map(str, self.size.seeds))
+        which = f"seed {seeds}" if len(self.size.seeds) == 1 else f"mean over seeds {seeds}"
         report_figure(report.seed_means(runs, TABLE_ORDER), unit_scores(unit, "mahalanobis"),
-                      f"PETR's Mahalanobis scores, {DATASET} seed {first}", figure)
-        report.write_report(os.path.join(out, "report.md"), f"PETR demo ({self.size.name})",
+                      f"Base-to-novel on {DATASET}, test split, {which}",
+                      f"PETR's Mahalanobis scores, {DATASET} test split, seed {first}", figure)
+        write_report(os.path.join(out, "report.md"), f"PETR demo ({self.size.name})",
                             [*self.sections(runs, transfer, "github"),
                              ("Time per stage (s)", report.stage_table(self.times, "github"))], figure)
         self.say(f"Done in {time.time() - self.start:.0f} s; report: {os.path.join(out, 'report.md')}, {figure}")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from tabulate import tabulate
 
 from analysis import stats
+from analysis.report import CONVENTION
 from analysis.stats import harmonic_mean
 from demo import report
 from demo.pipeline import QUICK, failures
@@ -157,7 +158,7 @@ def profile_table(values: dict[tuple[str, str, int], list[float]]) -> str:
         steps = [row[3] for row in by_seed.values()]
         rows.append([method, profile, "mean ± std", *(report.mean_std([row[i] for row in by_seed.values()])
                                                       for i in range(3)),
-                     f"{stats.mean(steps):.1f} ± {stats.std(steps, report.CONVENTION):.1f}"])
+                     f"{stats.mean(steps):.1f} ± {stats.std(steps, CONVENTION):.1f}"])
     return tabulate(rows, headers=["method", "profile", "seed", "base", "new", "HM", "step ms (median)"],
                     disable_numparse=True)
 

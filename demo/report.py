@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from tabulate import tabulate
 
 from analysis import stats
+from analysis.report import mean_std
 from analysis.stats import harmonic_mean
 from analysis.transfer import collect_transfer
-from engine.atomic import atomic_write_text
 from engine.runs import RESULTS_FILE, parse_run_path, seed_of
 from engine.utils import read_json
 
@@ -23,7 +23,6 @@ Results = dict[str, dict]
 """``{"base": results.json, "novel": results.json}`` of one method and seed."""
 SeedRows = dict[str, Results]
 """``{trainer: Results}`` of one seed."""
-CONVENTION = "sample"
 PLUGINS = {"PETRCoOp": "CoOp", "PETR+CoCoOp": "CoCoOp", "PETR+MaPLe": "MaPLe", "PETR+IVLP": "IVLP"}
 """PETR's routing on a finished prompt learner: the routed method -> the prompt learner alone."""
 ROUTED = ("PETR", *PLUGINS)
@@ -31,16 +30,14 @@ PARTS = {"train_base": "base", "test_new": "novel"}
 """Base-to-novel run roles -> the half of the classes they evaluate."""
 
 
+DISPLAY = {"PETRCoOp": "PETR+CoOp", "PromptSRC": "PromptSRC teacher (wider CLIP)"}
+"""How the demo names a method where its trainer's name says less: PETR+CoOp's trainer, and the PromptSRC run, which
+is the students' teacher on the wider tiny CLIP."""
+
+
 def display_name(method: str) -> str:
-    """How a method is named in the claims (PETRCoOp is PETR+CoOp)."""
-    return "PETR+CoOp" if method == "PETRCoOp" else method
-
-
-def mean_std(values: Sequence[float]) -> str:
-    """``mean ± std`` (sample std; only the mean for one value)."""
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{stats.mean(values):.2f} ± {stats.std(values, CONVENTION):.2f}"
+    """How a method is named in the demo's tables, claims and figure (:data:`DISPLAY`)."""
+    return DISPLAY.get(method, method)
 
 
 def hm_of(res: Results, key: str = "accuracy") -> float:
@@ -226,10 +223,3 @@ def stage_table(rows: Sequence[Sequence], fmt: str = "simple") -> str:
     """Per-stage times (``demo.pipeline.stage_times``)."""
     return tabulate(rows, headers=["stage", "runs", "skipped", "wall s", "run s (summed)"], floatfmt=".0f",
                     tablefmt=fmt)
-
-
-def write_report(path: str, title: str, sections: Sequence[tuple[str, str]], figure: str) -> None:
-    """``path`` (markdown, written atomically): ``title``, each (heading, markdown table) section and the figure."""
-    parts = [f"# {title}", *(f"## {heading}\n\n{table}" for heading, table in sections),
-             f"![methods and routing scores]({os.path.relpath(figure, os.path.dirname(path))})"]
-    atomic_write_text("\n\n".join(parts) + "\n", path)

@@ -4,6 +4,7 @@ Examples:
   python -m runner base2new --methods PETR PromptKD CoOp --datasets all --seeds 1 2 3 --data /data --dry-run
   python -m runner base2new --data /data --executor local --jobs-per-gpu 2
   python -m runner xd --data /data --executor slurm --partition gpu --time 1440 --profile fast
+  python -m runner report output   # report.md and report.png of an existing output tree (each sweep writes them)
 Exit status: 0 when every job finished and the table was written, 1 when a job failed or was refused (the others
 went on; the table holds only the runs this sweep verified), 2 for bad arguments (one ``error:`` line, nothing
 started) or missing inputs (the preflight, one line each: docs/RUNNER.md), 128 + the signal when stopped: 130
@@ -272,6 +273,11 @@ def print_left_out(report) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["report"]:
+        from runner.report import main as report_main
+
+        return report_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         sweep = make_sweep(args)
@@ -325,11 +331,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         executor.close()
     verified = {*report.done, *report.finished_before}
-    status, text = write_tables(sweep, [run for job in jobs if job.name in verified for run in job.runs])
+    status, text, report = write_tables(sweep, [run for job in jobs if job.name in verified for run in job.runs])
     if text:
         print(f"\n{text.rstrip()}")
     if status == 0:
-        print(f"Table written to {table_path(sweep, 'txt')} and {table_path(sweep, 'csv')}")
+        print(f"Table written to {table_path(sweep, 'txt')} and {table_path(sweep, 'csv')}\n{report}")
     else:
         why = "no run of this sweep was verified" if not text else "its runs could not be read (above)"
         print(f"\nNo table written: {why}; {table_path(sweep, 'txt')} and .csv are left as they were")

@@ -1,5 +1,6 @@
 """The sweep's final table: ``parse_test_res.py`` (b2n, xd or dg mode) on the runs this sweep verified, printed and
-written next to the runs as plain text and CSV.
+written next to the runs as plain text and CSV, and its report (``runner.report``: report.md and report.png) beside
+it.
 
 A run counts only when a job of this sweep finished it or found it finished by itself (the job record, or train.py
 skipping the same run), so that a table never shows the numbers of a run that a refused or failed job left behind,
@@ -17,6 +18,7 @@ from collections.abc import Iterable
 import parse_test_res
 from engine.atomic import atomic_write_text
 from runner.protocols import Sweep
+from runner.report import write_report
 
 MODES = {"base2new": "b2n", "xd": "xd", "dg": "dg"}
 
@@ -61,22 +63,26 @@ def link_runs(output: str, runs: Iterable[str], view: str) -> int:
     return count
 
 
-def write_tables(sweep: Sweep, verified: Iterable[str]) -> tuple[int, str]:
-    """Write the plain and CSV tables of the ``verified`` run folders (atomically) and return the exit status and
-    the plain text; nothing is written without a verified run (status 1, no text) or when parse_test_res fails."""
+def write_tables(sweep: Sweep, verified: Iterable[str]) -> tuple[int, str, str]:
+    """Write the plain and CSV tables of the ``verified`` run folders (atomically), then their report; return the
+    exit status, the plain text and the report's line (the files it wrote, or why none); nothing is written without a
+    verified run (status 1, no text) or when parse_test_res fails."""
     with tempfile.TemporaryDirectory(prefix="table-view-") as view:
         if not link_runs(sweep.output, verified, view):
-            return 1, ""
+            return 1, "", ""
         status, text = render(table_argv(sweep, view))
         text = text.replace(view, sweep.output)
         if status != 0:
-            return status, text
+            return status, text, ""
         for ext, fmt in (("txt", "plain"), ("csv", "csv")):
             content = text if fmt == "plain" else _csv_rows(table_argv(sweep, view, fmt))
             path = table_path(sweep, ext)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             atomic_write_text(content, path)
-    return status, text
+        targets = sweep.datasets if sweep.protocol != "base2new" else ()
+        _, line = write_report(view, sweep.protocol, os.path.dirname(table_path(sweep, "txt")), sweep.source,
+                               targets, list(dict.fromkeys(m.trainer for m in sweep.methods)))
+    return status, text, line.replace(view, sweep.output)
 
 
 def _csv_rows(argv: list[str]) -> str:

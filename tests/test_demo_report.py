@@ -9,6 +9,7 @@ import struct
 import numpy as np
 import pytest
 
+from analysis.report import write_report
 from demo import report
 from demo.figure import report_figure
 
@@ -168,12 +169,12 @@ def test_report_file_and_figure(tmp_path):
     png = tmp_path / "report.png"
     rng = np.random.default_rng(0)
     report_figure(report.seed_means(runs, ("ZeroshotCLIP", "CoOp")), (rng.gamma(2, 1, 50), rng.gamma(9, 1, 50), 6.0),
-                  "scores", str(png))
+                  "accuracies", "scores", str(png))
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
-    assert struct.unpack(">II", data[16:24]) == (1400, 500)
+    assert struct.unpack(">II", data[16:24]) == (1500, 560)
     table = report.b2n_table(runs, (), "github")
-    report.write_report(str(tmp_path / "report.md"), "Demo", [("Base-to-novel", table)], str(png))
+    write_report(str(tmp_path / "report.md"), "Demo", [("Base-to-novel", table)], str(png))
     text = (tmp_path / "report.md").read_text()
     assert text.startswith("# Demo\n\n## Base-to-novel\n\n| method")
     assert table in text and text.rstrip().endswith("](report.png)")

@@ -96,7 +96,7 @@ def test_the_reading_of_imports():
                                     "trainers.routing": False}
     assert of("trainers.evaluation") == {"trainers.routing": False}  # `from .routing import ...`
     # `from analysis import stats` names the module
-    assert of("demo.report") == {"analysis.stats": False, "analysis.transfer": False, "engine.atomic": False,
+    assert of("demo.report") == {"analysis.stats": False, "analysis.transfer": False, "analysis.report": False,
                                  "engine.runs": False, "engine.utils": False}
     train = of("train")
     assert train["datasets.catalog"] and train["trainers.catalog"] and train["engine.errors"]  # all deferred

@@ -21,9 +21,9 @@ def test_the_table_holds_only_verified_runs(tmp_path):
             write_results_json(run, ACCURACY[(role, job.seed)], dataset="eurosat", trainer="CoOp")
     old = tmp_path / "out" / "base2new" / "b2n_table.txt"
     old.write_text("the table of an earlier sweep\n")
-    assert write_tables(sweep, []) == (1, "") and old.read_text() == "the table of an earlier sweep\n"
+    assert write_tables(sweep, []) == (1, "", "") and old.read_text() == "the table of an earlier sweep\n"
     verified = [run for job in jobs if job.seed == 1 for run in job.runs]
-    status, text = write_tables(sweep, verified)
+    status, text, report = write_tables(sweep, verified)
     assert status == 0 and table_path(sweep, "txt") == str(old)
     row = next(line.split() for line in text.splitlines() if line.startswith("eurosat"))
     hm = 2 * 80.0 * 60.0 / (80.0 + 60.0)  # seed 1 alone; with seed 2 the means would be 60 and 40
@@ -31,3 +31,6 @@ def test_the_table_holds_only_verified_runs(tmp_path):
     assert old.read_text() == text and "table-view-" not in text
     csv = (tmp_path / "out" / "base2new" / "b2n_table.csv").read_text()
     assert "80.00" in csv and "40.00" not in csv
+    folder = tmp_path / "out" / "base2new"  # the report beside the table, of the same verified runs
+    assert report == f"Report written to {folder / 'report.md'} and {folder / 'report.png'}"
+    assert "| eurosat   | CoOp     | 1       | 80.00  | 60.00   | 68.57 |" in (folder / "report.md").read_text()

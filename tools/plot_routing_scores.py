@@ -25,32 +25,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-import numpy as np
 
 from analysis.dumps import DumpUnit, find_units, unit_scores
 from analysis.errors import ResultsError
+from analysis.figures import score_histogram
 from trainers.routing import ROUTERS
 
 SCORE_ROUTERS = tuple(name for name, cls in ROUTERS.items() if cls.routes and not cls.needs_truth)
-
-
-def histogram(ax: plt.Axes, base: np.ndarray, novel: np.ndarray, threshold: float, log2: bool) -> None:
-    """Overlaid histograms of the base and novel scores on ``ax`` with the threshold as a dashed line (``log2``: on a
-    log2 axis)."""
-    values = np.concatenate([base, novel, [threshold]])
-    if log2:
-        lo = max(values[values > 0].min(), 1e-12) if (values > 0).any() else 1e-12
-        bins = np.logspace(math.log2(lo), math.log2(values.max()), 40, base=2.0)
-        base, novel = np.clip(base, lo, None), np.clip(novel, lo, None)
-        ax.set_xscale("log", base=2)
-    else:
-        bins = np.linspace(values.min(), values.max(), 40)
-    style = {"bins": bins, "histtype": "stepfilled", "alpha": 0.6}
-    ax.hist(base, label=f"base (seen), n={len(base)}", color="tab:blue", **style)
-    ax.hist(novel, label=f"novel (unseen), n={len(novel)}", color="tab:orange", **style)
-    ax.axvline(threshold, color="black", linestyle="--", label=f"threshold {threshold:.3g}")
-    ax.set_ylabel("test samples")
-    ax.legend(fontsize=8, loc="upper right")
 
 
 def _title(unit: DumpUnit, multi_method: bool) -> str:
@@ -78,7 +59,7 @@ def plot_mahalanobis(units: Sequence[DumpUnit], out_dir: str, lam: float | None 
     written = []
     for unit, base, novel, thr in data:
         fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-        histogram(ax, base, novel, thr, log2=True)
+        score_histogram(ax, base, novel, thr, log2=True)
         ax.set_xlabel("Mahalanobis distance (log2 scale)")
         ax.set_title(f"{_title(unit, multi)}: {_threshold_text(unit, lam, percentile)}")
         written.append(_save(fig, os.path.join(out_dir, f"{_slug(unit, multi)}_mahalanobis.png")))
@@ -87,7 +68,7 @@ def plot_mahalanobis(units: Sequence[DumpUnit], out_dir: str, lam: float | None 
         rows = math.ceil(len(data) / cols)
         fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.5 * rows), dpi=100, squeeze=False)
         for ax, (unit, base, novel, thr) in zip(axes.flat, data):
-            histogram(ax, base, novel, thr, log2=True)
+            score_histogram(ax, base, novel, thr, log2=True)
             ax.set_title(f"{_title(unit, multi)}: {_threshold_text(unit, lam, percentile)}", fontsize=10)
             ax.set_xlabel("Mahalanobis distance")
         for ax in list(axes.flat)[len(data):]:
@@ -109,7 +90,7 @@ def plot_routers(units: Sequence[DumpUnit], out_dir: str, routers: Sequence[str]
         fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.5 * rows), dpi=100, squeeze=False)
         for ax, name in zip(axes.flat, routers):
             base, novel, thr = unit_scores(unit, name, lam, percentile)
-            histogram(ax, base, novel, thr, log2=name == "mahalanobis")
+            score_histogram(ax, base, novel, thr, log2=name == "mahalanobis")
             ax.set_title(name)
             ax.set_xlabel("outlier score" + (" (log2)" if name == "mahalanobis" else ""))
         for ax in list(axes.flat)[len(routers):]:

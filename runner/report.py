@@ -1,0 +1,50 @@
+"""The sweep report beside each protocol's table (``<output>/<protocol>/report.md`` and ``report.png``:
+``analysis.report``), made at the end of every sweep from the runs it verified, and ``python -m runner report
+OUTPUT`` for an existing output tree. It runs in a child process: reading the routing dumps imports torch, which the
+runner itself never imports."""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from units.facts import REPO
+
+PROTOCOLS = ("base2new", "xd", "dg")
+EXIT_NOTHING = 2
+
+
+def write_report(root: str, protocol: str, out_dir: str, source: str = "imagenet",
+                 targets: Sequence[str] = (), methods: Sequence[str] = ()) -> tuple[int, str]:
+    """Run ``python -m analysis.report`` on the output root ``root``; its exit status and output (the line naming the
+    files, or one ``error:`` line)."""
+    argv = [sys.executable, "-m", "analysis.report", root, protocol, out_dir, "--source", source,
+            *(["--targets", *targets] if targets else []), *(["--methods", *methods] if methods else [])]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m runner report OUTPUT [--protocols ...] [--source S]``: the report of each protocol found under
+    OUTPUT; 0 when one was written, 2 when none could be."""
+    p = argparse.ArgumentParser(prog="python -m runner report",
+                                description="Write report.md and report.png beside each protocol's runs of an "
+                                            "output tree (base-to-novel, cross-dataset, DG).")
+    p.add_argument("output", help="the output root a sweep wrote (holding base2new/, xd/ or dg/)")
+    p.add_argument("--protocols", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS))
+    p.add_argument("--source", default="imagenet", help="the cross-dataset / DG source (default imagenet)")
+    args = p.parse_args(argv)
+    output = os.path.abspath(args.output)
+    found = [protocol for protocol in args.protocols if os.path.isdir(os.path.join(output, protocol))]
+    if not found:
+        print(f"error: {output} holds no {' / '.join(args.protocols)} folder of runs: give the --output of a sweep",
+              file=sys.stderr)
+        return EXIT_NOTHING
+    written = 0
+    for protocol in found:
+        status, text = write_report(output, protocol, os.path.join(output, protocol), args.source)
+        print(text, file=sys.stderr if status else sys.stdout)
+        written += status == 0
+    return 0 if written else EXIT_NOTHING
