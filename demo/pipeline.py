@@ -32,6 +32,8 @@ from dataclasses import dataclass, field, replace
 if __name__ == "__main__":  # process-wide, so only as a program; read when torch loads, hence before the imports below
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from tqdm import tqdm
+
 from analysis.dumps import find_units, unit_scores
 from analysis.report import write_report
 from demo import report
@@ -170,16 +172,18 @@ class Demo:
         return clips
 
     def run_jobs(self, planned: Sequence[Sweep]) -> Report:
-        """Run the sweeps' jobs on the CPU slots; the runner's lines go to ``<logs>/runner.txt`` (a progress bar
-        stays on a terminal)."""
+        """Run the sweeps' jobs on the CPU slots; the runner's lines go to ``<logs>/runner.txt``, and one line per run
+        that starts or ends, with the counts and the ETA, to the terminal."""
         plans = {sweep.protocol: Planner(sweep).plan() for sweep in planned}
         jobs = merge_plans(plans.values())
         executor = LocalExecutor([], cpu_jobs=max(1, self.workers), threads=self.threads)
         log = os.path.join(self.paths.logs, "runner.txt")
         self.say(f"{len(jobs)} runs on {executor.describe()} (commands and logs: {log}, {self.paths.logs}/)")
+        terminal = sys.stdout
         try:
             with open(log, "a", buffering=1) as f, contextlib.redirect_stdout(f):
-                outcome = run_plan(jobs, executor, self.paths.logs)
+                outcome = run_plan(jobs, executor, self.paths.logs,
+                                   echo=lambda line: tqdm.write(f"    {line}", file=terminal))
         finally:
             executor.close()
         stages: dict[str, str] = {}

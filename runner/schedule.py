@@ -168,8 +168,11 @@ def tail(path: str, lines: int = TAIL_LINES) -> str:
 
 
 def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
-             projected: Callable[[Job], float | None] = lambda job: None) -> Report:
-    """Run every job of ``jobs`` (dependencies first) on ``executor``; returns what happened."""
+             projected: Callable[[Job], float | None] = lambda job: None,
+             echo: Callable[[str], None] | None = None) -> Report:
+    """Run every job of ``jobs`` (dependencies first) on ``executor``; returns what happened. ``echo`` also gets one
+    line per job that starts, ends or fails, with the counts and ETA (the demo prints them on the terminal while the
+    detailed lines go to its log)."""
     os.makedirs(log_dir, exist_ok=True)
     report, eta = Report(), Eta(projected)
     states = job_states(jobs)
@@ -195,6 +198,8 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
     def say(text: str) -> None:
         elapsed = format_seconds(time.monotonic() - started)
         tqdm.write(f"[{elapsed}] {text}" + ("" if live else f"\n    ({line()})"))
+        if echo is not None:
+            echo(f"[{elapsed}] {text.splitlines()[0].split(' (log ')[0]} ({line()})")
 
     def status() -> None:
         bar.set_postfix_str(line())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -60,6 +61,19 @@ def test_failure_skips_only_its_dependents(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"started a (log {tmp_path / 'logs' / 'a.log'})\n    $ toy a\n" in out  # the command a user can paste
     assert "FAILED b after " in out and "    | error: bad thing" in out
+
+
+def test_echo_gets_one_line_per_event_with_the_counts(tmp_path):
+    """What the demo shows on the terminal while the runner's detailed lines go to its log: per job that starts, ends
+    or fails one line, its first line without the log path, with the counts and an ETA."""
+    lines: list[str] = []
+    jobs = [finishing("a", str(tmp_path / "a")), job("b", Toy(status=3), runs=(str(tmp_path / "b"),))]
+    run_plan(jobs, LocalExecutor([], cpu_jobs=1), str(tmp_path / "logs"), echo=lines.append)
+    events = [re.sub(r"^\[[0-9:]+\] ", "", line) for line in lines]
+    counts = r" \(done \d/2, running \d, queued \d, failed \d, blocked 0, ETA [0-9:?]+\)$"
+    patterns = ["started a", r"done a in [0-9:]+", "started b", r"FAILED b after [0-9:]+: exit status 3; log \S+b\.log"]
+    assert len(events) == 4 and all(re.fullmatch(p + counts, e) for p, e in zip(patterns, events)), events
+    assert events[1].startswith("done a in ") and "done 1/2" in events[1] and "failed 1" in events[3]
 
 
 @pytest.mark.parametrize("slots", [1, 2])
