@@ -43,21 +43,22 @@ from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
 from runner.local import LocalExecutor
 from runner.protocols import Planner, Sweep, merge_plans
 from runner.schedule import Report, run_plan
-from trainers.catalog import find_method
+from trainers.catalog import METHODS, TEACHER, find_method
 
 CONFIG = "demo"
-"""The demo's config family: ``configs/trainers/<TRAINER>/demo.yaml`` (PETR+X: ``demo_<x>.yaml``)."""
+"""The demo's config family: ``configs/trainers/<TRAINER>/demo.yaml`` (PETR+X's runs: ``demo_<x>`` folders)."""
 DATASET = "DemoShapesHard"
 SOURCE = "demonet"
 XD_TARGETS = ("democool", "demosoft", "demofancy")
 DG_TARGETS = ("demonetv2", "demonet_sketch", "demonet_a", "demonet_r")
-CORE_METHODS = ("ZeroshotCLIP", "CoOp", "PromptSRC", "PromptKD", "PETR", "PETR+CoOp")
-"""``make demo``'s methods (``trainers.catalog`` names)."""
-ALL_METHODS = (*CORE_METHODS, "CoCoOp", "MaPLe", "IVLP", "PETR+CoCoOp", "PETR+MaPLe", "PETR+IVLP")
-TRANSFER_METHODS = ("ZeroshotCLIP", "PromptKD", "PETR")
-TABLE_ORDER = ("ZeroshotCLIP", "CoOp", "CoCoOp", "MaPLe", "IVLP", "PromptSRC", "PromptKD", "PETR", "PETRCoOp",
-               "PETR+CoCoOp", "PETR+MaPLe", "PETR+IVLP")
-"""Rows of the base-to-novel table (``demo.report.method_key`` names)."""
+CORE_METHODS = tuple(m.name for m in METHODS.values() if m.demo == "core")
+"""``make demo``'s methods (the catalog's rows with ``demo`` core)."""
+ALL_METHODS = tuple(m.name for m in METHODS.values() if m.demo)
+"""``make demo-full``'s methods (core and full)."""
+TRANSFER_METHODS = tuple(name for name in ALL_METHODS if METHODS[name].xd_config and METHODS[name] is not TEACHER)
+"""The demo's methods of the cross-dataset and DG protocols (those with a transfer config; the teacher is theirs)."""
+TABLE_ORDER = tuple(report.method_key({"trainer": m.trainer, "tuned_trainer": m.plugin_of}) for m in METHODS.values())
+"""Rows of the base-to-novel table (``demo.report.method_key`` names), in the catalog's order."""
 KD_WEIGHT = "100.0"
 """α of the distilled students (the demo configs' value; the unit commands default to PromptKD's 1000)."""
 

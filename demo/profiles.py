@@ -34,6 +34,7 @@ from engine.utils import read_json
 from runner.costs import trainer_config
 from runner.jobs import Job
 from runner.profiles import FAST, PAPER, Profile, bf16_opts, card_has_bf16
+from trainers.catalog import find_method
 
 GRAPH_OPTS = ("TRAIN.COMPILE", "none", "TRAIN.CUDA_GRAPH", "True")
 """Added after the fast profile's overrides: the whole step as one CUDA graph, on eager CLIPs (compilation and the
@@ -53,8 +54,8 @@ class Variant:
     def opts(self, trainer: str, cache_root: str, has_bf16: bool) -> list[str]:
         """The overrides a sweep of this profile gives ``trainer`` (bf16 first, as ``runner.profiles.launch_env``
         puts it), then :data:`GRAPH_OPTS` for the graph variant."""
-        ns = trainer.upper()
-        opts = [*bf16_opts(self.profile.bf16_ns(ns), has_bf16), *self.profile.opts(ns, cache_root)]
+        method = find_method(trainer)
+        opts = [*bf16_opts(self.profile.bf16_ns(method), has_bf16), *self.profile.opts(method, cache_root)]
         return [*opts, *GRAPH_OPTS] if self.graph else opts
 
 

@@ -18,14 +18,27 @@ from analysis.stats import harmonic_mean
 from analysis.transfer import collect_transfer
 from engine.runs import RESULTS_FILE, parse_run_path, seed_of
 from engine.utils import read_json
+from trainers.catalog import METHODS
 
 Results = dict[str, dict]
 """``{"base": results.json, "novel": results.json}`` of one method and seed."""
 SeedRows = dict[str, Results]
 """``{trainer: Results}`` of one seed."""
-PLUGINS = {"PETRCoOp": "CoOp", "PETR+CoCoOp": "CoCoOp", "PETR+MaPLe": "MaPLe", "PETR+IVLP": "IVLP"}
-"""PETR's routing on a finished prompt learner: the routed method -> the prompt learner alone."""
-ROUTED = ("PETR", *PLUGINS)
+ROUTING_ONLY = {m.trainer for m in METHODS.values() if m.commands == "petr_x"}
+"""The trainers that route on another method's runs (PETRX): a run of theirs is ``PETR+<the learner>``."""
+
+
+def method_key(results: Mapping) -> str:
+    """The method of a run's results.json: its trainer, ``PETR+X`` for a run routing on X's run."""
+    trainer = results["trainer"]
+    return f"PETR+{results['tuned_trainer']}" if trainer in ROUTING_ONLY else trainer
+
+
+PLUGINS = {method_key({"trainer": m.trainer, "tuned_trainer": m.plugin_of}): METHODS[m.plugin_of].trainer
+           for m in METHODS.values() if m.plugin_of}
+"""PETR's routing on a finished prompt learner (the catalog's plug-ins): the routed method -> the learner alone."""
+ROUTED = tuple(method_key({"trainer": m.trainer, "tuned_trainer": m.plugin_of}) for m in METHODS.values() if m.routes)
+"""The methods that route (their results record routing rates)."""
 PARTS = {"train_base": "base", "test_new": "novel"}
 """Base-to-novel run roles -> the half of the classes they evaluate."""
 
@@ -49,12 +62,6 @@ def with_note(table: str, note: str, fmt: str) -> str:
     """``table`` and a note under it (markdown: after a blank line, which ends the table)."""
     gap = "\n\n" if fmt == "github" else "\n"
     return f"{table}{gap}{note}"
-
-
-def method_key(results: Mapping) -> str:
-    """The method of a run's results.json: its trainer, PETR+X for PETRX (routing on X's run)."""
-    trainer = results["trainer"]
-    return f"PETR+{results['tuned_trainer']}" if trainer == "PETRX" else trainer
 
 
 def collect_b2n(output: str) -> dict[str, dict[int, Results]]:

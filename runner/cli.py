@@ -39,8 +39,11 @@ from runner.protocols import PASSED_KNOBS, PROTOCOLS, Planner, Sweep
 from trainers.catalog import METHODS, find_method
 from units.facts import BASE2NEW_DATASETS, XD_TARGETS, dataset_name, dg_targets
 
-DEFAULT_METHODS = {"base2new": ("PETR", "PromptKD", "CoOp", "PETR+CoOp", "ZeroshotCLIP"),
-                   "xd": ("PETR", "PromptKD", "ZeroshotCLIP"), "dg": ("PETR", "PromptKD", "ZeroshotCLIP")}
+
+def default_methods(protocol: str) -> list[str]:
+    """The catalog's default methods (``Method.default_sweep``, in its order) that ``protocol`` has scripts for."""
+    rows = sorted((m for m in METHODS.values() if m.default_sweep), key=lambda m: m.default_sweep)
+    return [m.name for m in rows if protocol == "base2new" or m.xd_config]
 COMMON_ENV = ("DATA", "OUTPUT_ROOT", "TEACHER_DIR", "PYTHON", *PASSED_KNOBS, "NPROC")
 """Environment the plan prints once instead of on every command (the same for every job)."""
 EXIT_FAILED, EXIT_USAGE, EXIT_SIGNALLED = 1, 2, 128
@@ -133,7 +136,7 @@ def make_sweep(args: argparse.Namespace) -> Sweep:
     if not args.data:
         raise ValueError("no datasets folder: pass --data DIR or set DATA (see DATASETS.md)")
     profile = PROFILES[args.profile]
-    methods = tuple(dict.fromkeys(find_method(m) for m in args.methods or DEFAULT_METHODS[args.protocol]))
+    methods = tuple(dict.fromkeys(find_method(m) for m in args.methods or default_methods(args.protocol)))
     if args.datasets == ["all"]:
         datasets = {"base2new": lambda: BASE2NEW_DATASETS, "xd": lambda: xd_targets(args.source),
                     "dg": lambda: dg_targets(args.source)}[args.protocol]()
@@ -331,11 +334,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         executor.close()
     verified = {*report.done, *report.finished_before}
-    status, text, report = write_tables(sweep, [run for job in jobs if job.name in verified for run in job.runs])
+    status, text, written = write_tables(sweep, [run for job in jobs if job.name in verified for run in job.runs])
     if text:
         print(f"\n{text.rstrip()}")
     if status == 0:
-        print(f"Table written to {table_path(sweep, 'txt')} and {table_path(sweep, 'csv')}\n{report}")
+        print(f"Table written to {table_path(sweep, 'txt')} and {table_path(sweep, 'csv')}\n{written}")
     else:
         why = "no run of this sweep was verified" if not text else "its runs could not be read (above)"
         print(f"\nNo table written: {why}; {table_path(sweep, 'txt')} and .csv are left as they were")

@@ -1,18 +1,19 @@
 """Run profiles of a sweep: ``paper`` (the shipped configs as they are) and ``fast`` (throughput settings).
 
 ``paper`` runs every config as shipped: fp16 CLIP weights and the online teacher, as upstream CoOp and PromptKD
-train and report. ``fast`` adds config overrides (``EXTRA_OPTS``) that change speed, not the recipe:
+train and report. ``fast`` adds config overrides (``EXTRA_OPTS``) that change speed, not the recipe, each where the
+method's catalog row takes it (``Method.fast``, :data:`FAST_SETTINGS`):
 
-* ``PREC bf16`` where the card has bf16 tensor cores (compute capability 8.0 or newer), in the students and CoOp
-  (shipped in fp16); elsewhere (older cards, CPU) the shipped precision stays;
-* ``TRAIN.COMPILE compile`` in the distilled students (PromptKD, PETR);
-* ``TEACHER_CACHE views`` for the distilled students, in one cache folder per sweep that every seed shares (the
-  views are drawn from the image's position, not the run's seed, so sharing changes no number);
-* ``DATALOADER.PERSISTENT_WORKERS True``.
+* ``bf16``: ``PREC bf16`` where the card has bf16 tensor cores (compute capability 8.0 or newer), in the methods
+  shipped in fp16 that gain from it (the students, CoOp); elsewhere (older cards, CPU) the shipped precision stays;
+* ``compile``: ``TRAIN.COMPILE compile`` (the distilled students' frozen CLIPs);
+* ``teacher_cache``: ``TEACHER_CACHE views`` for the distilled students, in one cache folder per sweep that every
+  seed shares (the views are drawn from the image's position, not the run's seed, so sharing changes no number);
+* and ``DATALOADER.PERSISTENT_WORKERS True`` everywhere.
 
-The PromptSRC teacher keeps its shipped fp16 eager step: on the H100 table of docs/throughput.md its step is slower
-in bf16 and in bf16 with compilation. A profile also names its own output and teacher folders, so runs of the two
-profiles never share a run folder.
+The PromptSRC teacher takes none: it keeps its shipped fp16 eager step, which on the H100 table of docs/throughput.md
+is slower in bf16 and in bf16 with compilation. A profile also names its own output and teacher folders, so runs of
+the two profiles never share a run folder.
 """
 from __future__ import annotations
 
@@ -23,13 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
-COMPILED_NS = ("PROMPTKD", "PETR")
-"""Config namespaces the fast profile compiles (``TRAIN.COMPILE``: their frozen CLIPs)."""
-CACHED_NS = ("PROMPTKD", "PETR")
-"""Config namespaces of the trainers with a teacher feature cache."""
-FP16_NS = ("COOP", "PROMPTKD", "PETR", "PETRCOOP")
-"""Config namespaces the fast profile moves from fp16 to bf16 on bf16 cards (zero-shot CLIP evaluates in fp32, the
-teacher keeps fp16)."""
+from trainers.catalog import Method
+
+FAST_SETTINGS = ("bf16", "compile", "teacher_cache")
+"""What a catalog row's ``fast`` may name (see the module's docstring)."""
 BF16_CAPABILITY = (8, 0)
 """Compute capability from which a CUDA card has bf16 tensor cores (Ampere)."""
 
@@ -45,22 +43,21 @@ class Profile:
     """Default teacher folder (TEACHER_DIR)."""
     fast: bool = False
 
-    def opts(self, ns: str, output_root: str) -> list[str]:
-        """``KEY VALUE`` overrides of this profile for a trainer of config namespace ``ns`` (bf16: see
-        :func:`bf16_opts`)."""
+    def opts(self, method: Method, output_root: str) -> list[str]:
+        """``KEY VALUE`` overrides of this profile for ``method``'s runs (bf16: see :func:`bf16_opts`)."""
         if not self.fast:
             return []
         opts = ["DATALOADER.PERSISTENT_WORKERS", "True"]
-        if ns in COMPILED_NS:
+        if "compile" in method.fast:
             opts += ["TRAIN.COMPILE", "compile"]
-        if ns in CACHED_NS:
-            opts += [f"TRAINER.{ns}.TEACHER_CACHE", "views",
-                     f"TRAINER.{ns}.TEACHER_CACHE_DIR", os.path.join(os.path.abspath(output_root), "teacher_cache")]
+        if "teacher_cache" in method.fast:
+            opts += [f"TRAINER.{method.ns}.TEACHER_CACHE", "views", f"TRAINER.{method.ns}.TEACHER_CACHE_DIR",
+                     os.path.join(os.path.abspath(output_root), "teacher_cache")]
         return opts
 
-    def bf16_ns(self, ns: str) -> str:
+    def bf16_ns(self, method: Method) -> str:
         """The namespace whose PREC becomes bf16 on a bf16 card, or "" when this profile keeps the precision."""
-        return ns if self.fast and ns in FP16_NS else ""
+        return method.ns if self.fast and "bf16" in method.fast else ""
 
 
 PAPER = Profile("paper", output="output", teachers="teachers")

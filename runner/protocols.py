@@ -42,7 +42,7 @@ class Sweep:
     """Source dataset of the cross-dataset / DG protocols."""
     config: str = ""
     """One config family for every method (e.g. ``demo``: ``configs/trainers/<trainer>/demo.yaml``, PETR+X's
-    ``demo_<x>.yaml``, see ``Method.config_suffix``); empty: each method's own."""
+    ``demo.yaml`` too, whose runs keep ``demo_<x>`` folders); empty: each method's own."""
     shots: int = 0
     """Training images per class of the cross-dataset / DG students (0: all)."""
     profile: Profile = PAPER
@@ -86,7 +86,7 @@ class Planner:
     # ----- building blocks ----------------------------------------------------------------------------------
     def cfg(self, method: Method, dataset: str) -> str:
         if self.sweep.config:
-            return self.sweep.config + method.config_suffix
+            return self.sweep.config
         return method.b2n_config(dataset) if self.sweep.protocol == "base2new" else method.xd_config
 
     def env(self, method: Method, config: str, shots: int, source: bool = False) -> dict[str, str]:
@@ -98,7 +98,7 @@ class Planner:
         if sweep.procs_per_job > 1:
             env["NPROC"] = str(sweep.procs_per_job)
         env.update(sweep.knobs)
-        extra = " ".join(filter(None, [*sweep.profile.opts(method.ns, sweep.output), sweep.extra_opts,
+        extra = " ".join(filter(None, [*sweep.profile.opts(method, sweep.output), sweep.extra_opts,
                                        sweep.method_opts.get(method.name, "")]))
         if extra:
             env["EXTRA_OPTS"] = extra
@@ -125,7 +125,7 @@ class Planner:
             self.jobs[name] = Job(
                 name=name, kind=kind, method=method.name, dataset=dataset, call=call, runs=runs, files=files,
                 deps=tuple(d for d in deps if d), seed=seed, config=config, trainer=method.trainer,
-                bf16_ns=self.sweep.profile.bf16_ns(method.ns), publishes=publishes)
+                bf16_ns=self.sweep.profile.bf16_ns(method), publishes=publishes)
         return name
 
     def teacher(self, dataset: str) -> str:
@@ -179,7 +179,7 @@ class Planner:
             tuned = find_method(method.plugin_of)
             train = self.b2n_train(tuned, dataset, seed)
             args = [dataset, str(seed)]
-            if method.trainer == "PETRX":  # base2new.sh X DATASET SEED X_RUN_DIR: the tuned job's run
+            if method.commands == "petr_x":  # base2new.sh X DATASET SEED X_RUN_DIR: the tuned job's run
                 args = [tuned.scripts, *args, self.jobs[train].runs[0]]
             self.add(method, "plug-in", dataset, method.plugin_script, args, seed=seed, config=config,
                      shots=method.shots, deps=(train,))

@@ -32,6 +32,7 @@ from tests.helpers_petr import petr_argv, write_eurosat
 from tests.helpers_run import HANG_GUARD_S, full_disk, read_only, train_argv
 from tests.helpers_upstream import write_dassl_checkpoint
 from tests.test_engine_checkpoint import nested_pickle, write_zip_bomb
+from trainers.catalog import PETR_X_LEARNERS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATRIX: list[list[str]] = []
@@ -425,8 +426,9 @@ def _raw_pickle(tmp, data, tree, clip_file, mp):
 
 def _petr_x_argv(data, tmp, clip_file: str, tuned: str, x: str = "coop") -> list[str]:
     """A tiny PETR+X run on the tuned run folder ``tuned`` (prompt learner ``x``)."""
-    return train_argv("PETRX", f"vit_b16_{x}", data, tmp / "run", "DATASET.NUM_SHOTS", "2",
-                      "DATASET.SUBSAMPLE_CLASSES", "base", "TRAINER.PETRX.TUNED_MODEL_DIR", tuned, backbone=clip_file)
+    return train_argv("PETRX", "vit_b16", data, tmp / "run", "DATASET.NUM_SHOTS", "2", "DATASET.SUBSAMPLE_CLASSES",
+                      "base", "TRAINER.PETRX.TUNED_MODEL_DIR", tuned, "TRAINER.PETRX.TUNED_TRAINER",
+                      PETR_X_LEARNERS[x].trainer, backbone=clip_file)
 
 
 def _coop_tuned_run(tmp, **results) -> str:

@@ -128,10 +128,10 @@ def test_a_catalog_trainer_without_its_own_keys_is_refused(monkeypatch):
     (["--trainer", "PETRCoOp", "TRAINER.COOP.PREC", "fp32"],  # its CoOp branch runs in PETRCOOP's precision
      "command-line opts: TRAINER.COOP.PREC is a key of CoOp, but PETRCoOp reads TRAINER.PETRCOOP and would ignore "
      "it: set TRAINER.PETRCOOP.PREC instead, or run --trainer CoOp"),
-    (["--trainer", "PETRX", "--config-file", "configs/trainers/PETRX/vit_b16_maple.yaml",
-      "TRAINER.PETRX.TUNED_TRAINER", "IVLP"],  # the MaPLe prompt words are read for a MaPLe run only
-     "configs/trainers/PETRX/vit_b16_maple.yaml: TRAINER.MAPLE.CTX_INIT is a key of MaPLe, but PETRX reads "
-     "TRAINER.PETRX and would ignore it: leave it out, or run --trainer MaPLe"),
+    (["--trainer", "PETRX", "--config-file", "configs/trainers/PETRX/vit_b16.yaml", "TRAINER.PETRX.TUNED_TRAINER",
+      "IVLP", "TRAINER.MAPLE.CTX_INIT", "a photo of a"],  # the MaPLe prompt words are read for a MaPLe run only
+     "command-line opts: TRAINER.MAPLE.CTX_INIT is a key of MaPLe, but PETRX reads TRAINER.PETRX and would ignore "
+     "it: leave it out, or run --trainer MaPLe"),
     (["--trainer", "ZeroshotCLIP", "TRAINER.COOP.N_CTX", "16"],  # given at its default value: still given
      "command-line opts: TRAINER.COOP.N_CTX is a key of CoOp, but ZeroshotCLIP reads TRAINER.ZSCLIP and would "
      "ignore it: leave it out, or run --trainer CoOp"),
@@ -145,9 +145,10 @@ def test_a_key_of_another_trainers_namespace_is_refused_in_one_line(argv, line):
 @pytest.mark.parametrize("argv", [
     ["--trainer", "PETRCoOp", "--config-file", "configs/trainers/PETRCoOp/vit_b16_ctxv1.yaml", "TRAINER.COOP.N_CTX",
      "4", "TRAINER.COOP.CLASS_TOKEN_POSITION", "front"],  # PETR+CoOp builds its CoOp branch from TRAINER.COOP
-    ["--trainer", "PETRX", "--config-file", "configs/trainers/PETRX/vit_b16_maple.yaml"],  # MaPLe's prompt words
-    ["--trainer", "PETRX", "--config-file", "configs/trainers/PETRX/vit_b16_coop.yaml",
-     "TRAINER.COOP.CLASS_TOKEN_POSITION", "middle"],
+    ["--trainer", "PETRX", "--config-file", "configs/trainers/PETRX/vit_b16.yaml", "TRAINER.PETRX.TUNED_TRAINER",
+     "MaPLe", "TRAINER.MAPLE.CTX_INIT", "a photo of a"],  # MaPLe's prompt words, when its run records none
+    ["--trainer", "PETRX", "--config-file", "configs/trainers/PETRX/vit_b16.yaml", "TRAINER.PETRX.TUNED_TRAINER",
+     "CoOp", "TRAINER.COOP.CLASS_TOKEN_POSITION", "middle"],
     ["--trainer", "NoSuchTrainer", "TRAINER.COOP.N_CTX", "4"],  # building the trainer names the unknown one
     ["--config-file", "configs/trainers/CoOp/vit_b16_ctxv1.yaml"],  # no trainer named: nothing to compare with
 ])

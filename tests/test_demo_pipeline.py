@@ -78,7 +78,7 @@ def test_full_demo_runs_every_method_and_both_transfer_protocols(tmp_path):
             plug = jobs[f"PETR+{x} plug-in {ds} seed{seed}"]
             x_run = str(tmp_path / "out/base2new/train_base" / ds / "shots_16" / x / "demo" / f"seed{seed}")
             assert plug.deps == (f"{x} train {ds} seed{seed}",) and plug.call.argv[-1] == x_run
-            assert plug.call.knobs["CFG"] == f"demo_{x.lower()}"
+            assert plug.call.knobs["CFG"] == "demo" and plug.runs[0].endswith(f"/PETRX/demo_{x.lower()}/seed{seed}")
         for target in ("democool", "demosoft", "demofancy", SOURCE):
             argv = jobs[f"PETR train {target} seed{seed}"].call.argv
             assert argv[1:] == ("scripts/petr/xd_train.sh", target, str(seed))

@@ -80,7 +80,8 @@ def test_petr_x_on_changed_tuned_prompts(tmp_path, data, tiny_clip_file, capsys)
     ivlp = tmp_path / "ivlp"
     assert train.cli(tiny("IVLP", "demo", data, ivlp, tiny_clip_file)) == 0
     routed = tmp_path / "petrx"
-    argv = tiny("PETRX", "demo_ivlp", data, routed, tiny_clip_file, "TRAINER.PETRX.TUNED_MODEL_DIR", str(ivlp))
+    argv = tiny("PETRX", "demo", data, routed, tiny_clip_file, "TRAINER.PETRX.TUNED_MODEL_DIR", str(ivlp),
+                "TRAINER.PETRX.TUNED_TRAINER", "IVLP")
     assert train.cli(argv) == 0
     ckpt = ivlp / "VLPromptLearner" / "model.pth.tar-1"
     change_tensors(ckpt)

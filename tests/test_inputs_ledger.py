@@ -131,11 +131,7 @@ LEARNERS = [m.trainer for m in ROWS if m.commands in ("learner", "coop", "zsclip
 """The methods that learn (or score) from labelled images alone, on the student CLIP."""
 
 
-def petr_x_config(x: str) -> str:
-    """PETR+X's demo config for ``x`` where there is one, else its ViT-B/16 config (tiny sizes come from the opts)."""
-    demo = f"demo_{x}"
-    return demo if os.path.isfile(os.path.join(REPO, "configs", "trainers", "PETRX", f"{demo}.yaml")) else \
-        f"vit_b16_{x}"
+
 
 
 def test_every_trainer_reads_only_through_the_ledger(world, tiny_teacher_clip_file, capsys):
@@ -168,12 +164,13 @@ def test_every_trainer_reads_only_through_the_ledger(world, tiny_teacher_clip_fi
     assert roles["cache"] == 4  # the .json and .pt of train_x and of train_u
     run("PETRCoOp plug-in", "PETRCoOp", "demo", "TRAINER.PETRCOOP.COOP_MODEL_DIR", str(root / "CoOp"))
     for x, learner in PETR_X_LEARNERS.items():
-        opts = ("TRAINER.PETRX.TUNED_MODEL_DIR", str(root / learner.trainer))
+        opts = ("TRAINER.PETRX.TUNED_MODEL_DIR", str(root / learner.trainer), "TRAINER.PETRX.TUNED_TRAINER",
+                learner.trainer)
         if learner.trainer == "PromptSRC":  # the teacher run above, on the teacher CLIP
             opts += ("MODEL.BACKBONE.NAME", tiny_teacher_clip_file)
-        out, roles = run(f"PETR+X {x}", "PETRX", petr_x_config(x), *opts)
+        out, roles = run(f"PETR+X {x}", "PETRX", "demo", *opts)
         assert roles["checkpoint"] == 2 and roles["run-record"] >= 1  # X's pointer and file; what X's run records
-        run(f"PETR+X {x} eval-only", "PETRX", petr_x_config(x), *opts, flags=(*evaluated, str(out)))
+        run(f"PETR+X {x} eval-only", "PETRX", "demo", *opts, flags=(*evaluated, str(out)))
     with capsys.disabled():
         print("\n" + tabulate(TABLE, headers=["run", "images", *ROLE_COLUMNS]))
     assert {row[0].split(" ")[0] for row in TABLE} >= set(TRAINERS) - {"PETRX"} and len(TABLE) == 2 * (

@@ -129,8 +129,8 @@ def test_upstream_checkpoints_score_as_the_papers_equations(runs, x, tmp_path, t
     write_dassl_checkpoint(str(tmp_path / "upstream" / folder), upstream, 5, None, str(marker))
     shutil.copy(runs.root / x_run(x) / "log.txt", tmp_path / "upstream")  # Dassl's log: the config dump at its top
     args = train.build_parser().parse_args(["--trainer", "PETRX", "--config-file",
-                                            f"configs/trainers/PETRX/vit_b16_{x}.yaml", "MODEL.BACKBONE.NAME",
-                                            tiny_clip_file])
+                                            "configs/trainers/PETRX/vit_b16.yaml", "MODEL.BACKBONE.NAME",
+                                            tiny_clip_file, "TRAINER.PETRX.TUNED_TRAINER", trainer])
     model = TUNED_METHODS[trainer].load(tiny_clip, train.setup_cfg(args), str(tmp_path / "upstream" / folder /
                                                                             "model.pth.tar-5"), nullcontext)
     images, _ = load_images(runs.tree, "test", BASE + NEW)

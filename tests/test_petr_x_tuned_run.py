@@ -38,6 +38,11 @@ from trainers.tuned_run import TunedRun, deep_prompt_words, logged_config, recor
 NAMES = ["annual crop land", "forest", "herbaceous vegetation land", "sea or lake"]
 
 
+def petr_x_cfg(trainer: str, clip_file: str):
+    """PETR+X's config routing on a run of ``trainer`` on the CLIP file ``clip_file``."""
+    return cfg_of("PETRX", "MODEL.BACKBONE.NAME", clip_file, "TRAINER.PETRX.TUNED_TRAINER", trainer, config="vit_b16")
+
+
 def test_logged_config_reads_the_config_dump_yacs_prints():
     cfg = CfgNode({"DATASET": CfgNode({"NAME": "EuroSAT", "NUM_SHOTS": 16}),
                    "TRAINER": CfgNode({"NAME": "IVLP", "IVLP": CfgNode({"CTX_INIT": "a photo of a", "N_CTX_TEXT": 2,
@@ -66,7 +71,7 @@ def test_upstream_ivlp_with_two_text_tokens_scores_with_its_init_words(tmp_path,
                                                                         tiny_openclip_model):
     """Upstream's prompt is "a photo of a <class>." with its first 2 tokens learned: "of a" stays, as written here."""
     text, vision, path = upstream_ivlp_run(tmp_path / "ivlp", tiny_clip_file)
-    cfg = cfg_of("PETRX", "MODEL.BACKBONE.NAME", tiny_clip_file, config="vit_b16_ivlp")
+    cfg = petr_x_cfg("IVLP", tiny_clip_file)
     model = TUNED_METHODS["IVLP"].load(tiny_clip, cfg, path, nullcontext)
     names = ["annual crop land", "forest", "herbaceous vegetation land"]
     images = torch.randn(4, 3, 32, 32)
@@ -88,7 +93,7 @@ def test_upstream_maple_trained_from_other_words_scores_with_its_recorded_words(
     <class>." with its first 2 tokens learned, whatever PETR+X's own TRAINER.MAPLE.CTX_INIT ("a photo of a") says;
     one line names both."""
     text, maps, path = upstream_maple_run(tmp_path / "maple", tiny_clip_file, "a satellite photo of")
-    cfg = cfg_of("PETRX", "MODEL.BACKBONE.NAME", tiny_clip_file, config="vit_b16_maple")
+    cfg = petr_x_cfg("MaPLe", tiny_clip_file)
     assert cfg.TRAINER.MAPLE.CTX_INIT == "a photo of a"
     model = TUNED_METHODS["MaPLe"].load(tiny_clip, cfg, path, nullcontext)
     images = torch.randn(6, 3, 32, 32)
@@ -108,7 +113,7 @@ def test_upstream_coop_with_the_class_token_in_the_middle_scores_as_recorded(tmp
     """An upstream CoOp run trained with CLASS_TOKEN_POSITION middle: "ctx[:2] <class> ctx[2:]." whatever PETR+X's own
     TRAINER.COOP.CLASS_TOKEN_POSITION (end) says."""
     ctx, path = upstream_coop_run(tmp_path / "coop", tiny_clip_file, "middle")
-    cfg = cfg_of("PETRX", "MODEL.BACKBONE.NAME", tiny_clip_file, config="vit_b16_coop")
+    cfg = petr_x_cfg("CoOp", tiny_clip_file)
     model = TUNED_METHODS["CoOp"].load(tiny_clip, cfg, path, nullcontext)
     images = torch.randn(6, 3, 32, 32)
     with torch.no_grad():
@@ -149,7 +154,7 @@ def test_unrecorded_words_matter_only_below_four_text_tokens(tmp_path):
 
 
 def test_a_deep_prompt_run_without_recorded_words_or_with_other_sizes_is_refused(tmp_path, tiny_clip, tiny_clip_file):
-    cfg = cfg_of("PETRX", "MODEL.BACKBONE.NAME", tiny_clip_file, config="vit_b16_ivlp")
+    cfg = petr_x_cfg("IVLP", tiny_clip_file)
     _, _, path = upstream_ivlp_run(tmp_path / "unlogged", tiny_clip_file, n_ctx_logged=None)
     with pytest.raises(InvalidInputError, match=r"cannot tell the words of the class prompts .* records no "
                                                 r"TRAINER\.IVLP\.CTX_INIT"):
@@ -169,7 +174,7 @@ def test_petr_x_on_an_upstream_ivlp_run_routes_with_its_words(tree, tmp_path, ti
     text, vision, path = upstream_ivlp_run(tmp_path / "ivlp", tiny_clip_file)
     out = tmp_path / "petr_x"
     train.main(run_argv(tree.root, out, "PETRX", tiny_clip_file, "base", "TRAINER.PETRX.TUNED_MODEL_DIR",
-                        str(tmp_path / "ivlp"), config="vit_b16_ivlp"))
+                        str(tmp_path / "ivlp"), "TRAINER.PETRX.TUNED_TRAINER", "IVLP", config="vit_b16"))
     branch = deep_prompt_reference(tiny_openclip_model, text, vision)
     result = check_against_reference(out, reference_routing(tree, tiny_openclip_model,
                                                             lambda model, names, images: branch(names, images), BASE))
@@ -206,7 +211,7 @@ def test_petr_x_notes_an_unfinished_or_unrecorded_tuned_run(case, tree, tmp_path
                     f"{tiny_clip_file}"]
     out = tmp_path / "petr_x"
     train.main(run_argv(tree.root, out, "PETRX", tiny_clip_file, "base", "TRAINER.PETRX.TUNED_MODEL_DIR", str(tuned),
-                        config="vit_b16_coop"))
+                        config="vit_b16"))
     ctx = torch.load(path, weights_only=False)["state_dict"]["ctx"]
     result = check_against_reference(out, reference_routing(tree, tiny_openclip_model, coop_branch(ctx), BASE))
     router = json.loads((out / "router.json").read_text())
@@ -216,7 +221,7 @@ def test_petr_x_notes_an_unfinished_or_unrecorded_tuned_run(case, tree, tmp_path
     assert f"Note: {expected[0]}" in (out / "log.txt").read_text().splitlines()
     novel = tmp_path / "novel"  # the notes are not compared: the novel evaluation reads the base run's router
     train.main(run_argv(tree.root, novel, "PETRX", tiny_clip_file, "new", "TRAINER.PETRX.TUNED_MODEL_DIR", str(tuned),
-                        config="vit_b16_coop", flags=("--eval-only", "--model-dir", str(out))))
+                        config="vit_b16", flags=("--eval-only", "--model-dir", str(out))))
     check_against_reference(novel, reference_routing(tree, tiny_openclip_model, coop_branch(ctx), NEW))
 
 

@@ -18,7 +18,7 @@ from runner.jobs import job_states, record_job
 from runner.profiles import FAST, PAPER, bf16_opts, launch_env
 from runner.protocols import Planner, Sweep, merge_plans
 from tests.helpers_run import ScriptRunner
-from trainers.catalog import find_method
+from trainers.catalog import METHODS, find_method
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B2N = ("imagenet", "caltech101", "oxford_pets", "stanford_cars", "oxford_flowers", "food101", "fgvc_aircraft",
@@ -194,24 +194,28 @@ def test_fast_profile_overrides(tmp_path):
 
 
 def test_fast_profile_options_are_config_keys(tmp_path):
-    """Every key the fast profile sets is declared, with one of the values its owner accepts."""
+    """Every key the fast profile sets for each method of the catalog is declared, with one of the values its owner
+    accepts, and sets what the method's row says it takes (``Method.fast``)."""
     from engine import get_cfg_default
     from engine.compile import COMPILE_MODES
     from engine.precision import PRECISIONS
     from trainers.config import extend_cfg
     from trainers.teacher_cache import CACHE_MODES
 
-    for ns in ("COOP", "PROMPTSRC", "PROMPTKD", "PETR", "PETRCOOP"):
+    for method in METHODS.values():
         cfg = extend_cfg(get_cfg_default())
-        cfg.merge_from_list(FAST.opts(ns, str(tmp_path)) + bf16_opts(FAST.bf16_ns(ns), has_bf16=True))
-        trainer = cfg.TRAINER[ns]
+        shipped = cfg.TRAINER[method.ns].PREC
+        cfg.merge_from_list(FAST.opts(method, str(tmp_path)) + bf16_opts(FAST.bf16_ns(method), has_bf16=True))
+        trainer = cfg.TRAINER[method.ns]
         assert cfg.DATALOADER.PERSISTENT_WORKERS is True and trainer.PREC in PRECISIONS
-        assert trainer.PREC == ("fp16" if ns == "PROMPTSRC" else "bf16")
-        assert cfg.TRAIN.COMPILE == ("compile" if ns in ("PROMPTKD", "PETR") else "none")
-        assert cfg.TRAIN.COMPILE in COMPILE_MODES
-        if ns in ("PROMPTKD", "PETR"):
+        assert trainer.PREC == ("bf16" if "bf16" in method.fast else shipped), method.name
+        assert cfg.TRAIN.COMPILE == ("compile" if "compile" in method.fast else "none") and cfg.TRAIN.COMPILE in \
+            COMPILE_MODES
+        if "teacher_cache" in method.fast:
             assert trainer.TEACHER_CACHE == "views" in CACHE_MODES
             assert trainer.TEACHER_CACHE_DIR == os.path.join(str(tmp_path), "teacher_cache")
+    assert {m.name for m in METHODS.values() if "teacher_cache" in m.fast} == {
+        m.name for m in METHODS.values() if m.distilled}  # the distilled students have the teacher cache
 
 
 def test_dry_run_prints_the_plan(tmp_path, capsys):
@@ -251,7 +255,7 @@ def test_the_plan_says_why_a_job_has_no_projection(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["base2new", "--methods", "PETRX"], "error: unknown method 'PETRX'; choose from ZeroshotCLIP, PromptSRC"),
+    (["base2new", "--methods", "PETRX"], "error: unknown method 'PETRX'; choose from ZeroshotCLIP, CoOp, CoCoOp"),
     (["xd", "--methods", "CoOp"], "error: CoOp: no xd scripts; the xd protocol runs ZeroshotCLIP, PromptKD and PETR"),
     (["base2new", "--datasets", "eurosatt"], "error: unknown dataset 'eurosatt'; use one of: caltech101"),
     (["xd", "--source", "demonet"], "error: no default cross-dataset targets for source 'demonet': name them"),
@@ -299,14 +303,14 @@ def test_petr_x_plug_ins_route_on_their_prompt_learners_runs(tmp_path):
 
 
 def test_one_config_family_and_per_method_overrides(tmp_path):
-    """``--config demo`` names each method's ``demo`` config and PETR+X's ``demo_<x>``; a method's own overrides
-    come after the sweep's EXTRA_OPTS, and only in its jobs."""
+    """``--config demo`` names each method's ``demo`` config, PETR+X's too (its runs: ``demo_<x>``); a method's own
+    overrides come after the sweep's EXTRA_OPTS, and only in its jobs."""
     jobs = by_name(Planner(sweep("base2new", ("PETR+CoCoOp", "PETR"), ("demo_shapes_hard",), tmp_path, seeds=(1,),
                                  config="demo", extra_opts="TRAIN.PRINT_FREQ 5",
                                  method_opts={"CoCoOp": "OPTIM.MAX_EPOCH 3"})).plan())
     out = tmp_path / "out" / "base2new"
     plugin = jobs["PETR+CoCoOp plug-in demo_shapes_hard seed1"]
-    assert plugin.call.knobs["CFG"] == "demo_cocoop" and plugin.config == "demo_cocoop"
+    assert plugin.call.knobs["CFG"] == "demo" and plugin.config == "demo"
     assert plugin.call.argv[-1] == str(out / "train_base/demo_shapes_hard/shots_16/CoCoOp/demo/seed1")
     assert plugin.runs[0] == str(out / "train_base/demo_shapes_hard/shots_16/PETRX/demo_cocoop/seed1")
     cocoop = jobs["CoCoOp train demo_shapes_hard seed1"].call.knobs

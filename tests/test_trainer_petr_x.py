@@ -130,7 +130,7 @@ def test_petr_x_bad_input_gives_one_clear_error(runs, tmp_path, tiny_clip_file):
 
     def petr_x(out, *opts, flags=()):
         return train.main(run_argv(tree.root, tmp_path / out, "PETRX", tiny_clip_file, "base", *opts, flags=flags,
-                                   config="vit_b16_coop"))
+                                   config="vit_b16"))
 
     with pytest.raises(ConfigError, match=r"TRAINER.PETRX.TUNED_MODEL_DIR is empty"):
         petr_x("empty")
@@ -192,7 +192,7 @@ def test_a_routed_trainer_must_provide_branch_scorer_and_router_keys(runs, tmp_p
             return lambda images: (images, images)
 
     cfg = train.setup_cfg(train.build_parser().parse_args(run_argv(runs.tree.root, tmp_path, "PETRX",
-                                                                   tiny_clip_file, "base", config="vit_b16_coop")))
+                                                                   tiny_clip_file, "base", config="vit_b16")))
     with pytest.raises(TypeError, match=r"NoScorer cannot be routed: it lacks branch_scorer\(\)"):
         NoScorer(cfg)
     with pytest.raises(ConfigError, match=r"TRAINER.COOP lacks the router keys \['ROUTER', 'LAMBDA'"):
@@ -251,7 +251,7 @@ def test_plugins_go_through_the_lifecycle_of_a_trained_run(runs, tmp_path, tiny_
 
     trained = events(PETRCoOp, "PETRCoOp", "trained")
     plugin = events(PETRCoOp, "PETRCoOp", "plugin", "TRAINER.PETRCOOP.COOP_MODEL_DIR", str(runs.coop))
-    petr_x = events(PETRX, "PETRX", "petr_x", "TRAINER.PETRX.TUNED_MODEL_DIR", str(runs.coop), config="vit_b16_coop")
+    petr_x = events(PETRX, "PETRX", "petr_x", "TRAINER.PETRX.TUNED_MODEL_DIR", str(runs.coop), config="vit_b16")
     lifecycle = ["before_train", "after_train", "deploy", "router fit", "deployed", "test"]
     assert trained == ["before_train", "epoch", "epoch", *lifecycle[1:]]
     assert plugin == lifecycle and petr_x == lifecycle

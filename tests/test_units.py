@@ -199,8 +199,9 @@ def test_petr_x_base2new_routes_on_the_coop_run(tmp_path):
         f"PETR+X on CoOp run {coop}: router fit and base-class evaluation of imagenet (seed 1) -> {base}",
         f"PETR+X on CoOp run {coop}: novel-class evaluation of imagenet (seed 1) with the router of {base} -> {new}"]
     head = ["train.py", "--root", data, "--seed", "1", "--trainer", "PETRX", "--dataset-config-file",
-            "configs/datasets/imagenet.yaml", "--config-file", "configs/trainers/PETRX/vit_b16_coop.yaml"]
-    x = ["TRAINER.PETRX.TUNED_MODEL_DIR", coop, "TRAINER.PETRX.TUNED_LOAD_EPOCH", "3"]
+            "configs/datasets/imagenet.yaml", "--config-file", "configs/trainers/PETRX/vit_b16.yaml"]
+    x = ["TRAINER.PETRX.TUNED_TRAINER", "CoOp", "TRAINER.PETRX.TUNED_MODEL_DIR", coop, "TRAINER.PETRX.TUNED_LOAD_EPOCH",
+         "3"]
     tail = ["MODEL.BACKBONE.NAME", "s.pt", "OPTIM.MAX_EPOCH", "1", "INPUT.SIZE", "(32,32)"]
     assert commands == [
         [*head, "--output-dir", base, "DATASET.NUM_SHOTS", "16", "DATASET.SUBSAMPLE_CLASSES", "base",

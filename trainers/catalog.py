@@ -51,9 +51,22 @@ class Method:
     dg_script: str = ""
     """Its domain-generalisation script per target: ``xd_test.sh`` evaluates the source-trained student,
     ``dg_train.sh`` trains on the target's images; empty for methods without one."""
-    config_suffix: str = ""
-    """Appended to a config family's name for this method: PETR+X runs ``<family>_<x>`` (``vit_b16_cocoop``, the
-    demo's ``demo_cocoop``), as one routing trainer (PETRX) has a config per prompt learner."""
+    routable: bool = False
+    """PETR+X routes on its finished runs (``scripts/petr_x/*.sh <scripts folder>``); its trainer class says how a
+    run is read (``TUNED_MODEL``, ``tuned_model``). A routable prompt learner of the ``learner`` family is also a
+    method of the tables, ``PETR+<name>`` (:data:`PETR_X`)."""
+    routed_config: str = ""
+    """The config of the run PETR+X takes by default, when it is not its base-to-novel config (PromptSRC: its
+    ViT-B/16 recipe, not the ViT-L/14 teacher's)."""
+    routes: bool = False
+    """It routes between a seen and an unseen branch (its results record the routing rates)."""
+    default_sweep: int = 0
+    """Its place among the runner's default methods (the paper's comparison; 1 leads the table, its Δ baseline), in
+    every protocol it has scripts for; 0: not a default."""
+    fast: tuple[str, ...] = ()
+    """The fast profile's settings it takes (``runner.profiles.FAST_SETTINGS``: bf16, compile, teacher_cache)."""
+    demo: str = ""
+    """Its place in the built-in demo: ``core`` (``make demo``), ``full`` (``make demo-full`` only) or empty."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ns", self.ns or self.trainer.upper())
@@ -62,32 +75,48 @@ class Method:
         """Its base-to-novel config on ``dataset``."""
         return self.imagenet_config if dataset == "imagenet" and self.imagenet_config else self.config
 
+    def x_config(self, dataset: str) -> str:
+        """The config of its base-to-novel run on ``dataset`` that PETR+X routes on by default."""
+        return self.routed_config or self.b2n_config(dataset)
 
+
+DISTILLED_FAST = ("bf16", "compile", "teacher_cache")
+"""The fast profile's settings of the distilled students."""
 ROWS = (
     Method("ZeroshotCLIP", "ZeroshotCLIP", "trainers.zeroshot", "zsclip", "zsclip", "vit_b16", ns="ZSCLIP",
-           xd_config="vit_b16"),
-    Method("PromptSRC", "PromptSRC", "trainers.promptsrc", "teacher", "teacher", "vit_l14_c2_ep20_batch8_4+4ctx",
-           xd_config="vit_l14_c2_ep20_batch8_4+4ctx_cross_datasets", shots=16),
+           xd_config="vit_b16", default_sweep=5, demo="core"),
     Method("CoOp", "CoOp", "trainers.coop", "coop", "coop", "vit_b16_ctxv1", imagenet_config="vit_b16_ep50_ctxv1",
-           shots=16),
+           shots=16, routable=True, default_sweep=3, fast=("bf16",), demo="core"),
     Method("CoCoOp", "CoCoOp", "trainers.cocoop", "learner", "cocoop", "vit_b16_c4_ep10_batch1_ctxv1",
-           learner_xd_config="vit_b16_c4_ep10_batch1_ctxv1", shots=16, learns="the context and meta-net"),
+           learner_xd_config="vit_b16_c4_ep10_batch1_ctxv1", shots=16, learns="the context and meta-net",
+           routable=True, demo="full"),
     Method("MaPLe", "MaPLe", "trainers.maple", "learner", "maple", "vit_b16_c2_ep5_batch4_2ctx",
-           learner_xd_config="vit_b16_c2_ep5_batch4_2ctx_cross_datasets", shots=16, learns="the coupled prompts"),
+           learner_xd_config="vit_b16_c2_ep5_batch4_2ctx_cross_datasets", shots=16, learns="the coupled prompts",
+           routable=True, demo="full"),
     Method("IVLP", "IVLP", "trainers.ivlp", "learner", "ivlp", "vit_b16_c2_ep20_batch4_4+4ctx",
-           learner_xd_config="vit_b16_c2_ep20_batch4_4+4ctx", shots=16, learns="the vision and language prompts"),
+           learner_xd_config="vit_b16_c2_ep20_batch4_4+4ctx", shots=16, learns="the vision and language prompts",
+           routable=True, demo="full"),
+    Method("PromptSRC", "PromptSRC", "trainers.promptsrc", "teacher", "teacher", "vit_l14_c2_ep20_batch8_4+4ctx",
+           xd_config="vit_l14_c2_ep20_batch8_4+4ctx_cross_datasets", shots=16, routable=True,
+           routed_config="vit_b16_c2_ep20_batch4_4+4ctx", demo="core"),
     Method("PromptKD", "PromptKD", "trainers.promptkd", "promptkd", "promptkd", "vit_b16_c2_ep20_batch8_4+4ctx",
-           xd_config="vit_b16_c2_ep20_batch8_4+4ctx_cross_datasets", distilled=True, dg_script="xd_test.sh"),
+           xd_config="vit_b16_c2_ep20_batch8_4+4ctx_cross_datasets", distilled=True, dg_script="xd_test.sh",
+           default_sweep=2, fast=DISTILLED_FAST, demo="core"),
     Method("PETR", "PETR", "trainers.petr", "petr", "petr", "vit_b16_ep40_batch8_4ctx",
-           xd_config="vit_b16_ep40_batch8_4ctx_cross_datasets", distilled=True, dg_script="dg_train.sh"),
+           xd_config="vit_b16_ep40_batch8_4ctx_cross_datasets", distilled=True, dg_script="dg_train.sh", routes=True,
+           default_sweep=1, fast=DISTILLED_FAST, demo="core"),
     Method("PETR+CoOp", "PETRCoOp", "trainers.petr_coop", "petr_coop", "petr_coop", "vit_b16_ctxv1",
-           imagenet_config="vit_b16_ep50_ctxv1", shots=16, plugin_of="CoOp"),
+           imagenet_config="vit_b16_ep50_ctxv1", shots=16, plugin_of="CoOp", routes=True, default_sweep=4,
+           fast=("bf16",), demo="core"),
 )
-"""The methods, one row each (name, trainer, module, command family, scripts folder, base-to-novel config, ...)."""
-PETR_X = tuple(Method(f"PETR+{x.name}", "PETRX", "trainers.petr_x", "petr_x", "petr_x", f"vit_b16_{x.scripts}",
-                      shots=16, plugin_of=x.name, plugin_script="base2new.sh", config_suffix=f"_{x.scripts}")
-               for x in ROWS if x.name in ("CoCoOp", "MaPLe", "IVLP"))
-"""PETR's routing on a finished CoCoOp, MaPLe or IVLP run (PETR+CoOp keeps its own trainer)."""
+"""The methods, one row each (name, trainer, module, command family, scripts folder, base-to-novel config, ...), in
+the order of the tables: zero-shot CLIP, the prompt learners, the teacher, the distilled students, the plug-in."""
+PETR_X = tuple(Method(f"PETR+{x.name}", "PETRX", "trainers.petr_x", "petr_x", "petr_x", "vit_b16", shots=x.shots,
+                      plugin_of=x.name, plugin_script="base2new.sh", routes=True, demo=x.demo)
+               for x in ROWS if x.routable and x.commands == "learner")
+"""PETR's routing on the finished runs of each routable prompt learner of the ``learner`` family (CoOp has its own
+routed method, PETR+CoOp; PromptSRC is the teacher, routed on through its scripts alone): one routing trainer,
+PETRX, whose runs keep ``<config>_<x>`` folders."""
 
 METHODS = {m.name: m for m in (*ROWS, *PETR_X)}
 ZERO_SHOT, TEACHER = METHODS["ZeroshotCLIP"], METHODS["PromptSRC"]
@@ -96,11 +125,12 @@ TRAINERS: dict[str, str] = {m.trainer: m.module for m in METHODS.values()}
 ALIASES = {"zsclip": "ZeroshotCLIP", "clip": "ZeroshotCLIP", "teacher": "PromptSRC", "petrcoop": "PETR+CoOp",
            "petr_coop": "PETR+CoOp"}
 """Other spellings (lower case) of the names in :data:`METHODS`."""
-PETR_X_LEARNERS = {**{m.scripts: m for m in ROWS if m.name in ("CoOp", "CoCoOp", "MaPLe", "IVLP")},
-                   "promptsrc": Method("PromptSRC", "PromptSRC", "trainers.promptsrc", "teacher", "teacher",
-                                       "vit_b16_c2_ep20_batch4_4+4ctx", shots=16)}
-"""The prompt learners PETR+X routes on, with the config of the run it takes by default (PromptSRC: the ViT-B/16
-teacher recipe, ``teacher base2new_train`` with that CFG and TEACHER_NAME=ViT-B/16)."""
+PETR_X_LEARNERS = {(m.name.lower() if m.commands == "teacher" else m.scripts): m
+                   for m in sorted((m for m in ROWS if m.routable), key=lambda m: m.commands == "teacher")}
+"""The prompt learners PETR+X routes on, by the name its scripts take (the scripts folder; the teacher's by its
+name, ``promptsrc``, last)."""
+TUNED_TRAINERS = tuple(dict.fromkeys(m.trainer for m in ROWS if m.routable))
+"""The trainers whose runs PETR+X reads (``TRAINER.PETRX.TUNED_TRAINER``)."""
 
 
 def find_method(name: str) -> Method:

@@ -21,7 +21,7 @@ from engine.atomic import atomic_write_text
 from engine.digests import file_digest
 from engine.published import TEACHER_RECORD, read_record, record_differences, record_of_run
 from engine.runs import pointed_checkpoint, read_run_json
-from trainers.catalog import PETR_X_LEARNERS
+from trainers.catalog import PETR_X_LEARNERS, Method, find_method
 from units.facts import (
     BASE2NEW_DATASETS,
     DG_TARGETS,
@@ -155,22 +155,23 @@ LEARNER = {"base2new_train": learner_b2n_train, "base2new_test": learner_b2n_tes
 # ----- CoOp --------------------------------------------------------------------------------------------------------
 def coop_b2n_train(u: Unit, args: list[str]) -> None:
     """Learn the context on the base classes of DATASET, then evaluate them."""
-    b2n_train(u, args, "scripts/coop/base2new_train.sh")
+    b2n_train(u, args, u.sibling("base2new_train"))
 
 
 def coop_b2n_test(u: Unit, args: list[str]) -> None:
     """Evaluate the context of base2new_train on the novel classes."""
-    b2n_test(u, args, "scripts/coop/base2new_test.sh", "no finished training run in {model}: run "
-             "scripts/coop/base2new_train.sh {dataset} {seed}")
+    b2n_test(u, args, u.sibling("base2new_test"), "no finished training run in {model}: run "
+             f"{u.sibling('base2new_train')} {{dataset}} {{seed}}")
 
 
-def coop_opts(nctx: str, csc: str, ctp: str) -> list[str]:
-    return ["TRAINER.COOP.N_CTX", nctx, "TRAINER.COOP.CSC", csc, "TRAINER.COOP.CLASS_TOKEN_POSITION", ctp]
+def coop_opts(u: Unit, nctx: str, csc: str, ctp: str) -> list[str]:
+    """The context's size, sharing and class-token position, in the method's namespace."""
+    return [u.key("N_CTX"), nctx, u.key("CSC"), csc, u.key("CLASS_TOKEN_POSITION"), ctp]
 
 
 def coop_main(u: Unit, args: list[str]) -> None:
     """CoOp's main.sh: train on SHOTS images per class of every class, for each seed of SEEDS."""
-    usage(u, args, (6,), "bash scripts/coop/main.sh <dataset> <cfg> <ctp: end|middle|front> <nctx> <shots> "
+    usage(u, args, (6,), f"bash {u.sibling('main')} <dataset> <cfg> <ctp: end|middle|front> <nctx> <shots> "
           "<csc: True|False>")
     dataset, config, ctp, nctx, k, csc = args
     u.require_data()
@@ -179,12 +180,12 @@ def coop_main(u: Unit, args: list[str]) -> None:
     for seed in u.seeds():
         out = f"{u.output}/{dataset}/{u.trainer}/{config}_{k}shots/nctx{nctx}_csc{csc}_ctp{ctp}/seed{seed}"
         u.train(f"Training {u.trainer} on {k} shots of {dataset} (seed {seed})", dataset, out,
-                [*coop_opts(nctx, csc, ctp), "DATASET.NUM_SHOTS", k], config, seed)
+                [*coop_opts(u, nctx, csc, ctp), "DATASET.NUM_SHOTS", k], config, seed)
 
 
 def coop_eval(u: Unit, args: list[str]) -> None:
     """Evaluate the 16-shot ImageNet contexts of main.sh (each seed of SEEDS) on DATASET."""
-    usage(u, args, (2,), "bash scripts/coop/eval.sh <dataset> <cfg>")
+    usage(u, args, (2,), f"bash {u.sibling('eval')} <dataset> <cfg>")
     dataset, config = args
     nctx, csc, ctp = u.knob("NCTX", "16"), u.knob("CSC", "False"), u.knob("CTP", "end")
     tail = f"{config}_16shots/nctx{nctx}_csc{csc}_ctp{ctp}"
@@ -193,10 +194,10 @@ def coop_eval(u: Unit, args: list[str]) -> None:
     for seed in u.seeds():
         model = f"{u.output}/imagenet/{u.trainer}/{tail}/seed{seed}"
         out = f"{u.output}/evaluation/{u.trainer}/{tail}/{dataset}/seed{seed}"
-        u.needs(u.finished(model), f"no finished ImageNet run in {model}: run scripts/coop/main.sh imagenet {config} "
+        u.needs(u.finished(model), f"no finished ImageNet run in {model}: run {u.sibling('main')} imagenet {config} "
                 f"{ctp} {nctx} 16 {csc}")
         u.train(f"Evaluating the ImageNet context of {model} on {dataset}", dataset, out,
-                [*u.eval_args(model), *coop_opts(nctx, csc, ctp)], config, seed)
+                [*u.eval_args(model), *coop_opts(u, nctx, csc, ctp)], config, seed)
 
 
 COOP = {"base2new_train": coop_b2n_train, "base2new_test": coop_b2n_test, "main": coop_main, "eval": coop_eval}
@@ -206,7 +207,7 @@ COOP = {"base2new_train": coop_b2n_train, "base2new_test": coop_b2n_test, "main"
 def distilled_b2n(u: Unit, args: list[str], test: bool) -> None:
     """PromptKD / PETR base-to-novel: distil on every train image of DATASET and evaluate the base classes, or
     (``test``) evaluate that run on the novel classes."""
-    script = f"scripts/{u.method.scripts}/base2new_{'test' if test else 'train'}.sh"
+    script = u.sibling(f"base2new_{'test' if test else 'train'}")
     usage(u, args, (2,), f"bash {script} <dataset> <seed>")
     dataset, seed = args
     config, k = u.knob("CFG", u.method.config), "0"
@@ -214,17 +215,17 @@ def distilled_b2n(u: Unit, args: list[str], test: bool) -> None:
     folder = teacher_folder(dataset, "base2new")
     alpha = kd_weight(dataset, u.env)
     petr = u.trainer == "PETR"
-    kd = [f"TRAINER.{u.method.ns}.KD_WEIGHT", alpha] if petr or not test else []
-    temperature = [] if petr or test else ["TRAINER.PROMPTKD.TEMPERATURE", "1.0"]
+    kd = [u.key("KD_WEIGHT"), alpha] if petr or not test else []
+    temperature = [] if petr or test else [u.key("TEMPERATURE"), "1.0"]
     model = u.run_dir("base2new/train_base", dataset, k, config, seed)
     if not test:
         ckpt = u.teacher_ckpt(folder)
         u.train(f"Training {u.trainer} on {dataset} (seed {seed}, α={alpha})", dataset, model,
                 ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "base", "TRAINER.MODAL", "base2novel", *kd,
-                 *temperature, f"TRAINER.{u.method.ns}.TEACHER_CKPT", ckpt], config, seed)
+                 *temperature, u.key("TEACHER_CKPT"), ckpt], config, seed)
         return
     out = u.run_dir("base2new/test_new", dataset, k, config, seed)
-    u.needs(u.finished(model), f"no finished training run in {model}: run scripts/{u.method.scripts}/base2new_train.sh "
+    u.needs(u.finished(model), f"no finished training run in {model}: run {u.sibling('base2new_train')} "
             f"{dataset} {seed}")
     u.train(f"Evaluating {u.trainer} on the novel classes of {dataset} (seed {seed})", dataset, out,
             [*u.eval_args(model), "DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "new", "TRAINER.MODAL",
@@ -274,24 +275,24 @@ def student_transfer(u: Unit, args: list[str], script: str) -> tuple[str, str, s
 
 def promptkd_xd_train(u: Unit, args: list[str]) -> None:
     """PromptKD cross-dataset: distil on DATASET's train split from the SOURCE teacher, evaluate on its test set."""
-    dataset, seed, config, k, source_name = student_transfer(u, args, "scripts/promptkd/xd_train.sh <dataset> <seed>")
+    dataset, seed, config, k, source_name = student_transfer(u, args, f"{u.sibling('xd_train')} <dataset> <seed>")
     alpha = u.knob("KD_WEIGHT", "1000.0")
     out = u.run_dir("xd/train", dataset, k, config, seed)
     ckpt = u.teacher_ckpt(f"{source_name}-xd")
     u.train(f"Training {u.trainer} (cross, {source_name} teacher) on {dataset} (seed {seed}, {k} shots, α={alpha})",
             dataset, out, ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "all", "TRAINER.MODAL", "cross",
-                           "TRAINER.PROMPTKD.KD_WEIGHT", alpha, "TRAINER.PROMPTKD.TEMPERATURE", "1.0",
-                           "TRAINER.PROMPTKD.TEACHER_CKPT", ckpt], config, seed)
+                           u.key("KD_WEIGHT"), alpha, u.key("TEMPERATURE"), "1.0", u.key("TEACHER_CKPT"), ckpt],
+            config, seed)
 
 
 def promptkd_xd_test(u: Unit, args: list[str]) -> None:
     """Evaluate the SOURCE-distilled student on DATASET (TRAINER.MODAL dg on a DG target of SOURCE)."""
-    dataset, seed, config, k, source_name = student_transfer(u, args, "scripts/promptkd/xd_test.sh <dataset> <seed>")
+    dataset, seed, config, k, source_name = student_transfer(u, args, f"{u.sibling('xd_test')} <dataset> <seed>")
     modal = "dg" if dataset in DG_TARGETS.get(u.source, ()) else "cross"
     model = u.run_dir("xd/train", u.source, k, config, seed)
     out = u.run_dir("xd/test", dataset, k, config, seed)
     u.needs(u.finished(model), f"no {source_name}-distilled student in {model}: run SOURCE={u.source} "
-            f"scripts/promptkd/xd_train.sh {u.source} {seed}")
+            f"{u.sibling('xd_train')} {u.source} {seed}")
     u.train(f"Evaluating the {source_name}-distilled {u.trainer} on {dataset} ({modal}, seed {seed})", dataset, out,
             [*u.eval_args(model), "DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "all", "TRAINER.MODAL", modal,
              *distilled_from(u, model, f"{source_name}-xd")], config, seed)
@@ -301,22 +302,22 @@ def petr_transfer(u: Unit, args: list[str], tree: str, test: bool) -> None:
     """PETR cross-dataset (``tree`` xd) or DG (dg): θ_s on SOURCE, θ_u on TARGET's images, router fitted on SOURCE
     scored over TARGET's classes; or (``test``) re-evaluate that run with its saved router."""
     modal = "cross" if tree == "xd" else "dg"
-    script = f"scripts/petr/{'xd' if tree == 'xd' else 'dg'}_{'test' if test else 'train'}.sh"
+    script = u.sibling(f"{tree}_{'test' if test else 'train'}")
     if tree == "dg":
         require_dg_target(u, script, args[0] if args else "")
     dataset, seed, config, k, source_name = student_transfer(
-        u, args, f"scripts/petr/xd_{'test' if test else 'train'}.sh <target dataset> <seed>")
+        u, args, f"{u.sibling('xd_' + ('test' if test else 'train'))} <target dataset> <seed>")
     alpha = u.knob("KD_WEIGHT", "1000.0")
     model = u.run_dir(f"{tree}/train", dataset, k, config, seed)
     opts = ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "all", "DATASET.SOURCE_DATASET", source_name,
-            "TRAINER.MODAL", modal, "TRAINER.PETR.KD_WEIGHT", alpha]
+            "TRAINER.MODAL", modal, u.key("KD_WEIGHT"), alpha]
     if not test:
         ckpt = u.teacher_ckpt(f"{source_name}-xd")
         u.train(f"Training {u.trainer} ({modal}: {source_name} -> {dataset}, seed {seed}, {k} shots, α={alpha})",
-                dataset, model, [*opts, "TRAINER.PETR.TEACHER_CKPT", ckpt], config, seed)
+                dataset, model, [*opts, u.key("TEACHER_CKPT"), ckpt], config, seed)
         return
     out = u.run_dir(f"{tree}/test", dataset, k, config, seed)
-    u.needs(u.finished(model), f"no finished training run in {model}: run scripts/petr/{tree}_train.sh {dataset} "
+    u.needs(u.finished(model), f"no finished training run in {model}: run {u.sibling(tree + '_train')} {dataset} "
             f"{seed}")
     u.train(f"Evaluating {u.trainer} ({modal}: {source_name} -> {dataset}) on {dataset} (seed {seed})", dataset, out,
             [*u.eval_args(model), *opts, *distilled_from(u, model, f"{source_name}-xd")], config, seed)
@@ -339,8 +340,8 @@ def petr_reproduce(u: Unit, args: list[str]) -> None:
         dataset_name(dataset)
         for seed in seeds:
             for command in ("base2new_train", "base2new_test"):
-                argv = [sys.executable, "-m", "units", *dry, "petr", command, dataset, seed]
-                env["UNITS_SCRIPT"] = f"scripts/petr/{command}.sh"
+                argv = [sys.executable, "-m", "units", *dry, u.method.scripts, command, dataset, seed]
+                env["UNITS_SCRIPT"] = u.sibling(command)
                 status = subprocess.run(argv, cwd=REPO, env=env).returncode
                 if status in (-signal.SIGINT, 128 + signal.SIGINT):  # Ctrl-C: the loop ends as the child did
                     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -411,7 +412,7 @@ def publish_teacher(u: Unit, run: str, folder: str) -> None:
 
 def teacher_b2n_train(u: Unit, args: list[str]) -> None:
     """Train the teacher on the base classes of DATASET, evaluate them and publish it to TEACHER_DIR."""
-    usage(u, args, (2,), "bash scripts/teacher/base2new_train.sh <dataset> <seed>")
+    usage(u, args, (2,), f"bash {u.sibling('base2new_train')} <dataset> <seed>")
     dataset, seed = args
     config, k = u.knob("CFG", u.method.config), shots(u)
     u.require_data()
@@ -425,7 +426,7 @@ def teacher_b2n_train(u: Unit, args: list[str]) -> None:
 
 def teacher_b2n_test(u: Unit, args: list[str]) -> None:
     """Evaluate the base-trained teacher on the novel classes of DATASET."""
-    usage(u, args, (2,), "bash scripts/teacher/base2new_test.sh <dataset> <seed>")
+    usage(u, args, (2,), f"bash {u.sibling('base2new_test')} <dataset> <seed>")
     dataset, seed = args
     config, k = u.knob("CFG", u.method.config), shots(u)
     u.require_data()
@@ -433,7 +434,7 @@ def teacher_b2n_test(u: Unit, args: list[str]) -> None:
     model = u.run_dir("base2new/train_base", dataset, k, config, seed)
     out = u.run_dir("base2new/test_new", dataset, k, config, seed)
     u.needs(os.path.isfile(os.path.join(model, "VLPromptLearner", "checkpoint")),
-            f"no teacher run at {model}: run scripts/teacher/base2new_train.sh {dataset} {seed} first")
+            f"no teacher run at {model}: run {u.sibling('base2new_train')} {dataset} {seed} first")
     u.train(f"Evaluating the {u.trainer} teacher of {model} on the novel classes of {dataset}", dataset, out,
             [*u.eval_args(model), "DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "new", "TRAINER.MODAL",
              "base2novel"], config, seed)
@@ -441,7 +442,7 @@ def teacher_b2n_test(u: Unit, args: list[str]) -> None:
 
 def teacher_xd_train(u: Unit, args: list[str]) -> None:
     """Train the cross-dataset teacher on SOURCE, all classes, and publish it as ``<source DATASET.NAME>-xd``."""
-    usage(u, args, (1,), "[SOURCE=imagenet] bash scripts/teacher/xd_train.sh <seed>")
+    usage(u, args, (1,), f"[SOURCE=imagenet] bash {u.sibling('xd_train')} <seed>")
     (seed,) = args
     config, k = u.knob("CFG", u.method.xd_config), shots(u)
     u.require_data()
@@ -461,33 +462,34 @@ MODAL_B2N = ("TRAINER.MODAL", "base2novel")
 
 def petr_coop_b2n_train(u: Unit, args: list[str]) -> None:
     """Learn the CoOp context on the base classes, fit the router and evaluate the base classes."""
-    b2n_train(u, args, "scripts/petr_coop/base2new_train.sh", MODAL_B2N)
+    b2n_train(u, args, u.sibling("base2new_train"), MODAL_B2N)
 
 
 def petr_coop_b2n_test(u: Unit, args: list[str], config: str = "") -> None:
     """Evaluate the run of base2new_train (or, ``config`` ``<cfg>_plugin``, of plugin) on the novel classes."""
-    b2n_test(u, args, "scripts/petr_coop/base2new_test.sh", "no finished run in {model}: run "
-             "scripts/petr_coop/base2new_train.sh {dataset} {seed} (or plugin.sh for a CoOp run)", MODAL_B2N, config)
+    b2n_test(u, args, u.sibling("base2new_test"), "no finished run in {model}: run "
+             f"{u.sibling('base2new_train')} {{dataset}} {{seed}} (or plugin.sh for a {u.method.plugin_of} run)",
+             MODAL_B2N, config)
 
 
 def petr_coop_plugin(u: Unit, args: list[str]) -> None:
     """PETR+CoOp as a training-free plug-in on an existing CoOp run: router fit and base classes, then the novel
     classes."""
-    usage(u, args, (2, 3), "bash scripts/petr_coop/plugin.sh <dataset> <seed> [coop_run_dir]")
+    usage(u, args, (2, 3), f"bash {u.sibling('plugin')} <dataset> <seed> [{u.method.plugin_of.lower()}_run_dir]")
     dataset, seed = args[:2]
     config = b2n_config(u, dataset)
-    coop = args[2] if len(args) == 3 and args[2] else u.run_dir("base2new/train_base", dataset, shots(u), config,
-                                                                   seed, trainer="CoOp")
+    tuned = find_method(u.method.plugin_of)
+    run = args[2] if len(args) == 3 and args[2] else u.run_dir("base2new/train_base", dataset, shots(u), config,
+                                                                  seed, trainer=tuned.trainer)
     u.require_data()
     dataset_name(dataset)
-    u.needs(os.path.isdir(os.path.join(coop, "prompt_learner")),
-            f"no CoOp run at {coop} (no prompt_learner/ folder): train one with scripts/coop/base2new_train.sh "
-            f"{dataset} {seed} or pass its folder as the third argument")
+    u.needs(os.path.isdir(run), f"no {tuned.name} run at {run}: train one with scripts/{tuned.scripts}/"
+            f"base2new_train.sh {dataset} {seed} or pass its folder as the third argument")
     out = u.run_dir("base2new/train_base", dataset, shots(u), config + PLUGIN_SUFFIX, seed)
-    u.train(f"PETR+CoOp plug-in on {coop}: routing and base-class evaluation of {dataset} (seed {seed})", dataset,
-            out, ["DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "base", "TRAINER.MODAL", "base2novel",
-                  "TRAINER.PETRCOOP.COOP_MODEL_DIR", coop, "TRAINER.PETRCOOP.COOP_LOAD_EPOCH",
-                  u.knob("COOP_LOAD_EPOCH", "0")], config, seed)
+    u.train(f"{u.method.name} plug-in on {run}: routing and base-class evaluation of {dataset} (seed {seed})",
+            dataset, out, ["DATASET.NUM_SHOTS", shots(u), "DATASET.SUBSAMPLE_CLASSES", "base", "TRAINER.MODAL",
+                           "base2novel", u.key("COOP_MODEL_DIR"), run, u.key("COOP_LOAD_EPOCH"),
+                           u.knob("COOP_LOAD_EPOCH", "0")], config, seed)
     petr_coop_b2n_test(u, [dataset, seed], config + PLUGIN_SUFFIX)
 
 
@@ -495,55 +497,67 @@ PETR_COOP = {"base2new_train": petr_coop_b2n_train, "base2new_test": petr_coop_b
 
 
 # ----- PETR+X ------------------------------------------------------------------------------------------------------
-def petr_x_b2n(u: Unit, args: list[str]) -> None:
-    """PETR's training-free routing on a finished base-to-novel run of prompt learner X: router fit and base
-    classes, then the novel classes with that router."""
-    usage(u, args, (3, 4), f"bash scripts/petr_x/base2new.sh <{X_LEARNERS}> <dataset> <seed> [x_run_dir]")
-    tuned, dataset, seed = args[:3]
+def routed_learner(u: Unit, tuned: str) -> Method:
+    """The catalog row of the prompt learner ``tuned`` names (a key of ``PETR_X_LEARNERS``)."""
     if tuned not in PETR_X_LEARNERS:
         *others, last = PETR_X_LEARNERS
-        raise UnitError(f"unknown prompt learner '{tuned}'; use {', '.join(others)} or {last} "
-                        "(configs/trainers/PETRX/vit_b16_<x>.yaml)")
-    learner = PETR_X_LEARNERS[tuned]
-    x_config = u.knob("X_CFG", learner.b2n_config(dataset))
-    config, k = u.knob("CFG", f"vit_b16_{tuned}"), shots(u)
+        raise UnitError(f"unknown prompt learner '{tuned}'; use {', '.join(others)} or {last} (the routable rows of "
+                        "trainers/catalog.py)")
+    return PETR_X_LEARNERS[tuned]
+
+
+def x_opts(u: Unit, learner: Method, x_dir: str) -> list[str]:
+    """The routed learner's trainer and run (PETRX's TUNED_* keys)."""
+    return [u.key("TUNED_TRAINER"), learner.trainer, u.key("TUNED_MODEL_DIR"), x_dir, u.key("TUNED_LOAD_EPOCH"),
+            u.knob("TUNED_LOAD_EPOCH", "0")]
+
+
+def petr_x_b2n(u: Unit, args: list[str]) -> None:
+    """PETR's training-free routing on a finished base-to-novel run of prompt learner X: router fit and base
+    classes, then the novel classes with that router. One config (CFG) serves every X; the run folders are
+    ``<CFG>_<x>``."""
+    usage(u, args, (3, 4), f"bash {u.sibling('base2new')} <{X_LEARNERS}> <dataset> <seed> [x_run_dir]")
+    tuned, dataset, seed = args[:3]
+    learner = routed_learner(u, tuned)
+    x_config = u.knob("X_CFG", learner.x_config(dataset))
+    config, k = u.knob("CFG", u.method.config), shots(u)
     u.require_data()
     dataset_name(dataset)
     x_dir = args[3] if len(args) == 4 and args[3] else u.run_dir("base2new/train_base", dataset, k, x_config, seed,
                                                                   trainer=learner.trainer)
     u.needs(os.path.isdir(x_dir), f"no {learner.trainer} run at {x_dir}: train one with its base-to-novel script (same "
             "dataset, seed and SHOTS) or pass its folder as the fourth argument")
-    base = u.run_dir("base2new/train_base", dataset, k, config, seed)
-    new = u.run_dir("base2new/test_new", dataset, k, config, seed)
-    x_opts = ["TRAINER.PETRX.TUNED_MODEL_DIR", x_dir, "TRAINER.PETRX.TUNED_LOAD_EPOCH", u.knob("TUNED_LOAD_EPOCH", "0")]
+    base = u.run_dir("base2new/train_base", dataset, k, f"{config}_{tuned}", seed)
+    new = u.run_dir("base2new/test_new", dataset, k, f"{config}_{tuned}", seed)
+    routed = x_opts(u, learner, x_dir)
     classes = ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES"]
     u.train(f"PETR+X on {learner.trainer} run {x_dir}: router fit and base-class evaluation of {dataset} (seed "
-            f"{seed})", dataset, base, [*classes, "base", "TRAINER.MODAL", "base2novel", *x_opts], config, seed)
+            f"{seed})", dataset, base, [*classes, "base", "TRAINER.MODAL", "base2novel", *routed], config, seed)
     u.train(f"PETR+X on {learner.trainer} run {x_dir}: novel-class evaluation of {dataset} (seed {seed}) with the "
             f"router of {base}", dataset, new,
-            ["--model-dir", base, "--eval-only", *classes, "new", "TRAINER.MODAL", "base2novel", *x_opts], config,
+            ["--model-dir", base, "--eval-only", *classes, "new", "TRAINER.MODAL", "base2novel", *routed], config,
             seed)
 
 
 def petr_x_transfer(u: Unit, args: list[str], tree: str) -> None:
     """PETR's training-free routing on X's source run, evaluated on a cross-dataset (``tree`` xd) or DG target."""
     if tree == "dg":
-        require_dg_target(u, "scripts/petr_x/dg.sh", args[1] if len(args) > 1 else "")
-    usage(u, args, (4,), f"[SOURCE=imagenet] bash scripts/petr_x/xd.sh <{X_LEARNERS}> <target dataset> <seed> "
+        require_dg_target(u, u.sibling("dg"), args[1] if len(args) > 1 else "")
+    usage(u, args, (4,), f"[SOURCE=imagenet] bash {u.sibling('xd')} <{X_LEARNERS}> <target dataset> <seed> "
           "<x_run_dir>")
     tuned, dataset, seed, x_dir = args
+    learner = routed_learner(u, tuned)
     modal = "cross" if tree == "xd" else "dg"
-    config, k = u.knob("CFG", f"vit_b16_{tuned}"), shots(u)
+    config, k = u.knob("CFG", u.method.config), shots(u)
     u.require_data()
     dataset_name(dataset)
-    u.require_config(config, f" ('{tuned}' is not a prompt learner PETR+X has a config for)")
+    u.require_config(config)
     u.needs(os.path.isdir(x_dir), f"no run at {x_dir}: give the folder of X's run on the source dataset")
     source_name = dataset_name(u.source)
-    out = u.run_dir(f"{tree}/train", dataset, k, config, seed)
+    out = u.run_dir(f"{tree}/train", dataset, k, f"{config}_{tuned}", seed)
     u.train(f"PETR+X on {x_dir} ({modal}: {source_name} -> {dataset}): router fit and evaluation (seed {seed})",
             dataset, out, ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "all", "DATASET.SOURCE_DATASET",
-                           source_name, "TRAINER.MODAL", modal, "TRAINER.PETRX.TUNED_MODEL_DIR", x_dir,
-                           "TRAINER.PETRX.TUNED_LOAD_EPOCH", u.knob("TUNED_LOAD_EPOCH", "0")], config, seed)
+                           source_name, "TRAINER.MODAL", modal, *x_opts(u, learner, x_dir)], config, seed)
 
 
 PETR_X = {"base2new": petr_x_b2n, "xd": partial(petr_x_transfer, tree="xd"), "dg": partial(petr_x_transfer, tree="dg")}
@@ -552,7 +566,7 @@ PETR_X = {"base2new": petr_x_b2n, "xd": partial(petr_x_transfer, tree="xd"), "dg
 # ----- zero-shot CLIP ----------------------------------------------------------------------------------------------
 def zsclip_b2n(u: Unit, args: list[str]) -> None:
     """Zero-shot CLIP on the base and the novel classes of DATASET (the base-to-novel trees, shots_0)."""
-    usage(u, args, (1, 2), "bash scripts/zsclip/base2new_test.sh <dataset> [seed]")
+    usage(u, args, (1, 2), f"bash {u.sibling('base2new_test')} <dataset> [seed]")
     dataset, seed = args[0], (args[1:] or ["1"])[0] or "1"
     config = u.knob("CFG", u.method.config)
     u.require_data()
@@ -566,7 +580,7 @@ def zsclip_b2n(u: Unit, args: list[str]) -> None:
 
 def zsclip_zeroshot(u: Unit, args: list[str]) -> None:
     """Zero-shot CLIP on every class of DATASET (CoOp's zeroshot.sh), with train.py's default seed."""
-    usage(u, args, (1, 2), "bash scripts/zsclip/zeroshot.sh <dataset> [cfg]")
+    usage(u, args, (1, 2), f"bash {u.sibling('zeroshot')} <dataset> [cfg]")
     dataset, config = args[0], (args[1:] or [""])[0] or u.method.config
     u.require_data()
     dataset_name(dataset)

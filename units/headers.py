@@ -265,9 +265,9 @@ PETR_X: dict[str, Header] = {
         "scripts/<x>/base2new_train.sh for cocoop, maple and ivlp, and vit_b16_c2_ep20_batch4_4+4ctx for promptsrc "
         "(scripts/teacher/base2new_train.sh with that CFG and TEACHER_NAME=ViT-B/16). TUNED_LOAD_EPOCH picks X's epoch "
         "(default: the last saved).",
-        "Outputs: $OUTPUT_ROOT/base2new/{{train_base,test_new}}/<dataset>/shots_{shots}/{trainer}/vit_b16_<x>/seed<S> "
-        "(train.py skips a finished run of the same config). CFG (default vit_b16_<x>), SHOTS, BACKBONE and EXTRA_OPTS "
-        "as in docs/usage.md.",
+        "Outputs: $OUTPUT_ROOT/base2new/{{train_base,test_new}}/<dataset>/shots_{shots}/{trainer}/<CFG>_<x>/seed<S> "
+        "(train.py skips a finished run of the same config). CFG (default {config}: one config for every X), SHOTS, "
+        "BACKBONE and EXTRA_OPTS as in docs/usage.md.",
     ),
     "xd": (
         "PETR+X cross-dataset: PETR's training-free routing on a finished run of prompt learner X trained on the "
@@ -278,7 +278,7 @@ PETR_X: dict[str, Header] = {
         "<{x_learners}> <target>\n           <seed> X_RUN_DIR",
         "X_RUN_DIR: the folder of X's source run, ours or upstream's (e.g. CoOp's main.sh or upstream's "
         "output/imagenet/<X>/<cfg>_16shots/.../seed<S>); TUNED_LOAD_EPOCH picks its epoch (default: the last saved).",
-        "Output: $OUTPUT_ROOT/xd/train/<target>/shots_<SHOTS>/{trainer}/vit_b16_<x>/seed<S> (skipped when finished); "
+        "Output: $OUTPUT_ROOT/xd/train/<target>/shots_<SHOTS>/{trainer}/<CFG>_<x>/seed<S> (skipped when finished); "
         "SHOTS defaults to {shots}. CFG, BACKBONE and EXTRA_OPTS as in docs/usage.md; dg.sh runs the same for the DG "
         "targets.",
     ),
@@ -286,7 +286,7 @@ PETR_X: dict[str, Header] = {
         "PETR+X domain generalisation: scripts/{folder}/xd.sh with TRAINER.MODAL dg on a DG target of SOURCE.",
         "Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/{folder}/dg.sh <{x_learners}>"
         "\n           <{imagenet_dg}> <seed> X_RUN_DIR",
-        "Output: $OUTPUT_ROOT/dg/train/<target>/shots_<SHOTS>/{trainer}/vit_b16_<x>/seed<S>.",
+        "Output: $OUTPUT_ROOT/dg/train/<target>/shots_<SHOTS>/{trainer}/<CFG>_<x>/seed<S>.",
     ),
 }
 """PETR+X (one scripts folder for every prompt learner X it routes on)."""

@@ -78,6 +78,14 @@ class Unit:
         value = self.env.get(name, "")
         return value if not value or value.startswith("/") else f"{self.caller}/{value}"
 
+    def key(self, name: str) -> str:
+        """The config key ``name`` of the method's namespace (``TRAINER.<ns>.<name>``)."""
+        return f"TRAINER.{self.method.ns}.{name}"
+
+    def sibling(self, command: str) -> str:
+        """The wrapper script of another command of the method's scripts folder (``scripts/<folder>/<command>.sh``)."""
+        return f"scripts/{self.method.scripts}/{command}.sh"
+
     @property
     def data(self) -> str:
         return self.path("DATA")

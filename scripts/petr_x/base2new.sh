@@ -10,6 +10,7 @@
 # (vit_b16_ep50_ctxv1 on imagenet; scripts/coop/base2new_train.sh), the default CFG of scripts/<x>/base2new_train.sh for
 # cocoop, maple and ivlp, and vit_b16_c2_ep20_batch4_4+4ctx for promptsrc (scripts/teacher/base2new_train.sh with that
 # CFG and TEACHER_NAME=ViT-B/16). TUNED_LOAD_EPOCH picks X's epoch (default: the last saved).
-# Outputs: $OUTPUT_ROOT/base2new/{train_base,test_new}/<dataset>/shots_16/PETRX/vit_b16_<x>/seed<S> (train.py skips a
-# finished run of the same config). CFG (default vit_b16_<x>), SHOTS, BACKBONE and EXTRA_OPTS as in docs/usage.md.
+# Outputs: $OUTPUT_ROOT/base2new/{train_base,test_new}/<dataset>/shots_16/PETRX/<CFG>_<x>/seed<S> (train.py skips a
+# finished run of the same config). CFG (default vit_b16: one config for every X), SHOTS, BACKBONE and EXTRA_OPTS as in
+# docs/usage.md.
 exec bash "$(dirname "$0")/../unit.sh" "$0" petr_x base2new "$@"

@@ -7,6 +7,6 @@
 #            <seed> X_RUN_DIR
 # X_RUN_DIR: the folder of X's source run, ours or upstream's (e.g. CoOp's main.sh or upstream's
 # output/imagenet/<X>/<cfg>_16shots/.../seed<S>); TUNED_LOAD_EPOCH picks its epoch (default: the last saved).
-# Output: $OUTPUT_ROOT/xd/train/<target>/shots_<SHOTS>/PETRX/vit_b16_<x>/seed<S> (skipped when finished); SHOTS defaults
+# Output: $OUTPUT_ROOT/xd/train/<target>/shots_<SHOTS>/PETRX/<CFG>_<x>/seed<S> (skipped when finished); SHOTS defaults
 # to 16. CFG, BACKBONE and EXTRA_OPTS as in docs/usage.md; dg.sh runs the same for the DG targets.
 exec bash "$(dirname "$0")/../unit.sh" "$0" petr_x xd "$@"
