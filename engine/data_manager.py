@@ -10,10 +10,10 @@ from torchvision import transforms as T
 
 from .data_stream import SeededPassSampler, sample_context
 from .dataset_base import DatasetBase, Datum, build_dataset
+from .decoding import load_image
 from .distributed import get_backend, get_rank, get_world_size, is_distributed
 from .preemption import worker_init_fn
 from .transforms import INTERPOLATION_MODES, build_transform
-from .utils import read_image
 
 SAMPLERS = ("RandomSampler", "SequentialSampler")
 
@@ -83,7 +83,7 @@ class DatasetWrapper(Dataset):
     def _load(self, idx: int) -> dict:
         item = self.data_source[idx]
         output = {"label": item.label, "domain": item.domain, "impath": item.impath, "index": idx}
-        img0 = read_image(item.impath)
+        img0 = load_image(item.impath, self.transform)
         if self.transform is None:
             output["img"] = img0
         elif isinstance(self.transform, (list, tuple)):

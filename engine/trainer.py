@@ -40,6 +40,7 @@ from .checkpoint import (
 from .cuda_graph import StepGraph, check_cuda_graph, make_capturable
 from .data_manager import DataManager
 from .data_stream import LoaderStream
+from .decoding import check_decoder
 from .distributed import (
     any_rank,
     barrier,
@@ -424,7 +425,9 @@ class SimpleTrainer(TrainerBase):
         return self.step_graph(inputs)
 
     def check_cfg(self, cfg) -> None:
-        """Hook to validate trainer-specific settings before any data is prepared (overrides call ``super()``)."""
+        """Hook to validate trainer-specific settings before any data is prepared (overrides call ``super()``); here
+        what the image decoder covers (``INPUT.DECODER``)."""
+        check_decoder(cfg)
 
     def build_data_loader(self) -> None:
         """Create ``self.dm`` (the dataset built for ``DATA_ROLE``) and the loader/label attributes trainers use."""
