@@ -10,7 +10,7 @@ from torchvision import transforms as T
 
 from .data_stream import SeededPassSampler, sample_context
 from .dataset_base import DatasetBase, Datum, build_dataset
-from .decoding import load_image
+from .decoding import decoder_for, load_image
 from .distributed import get_backend, get_rank, get_world_size, is_distributed
 from .preemption import worker_init_fn
 from .transforms import INTERPOLATION_MODES, build_transform
@@ -61,6 +61,7 @@ class DatasetWrapper(Dataset):
         self.cfg = cfg
         self.data_source = data_source
         self.transform = transform
+        self.decoder = decoder_for(transform)
         self.is_train = is_train
         self.k_tfm = cfg.DATALOADER.K_TRANSFORMS if is_train else 1
         self.return_img0 = cfg.DATALOADER.RETURN_IMG0
@@ -83,7 +84,7 @@ class DatasetWrapper(Dataset):
     def _load(self, idx: int) -> dict:
         item = self.data_source[idx]
         output = {"label": item.label, "domain": item.domain, "impath": item.impath, "index": idx}
-        img0 = load_image(item.impath, self.transform)
+        img0 = load_image(item.impath, self.decoder)
         if self.transform is None:
             output["img"] = img0
         elif isinstance(self.transform, (list, tuple)):

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 import torchvision.io as tio
 from PIL import Image
+from torchvision import transforms as T
 
 from .errors import ConfigError
 from .tensor_transforms import TENSOR_TRANSFORMS, TensorTransform, resized_crop
@@ -93,11 +94,31 @@ class ImageFile:
         return as_tensor(reduced.crop(outer).resize((size[1], size[0]), PIL_RESAMPLING[interpolation], box=inner))
 
 def as_tensor(image: Image.Image) -> torch.Tensor:
-    """An RGB PIL image as uint8 [3, H, W]."""
-    return torch.from_numpy(np.array(image)).permute(2, 0, 1)
+    """An RGB PIL image as uint8 [3, H, W] (contiguous, as ``ToTensor`` lays its result out)."""
+    return torch.from_numpy(np.array(image)).permute(2, 0, 1).contiguous()
 
 
-def load_image(path: str, transform):
-    """What ``transform`` takes of the image file ``path``: an :class:`ImageFile` for a ``TensorTransform``, else the
+def load_image(path: str, decoder: str):
+    """What a transform of ``decoder`` takes of the image file ``path``: an :class:`ImageFile` (``tensor``), else the
     decoded RGB PIL image."""
-    return ImageFile(path) if isinstance(transform, TensorTransform) else read_image(path)
+    return ImageFile(path) if decoder == "tensor" else read_image(path)
+
+
+def decoder_for(transform) -> str:
+    """The decoder a built transform runs on: ``tensor`` for a ``TensorTransform``, else ``pil``."""
+    return "tensor" if isinstance(transform, TensorTransform) else "pil"
+
+
+def split_stages(transform) -> tuple[Callable, Callable[[torch.Tensor], torch.Tensor]]:
+    """``(pixels, finish)`` of a deterministic transform, whose composition is the transform: ``pixels(image)`` is
+    the uint8 [3, h, w] a cache can store, ``finish(pixels)`` the float tensor the model sees. A ``TensorTransform``
+    has both halves; a PIL ``Compose`` is cut at its ``ToTensor`` (the steps before it, then ``ToTensor``'s division
+    and the steps after it), which gives the very tensor the whole ``Compose`` gives."""
+    if isinstance(transform, TensorTransform):
+        return transform.pixels, transform.finish
+    steps = list(transform.transforms)
+    cut = next((i for i, step in enumerate(steps) if isinstance(step, T.ToTensor)), None)
+    if cut is None:
+        raise ValueError(f"{transform!r} has no ToTensor step to store its pixels before")
+    before, after = T.Compose(steps[:cut]), T.Compose(steps[cut + 1:])
+    return (lambda image: as_tensor(before(image))), (lambda pixels: after(pixels.to(torch.float32).div(255)))

@@ -105,7 +105,7 @@ def test_tensor_decoder_draws_the_pil_pipelines_crops_and_flips(images, name):
         flips.add(flipped)
         reference = pil_reference(path, box, flipped)
         with seeded_rngs(seed):
-            pil_out = pil_train(load_image(path, pil_train))
+            pil_out = pil_train(load_image(path, "pil"))
             assert torch.equal(torch.get_rng_state(), drawn)
         torch.testing.assert_close(pil_out, reference, rtol=0, atol=0)
         image = RecordingImage(path)
@@ -148,7 +148,7 @@ def test_tensor_test_transform_matches_the_pil_one(images, name):
     _, pil_test = transforms("pil")
     _, tensor_test = transforms("tensor")
     path = images[name]
-    diff = levels(tensor_test(load_image(path, tensor_test)), pil_test(load_image(path, pil_test)))
+    diff = levels(tensor_test(load_image(path, "tensor")), pil_test(load_image(path, "pil")))
     if name == "large":
         assert diff.mean() < 1.5
     else:
@@ -166,9 +166,9 @@ def test_resize_without_crops_and_a_native_size_png_are_exact(images):
     square = path.replace(".png", "_square.png")
     for seed in range(4):
         with seeded_rngs(seed):
-            a = pil_train(load_image(square, pil_train))
+            a = pil_train(load_image(square, "pil"))
         with seeded_rngs(seed):
-            b = tensor_train(load_image(square, tensor_train))
+            b = tensor_train(load_image(square, "tensor"))
         assert torch.equal(a, b)
 
 
@@ -176,16 +176,16 @@ def test_missing_and_corrupt_images_are_the_same_errors(tmp_path):
     """The tensor decoder names a missing or corrupt image as the PIL reader does."""
     tensor_train, _ = transforms("tensor")
     with pytest.raises(InputNotFoundError, match="Image not found: .*missing.jpg"):
-        load_image(str(tmp_path / "missing.jpg"), tensor_train)
+        load_image(str(tmp_path / "missing.jpg"), "tensor")
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
     with pytest.raises(CorruptFileError, match="Cannot read image .*bad.jpg"):
-        tensor_train(load_image(str(bad), tensor_train))
+        tensor_train(load_image(str(bad), "tensor"))
     truncated = tmp_path / "truncated.jpg"
     smooth_image(300, 200, 0).save(truncated, quality=95)
     truncated.write_bytes(truncated.read_bytes()[:400])
     with pytest.raises(CorruptFileError, match="Cannot read image .*truncated.jpg"):
-        tensor_train(load_image(str(truncated), tensor_train))
+        tensor_train(load_image(str(truncated), "tensor"))
 
 
 @pytest.mark.parametrize("opts,message", [
