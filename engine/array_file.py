@@ -21,6 +21,7 @@ from typing import IO, Any
 import numpy as np
 
 from .atomic import atomic_write
+from .inputs import open_input
 
 MAGIC = b"PETR-ARRAYS-1\n"
 HEADER_BYTES = 1 << 16
@@ -135,3 +136,27 @@ class ArrayFile:
         self.path = state["path"]
         with open(self.path, "rb") as f:
             self._map(f)
+
+
+def open_keyed(path: str, key: str, made_from: Mapping[str, Any], what: str) -> ArrayFile | None:
+    """The array file ``path`` (read through the inputs ledger as a ``cache``) when it was written with ``key``;
+    None when it is missing or was made from something else (said, naming which entries of ``made_from``, the
+    writer's ``meta``, changed). An unreadable or truncated file is one ValueError naming it."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open_input(path, "cache") as f:
+            stored = ArrayFile(path, f)
+    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same one-line advice
+        raise corrupt_cache(what, path, e) from None
+    if stored.key != key:
+        changed = [name for name in made_from if stored.meta.get(name) != made_from[name]]
+        print(f"{what} {path} is stale ({', '.join(changed) or 'its key'} changed); writing it again")
+        return None
+    return stored
+
+
+def corrupt_cache(what: str, path: str, error: Exception) -> ValueError:
+    """The one-line error of a cache file that cannot be read: what it is, why, and to delete it."""
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return ValueError(f"{what} {path} is corrupt or unreadable ({reason}); delete it to rebuild it")

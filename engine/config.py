@@ -193,6 +193,10 @@ PROJECT_KEYS: dict[str, tuple[Any, Rule]] = {
     # how images become tensors (engine/decoding.py): pil (Dassl's PIL transforms) | tensor (uint8 tensors, draft
     # JPEG decoding; the same random crops and flips, resampled by torch)
     "INPUT.DECODER": ("pil", Choice(DECODERS)),
+    # training images decoded once and stored at this shorter side, the random crops taken from them
+    # (engine/image_cache.py; 0: off); in IMAGE_CACHE_DIR ("" = <OUTPUT_DIR>/image_cache)
+    "DATALOADER.IMAGE_CACHE_SIDE": (0, Int(0, note="0: off")),
+    "DATALOADER.IMAGE_CACHE_DIR": ("", Text()),
 }
 """The engine's keys beyond Dassl's: dotted name → (default, rule)."""
 

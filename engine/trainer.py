@@ -448,6 +448,8 @@ class SimpleTrainer(TrainerBase):
         super().train(self.start_epoch, self.max_epoch)
 
     def before_train(self) -> None:
+        if self.dm.cache_images():  # DATALOADER.IMAGE_CACHE_SIDE: decoded once, before the first step
+            self.train_loader_x, self.train_loader_u = self.dm.train_loader_x, self.dm.train_loader_u
         directory = self.cfg.RESUME or self.cfg.OUTPUT_DIR
         if self.cfg.RESUME and not os.path.isfile(os.path.join(directory, RESUME_FILE)) and any(
             pointed_checkpoint(os.path.join(directory, n)) is None for n in self.get_model_names()

@@ -214,11 +214,11 @@ def test_stale_decoded_views_are_stored_again_and_a_new_teacher_reads_them(tmp_p
     capsys.readouterr()
     other = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "views", *images, "INPUT.RRCROP_SCALE",
                            "(0.5, 1.0)")
-    assert f"Decoded views {path} are stale (transform changed)" in capsys.readouterr().out
+    assert f"Decoded views {path} is stale (transform changed)" in capsys.readouterr().out
     assert other.teacher_cache["train_x"].pixels.path == path and os.stat(path).st_mtime_ns != stamp
     decoder = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "views", *images, "INPUT.RRCROP_SCALE",
                              "(0.5, 1.0)", "INPUT.DECODER", "tensor")
-    assert "are stale (decoder changed)" in capsys.readouterr().out
+    assert "is stale (decoder changed)" in capsys.readouterr().out
     stamp = os.stat(path).st_mtime_ns
 
     state = torch.load(tiny_teacher_clip_file, weights_only=True)

@@ -42,7 +42,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import functional as TF
 from tqdm import tqdm
 
-from engine.array_file import ArrayFile, ArrayWriter, write_arrays
+from engine.array_file import ArrayFile, ArrayWriter, corrupt_cache, open_keyed, write_arrays
 from engine.checkpoint import atomic_torch_save
 from engine.data_manager import build_data_loader
 from engine.data_stream import sample_context
@@ -141,13 +141,19 @@ class ViewTransform:
 def check_cache_mode(cfg, ns: str) -> None:
     """The teacher cache keys of ``TRAINER.<ns>``: for ``views``, ConfigError when INPUT.TRANSFORMS holds transforms
     that cannot be stored (the mode itself is one of ``CACHE_MODES``: the config schema checks it); decoded views
-    (``TEACHER_CACHE_IMAGES``) need a cache to store."""
+    (``TEACHER_CACHE_IMAGES``) need a cache to store; decoded training images (``DATALOADER.IMAGE_CACHE_SIDE``)
+    would feed loaders the cache replaces."""
     mode = cfg.TRAINER[ns].TEACHER_CACHE
     if mode == "views":
         ViewTransform.from_cfg(cfg)
     if cfg.TRAINER[ns].TEACHER_CACHE_IMAGES and mode == "none":
         raise ConfigError(f"TRAINER.{ns}.TEACHER_CACHE_IMAGES True stores the teacher cache's views decoded, but "
                           f"TRAINER.{ns}.TEACHER_CACHE is none; set it to fixed or views, or the images to False")
+    side = cfg.DATALOADER.get("IMAGE_CACHE_SIDE", 0)
+    if side and mode != "none":
+        raise ConfigError(f"DATALOADER.IMAGE_CACHE_SIDE {side} would decode the training images for loaders that "
+                          f"TRAINER.{ns}.TEACHER_CACHE {mode} replaces; set it to 0 (TRAINER.{ns}.TEACHER_CACHE_IMAGES "
+                          "True stores the cache's own views decoded)")
 
 
 class _BuildDataset(Dataset):
@@ -246,9 +252,7 @@ def _sha(obj) -> str:
 
 
 def _corrupt(path: str, error: Exception) -> ValueError:
-    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    return ValueError(f"teacher cache file {path} is corrupt or unreadable ({reason}); delete it to rebuild the "
-                      f"cache")
+    return corrupt_cache("teacher cache file", path, error)
 
 
 def _read(meta_path: str, data_path: str, key: str) -> tuple[dict, TeacherCache | None]:
@@ -274,22 +278,11 @@ def _read(meta_path: str, data_path: str, key: str) -> tuple[dict, TeacherCache 
 
 
 def _read_pixels(path: str, key: str, made_from: dict, shape: tuple[int, ...]) -> ArrayFile | None:
-    """The stored decoded views at ``path`` (read through the inputs ledger) when their key is ``key``; None when
-    there are none or they were made from something else (said, with what changed)."""
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open_input(path, "cache") as f:
-            stored = ArrayFile(path, f)
-        if stored.key == key and (stored.arrays["pixels"].shape != shape or stored.arrays["views"].shape != shape[:2]
-                                  + (5,)):
-            raise ValueError(f"its arrays are not of shape {shape}")
-    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same one-line advice
-        raise _corrupt(path, e) from None
-    if stored.key != key:
-        changed = [what for what in made_from if stored.meta.get(what) != made_from[what]]
-        print(f"Decoded views {path} are stale ({', '.join(changed)} changed); storing them again")
-        return None
+    """The stored decoded views at ``path`` when their key is ``key`` (``engine.array_file.open_keyed``)."""
+    stored = open_keyed(path, key, made_from, "Decoded views")
+    if stored is not None and (stored.arrays["pixels"].shape != shape or stored.arrays["views"].shape != shape[:2]
+                               + (5,)):
+        raise corrupt_cache("Decoded views", path, ValueError(f"its arrays are not of shape {shape}"))
     return stored
 
 
