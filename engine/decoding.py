@@ -55,10 +55,12 @@ def check_decoder(cfg) -> None:
 
 class ImageFile:
     """An image file whose header is read (size, format) and whose pixels are decoded on demand as uint8 [3, H, W],
-    at full size or, for a JPEG, reduced in the DCT."""
+    at full size or, for a JPEG, reduced in the DCT (``draft``: whether it may be; the benchmark turns it off). Each
+    decode is kept, so several regions of one image (a teacher cache's K views) decode it once per scale."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, path: str, draft: bool = True) -> None:
+        self.path, self.draft = path, draft
+        self._decoded: dict[int, torch.Tensor | Image.Image] = {}
         with image_errors(path), open(path, "rb") as f:
             self.data = bytearray(f.read())
             with Image.open(io.BytesIO(self.data)) as img:
@@ -66,11 +68,24 @@ class ImageFile:
 
     def decode(self) -> torch.Tensor:
         """The whole image, uint8 [3, H, W]."""
-        with image_errors(self.path, RuntimeError):
-            if self.format == "JPEG" and self.mode in ("RGB", "L"):
-                return tio.decode_jpeg(torch.frombuffer(self.data, dtype=torch.uint8), mode=tio.ImageReadMode.RGB)
-            with Image.open(io.BytesIO(self.data)) as img:
-                return as_tensor(to_rgb(img, self.path))
+        if 1 not in self._decoded:
+            with image_errors(self.path, RuntimeError):
+                if self.format == "JPEG" and self.mode in ("RGB", "L"):
+                    data = torch.frombuffer(self.data, dtype=torch.uint8)
+                    self._decoded[1] = tio.decode_jpeg(data, mode=tio.ImageReadMode.RGB)
+                else:
+                    with Image.open(io.BytesIO(self.data)) as img:
+                        self._decoded[1] = as_tensor(to_rgb(img, self.path))
+        return self._decoded[1]
+
+    def reduced(self, scale: int) -> Image.Image:
+        """The JPEG decoded reduced by ``scale`` in the DCT (draft mode), an RGB PIL image."""
+        if scale not in self._decoded:
+            width, height = self.size
+            with image_errors(self.path), Image.open(io.BytesIO(self.data)) as img:
+                img.draft(None, (width // scale, height // scale))
+                self._decoded[scale] = to_rgb(img, self.path)
+        return self._decoded[scale]
 
     def region(self, box: Sequence[int], size: Sequence[int], interpolation: str) -> torch.Tensor:
         """The ``box`` (top, left, height, width) of the image resized to ``size`` (height, width), uint8 [3, h, w].
@@ -80,18 +95,16 @@ class ImageFile:
         full image has it, to a reduced pixel); any other image is decoded whole and resampled by torch."""
         top, left, height, width = box
         limit = min(height / size[0], width / size[1])
-        scale = next((s for s in DRAFT_SCALES if s <= limit), 1) if self.format == "JPEG" else 1
+        scale = next((s for s in DRAFT_SCALES if s <= limit), 1) if self.format == "JPEG" and self.draft else 1
         if scale == 1:
             return resized_crop(self.decode(), box, size, interpolation)
-        full_width, full_height = self.size
-        with image_errors(self.path), Image.open(io.BytesIO(self.data)) as img:
-            img.draft(None, (full_width // scale, full_height // scale))
-            sx, sy = img.size[0] / full_width, img.size[1] / full_height
-            reduced = to_rgb(img, self.path)
+        reduced = self.reduced(scale)
+        sx, sy = reduced.size[0] / self.size[0], reduced.size[1] / self.size[1]
         area = (left * sx, top * sy, (left + width) * sx, (top + height) * sy)
         outer = (math.floor(area[0]), math.floor(area[1]), math.ceil(area[2]), math.ceil(area[3]))
         inner = (area[0] - outer[0], area[1] - outer[1], area[2] - outer[0], area[3] - outer[1])
         return as_tensor(reduced.crop(outer).resize((size[1], size[0]), PIL_RESAMPLING[interpolation], box=inner))
+
 
 def as_tensor(image: Image.Image) -> torch.Tensor:
     """An RGB PIL image as uint8 [3, H, W] (contiguous, as ``ToTensor`` lays its result out)."""

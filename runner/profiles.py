@@ -7,7 +7,10 @@ train and report. ``fast`` adds config overrides (``EXTRA_OPTS``) that change sp
   (shipped in fp16); elsewhere (older cards, CPU) the shipped precision stays;
 * ``TRAIN.COMPILE compile`` in the distilled students (PromptKD, PETR);
 * ``TEACHER_CACHE views`` for the distilled students, in one cache folder per sweep that every seed shares (the
-  views are drawn from the image's position, not the run's seed, so sharing changes no number);
+  views are drawn from the image's position, not the run's seed, so sharing changes no number), with the views
+  stored decoded (``TEACHER_CACHE_IMAGES True``: epochs after the cache's build decode no image);
+* ``INPUT.DECODER tensor`` (images decoded and augmented as uint8 tensors: the same crops and flips, resampled by
+  torch, engine/decoding.py) for every trainer;
 * ``DATALOADER.PERSISTENT_WORKERS True``.
 
 The PromptSRC teacher keeps its shipped fp16 eager step: on the H100 table of docs/throughput.md its step is slower
@@ -50,12 +53,13 @@ class Profile:
         :func:`bf16_opts`)."""
         if not self.fast:
             return []
-        opts = ["DATALOADER.PERSISTENT_WORKERS", "True"]
+        opts = ["DATALOADER.PERSISTENT_WORKERS", "True", "INPUT.DECODER", "tensor"]
         if ns in COMPILED_NS:
             opts += ["TRAIN.COMPILE", "compile"]
         if ns in CACHED_NS:
             opts += [f"TRAINER.{ns}.TEACHER_CACHE", "views",
-                     f"TRAINER.{ns}.TEACHER_CACHE_DIR", os.path.join(os.path.abspath(output_root), "teacher_cache")]
+                     f"TRAINER.{ns}.TEACHER_CACHE_DIR", os.path.join(os.path.abspath(output_root), "teacher_cache"),
+                     f"TRAINER.{ns}.TEACHER_CACHE_IMAGES", "True"]
         return opts
 
     def bf16_ns(self, ns: str) -> str:

@@ -177,16 +177,17 @@ def test_fast_profile_overrides(tmp_path):
     cache = str(tmp_path / "out" / "teacher_cache")
     # the profile's overrides first, the user's after them (they win), bf16 first of all at launch
     assert jobs["PETR train dtd seed1"].knobs["EXTRA_OPTS"].split() == [
-        "DATALOADER.PERSISTENT_WORKERS", "True", "TRAIN.COMPILE", "compile", "TRAINER.PETR.TEACHER_CACHE", "views",
-        "TRAINER.PETR.TEACHER_CACHE_DIR", cache, "OPTIM.MAX_EPOCH", "2"]
+        "DATALOADER.PERSISTENT_WORKERS", "True", "INPUT.DECODER", "tensor", "TRAIN.COMPILE", "compile",
+        "TRAINER.PETR.TEACHER_CACHE", "views", "TRAINER.PETR.TEACHER_CACHE_DIR", cache,
+        "TRAINER.PETR.TEACHER_CACHE_IMAGES", "True", "OPTIM.MAX_EPOCH", "2"]
     assert jobs["CoOp train dtd seed1"].knobs["EXTRA_OPTS"].split() == [
-        "DATALOADER.PERSISTENT_WORKERS", "True", "OPTIM.MAX_EPOCH", "2"]
+        "DATALOADER.PERSISTENT_WORKERS", "True", "INPUT.DECODER", "tensor", "OPTIM.MAX_EPOCH", "2"]
     assert jobs["teacher dtd"].knobs["EXTRA_OPTS"].split() == ["DATALOADER.PERSISTENT_WORKERS", "True",
-                                                             "OPTIM.MAX_EPOCH", "2"]
+                                                             "INPUT.DECODER", "tensor", "OPTIM.MAX_EPOCH", "2"]
     assert jobs["teacher dtd"].bf16_ns == "" and jobs["CoOp train dtd seed1"].bf16_ns == "COOP"
     petr = jobs["PETR train dtd seed1"]
     assert launch_env(petr.knobs, petr.bf16_ns, has_bf16=True)["EXTRA_OPTS"].startswith(
-        "TRAINER.PETR.PREC bf16 DATALOADER.PERSISTENT_WORKERS True")
+        "TRAINER.PETR.PREC bf16 DATALOADER.PERSISTENT_WORKERS True INPUT.DECODER tensor")
     assert launch_env(petr.knobs, petr.bf16_ns, has_bf16=False) == petr.knobs  # fp16 kept without bf16
     assert jobs["ZeroshotCLIP zero-shot dtd"].bf16_ns == ""  # evaluates in fp32
     paper = by_name(Planner(sweep("base2new", ("PETR",), ("dtd",), tmp_path, seeds=(1,), profile=PAPER)).plan())
@@ -197,6 +198,7 @@ def test_fast_profile_options_are_config_keys(tmp_path):
     """Every key the fast profile sets is declared, with one of the values its owner accepts."""
     from engine import get_cfg_default
     from engine.compile import COMPILE_MODES
+    from engine.decoding import DECODERS
     from engine.precision import PRECISIONS
     from trainers.config import extend_cfg
     from trainers.teacher_cache import CACHE_MODES
@@ -206,12 +208,14 @@ def test_fast_profile_options_are_config_keys(tmp_path):
         cfg.merge_from_list(FAST.opts(ns, str(tmp_path)) + bf16_opts(FAST.bf16_ns(ns), has_bf16=True))
         trainer = cfg.TRAINER[ns]
         assert cfg.DATALOADER.PERSISTENT_WORKERS is True and trainer.PREC in PRECISIONS
+        assert cfg.INPUT.DECODER == "tensor" in DECODERS
         assert trainer.PREC == ("fp16" if ns == "PROMPTSRC" else "bf16")
         assert cfg.TRAIN.COMPILE == ("compile" if ns in ("PROMPTKD", "PETR") else "none")
         assert cfg.TRAIN.COMPILE in COMPILE_MODES
         if ns in ("PROMPTKD", "PETR"):
             assert trainer.TEACHER_CACHE == "views" in CACHE_MODES
             assert trainer.TEACHER_CACHE_DIR == os.path.join(str(tmp_path), "teacher_cache")
+            assert trainer.TEACHER_CACHE_IMAGES is True
 
 
 def test_dry_run_prints_the_plan(tmp_path, capsys):

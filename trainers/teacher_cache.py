@@ -156,7 +156,7 @@ def check_cache_mode(cfg, ns: str) -> None:
                           "True stores the cache's own views decoded)")
 
 
-class _BuildDataset(Dataset):
+class ViewBuildDataset(Dataset):
     """All K views of one image with their parameters, for the one-off build: ``img`` (normalised, stacked, for the
     teacher) and, when the pixels are stored, ``pixels`` (uint8); from the image files, or from stored pixels."""
 
@@ -292,7 +292,7 @@ def _loader(dataset: Dataset, k: int, batch_size: int, num_workers: int, device:
                       pin_memory=device.type == "cuda", worker_init_fn=worker_init_fn())
 
 
-def _store_pixels(path: str, key: str, made_from: dict, shape: tuple[int, ...], dataset: _BuildDataset,
+def _store_pixels(path: str, key: str, made_from: dict, shape: tuple[int, ...], dataset: ViewBuildDataset,
                   batch_size: int, num_workers: int, desc: str) -> None:
     """Decode every view of ``dataset`` once and write them (uint8) and their parameters to ``path``."""
 
@@ -306,7 +306,7 @@ def _store_pixels(path: str, key: str, made_from: dict, shape: tuple[int, ...], 
 
 
 @torch.no_grad()
-def _build(encode: Callable[[torch.Tensor], torch.Tensor], dataset: _BuildDataset, device: torch.device,
+def _build(encode: Callable[[torch.Tensor], torch.Tensor], dataset: ViewBuildDataset, device: torch.device,
            batch_size: int, num_workers: int, desc: str) -> tuple[torch.Tensor, torch.Tensor]:
     n, k = len(dataset), dataset.k
     features, views = None, torch.zeros(n, k, 5, dtype=torch.long)
@@ -370,7 +370,7 @@ def _load_or_build(cfg, split: str, source: Sequence[Datum], mode: str, k: int, 
             print(f"Storing the decoded views {pixel_path} ({len(source):,} images x {k} view(s), "
                   f"{np.prod(shape) / 2**30:.2f} GiB)")
             _store_pixels(pixel_path, pixel_key, pixel_made_from, shape,
-                          _BuildDataset(source, k, view_tfm, fixed_tfm, keep_pixels=True), batch, workers,
+                          ViewBuildDataset(source, k, view_tfm, fixed_tfm, keep_pixels=True), batch, workers,
                           f"decoded views {split}")
             stored = _read_pixels(pixel_path, pixel_key, pixel_made_from, shape)
         else:
@@ -381,7 +381,7 @@ def _load_or_build(cfg, split: str, source: Sequence[Datum], mode: str, k: int, 
         return cache
     print(f"Building the teacher cache {data_path} ({mode}: {len(source):,} images x {k} view(s)"
           + (", from the decoded views)" if stored is not None else ")"))
-    dataset = _BuildDataset(source, k, view_tfm, fixed_tfm, stored=stored)
+    dataset = ViewBuildDataset(source, k, view_tfm, fixed_tfm, stored=stored)
     features, views = _build(encode, dataset, device, batch, workers, f"teacher cache {split}")
     atomic_torch_save({"key": key, "features": features, "views": views}, data_path)
     write_json({"key": key, "mode": mode, "split": split, "dataset": cfg.DATASET.NAME, "num_images": len(source),
