@@ -250,3 +250,22 @@ def test_a_corrupt_decoded_views_file_is_one_clear_error(tmp_path, tiny_clip_fil
         cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "fixed", *images)
     message = str(error.value)
     assert "\n" not in message and broken in message and "truncated" in message and "delete it to rebuild" in message
+
+
+def test_decoded_fixed_views_are_the_test_views(tmp_path, tiny_clip_file, tiny_teacher_clip_file):
+    """TEACHER_CACHE fixed with TEACHER_CACHE_IMAGES: one stored view per image, the test transform's (PIL: resize
+    the shorter side, centre crop), and the loader's batches equal those made from the image files, bit for bit."""
+    plain = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "fixed")
+    pixels = cached_trainer(tmp_path / "p", tiny_clip_file, tiny_teacher_clip_file, "fixed",
+                            "TRAINER.PROMPTKD.TEACHER_CACHE_IMAGES", "True")
+    stored = pixels.teacher_cache["train_x"].pixels.arrays["pixels"]
+    assert stored.shape == (len(pixels.dm.dataset.train_x), 1, 3, 32, 32)
+    for index, item in enumerate(pixels.dm.dataset.train_x[:4]):
+        with Image.open(item.impath) as img:
+            view = TF.center_crop(TF.resize(img.convert("RGB"), 32, InterpolationMode.BICUBIC), [32, 32])
+        np.testing.assert_array_equal(stored[index, 0], np.asarray(view).transpose(2, 0, 1))
+    for trainer in (plain, pixels):
+        torch.manual_seed(0)
+        trainer.batch = next(iter(trainer.train_loader_x))
+    assert torch.equal(plain.batch["img"], pixels.batch["img"]) and torch.equal(plain.batch["index"],
+                                                                                 pixels.batch["index"])
