@@ -17,8 +17,6 @@ It also prints the per-core rates as the ``LOADER_RATES`` lines of runner/costs.
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import statistics
 import tempfile
@@ -41,10 +39,10 @@ from tools.bench_models import SPECS
 from tools.benchmark_train import (
     CONFIGS,
     REPO,
-    STEP_LOG_LINE,
     photo_like,
     quiet,
     quiet_main,
+    timed_epoch,
     trainer_argv,
     write_clip_files,
     write_jpeg_tree,
@@ -228,13 +226,7 @@ def epoch_rows(size: str, per_class: int, epochs: int, workers: int, device: tor
                     model.build_teacher_cache()
                 build_s = time.perf_counter() - start
                 for epoch in range(epochs):
-                    model.epoch = epoch
-                    log = io.StringIO()
-                    with contextlib.redirect_stdout(log):
-                        start = time.perf_counter()
-                        model.run_epoch()
-                        elapsed = time.perf_counter() - start
-                    step_s, data_s = (float(v) for v in STEP_LOG_LINE.findall(log.getvalue())[-1])
+                    elapsed, step_s, data_s = timed_epoch(model, epoch)
                     n_images = model.num_batches * sum(loader.batch_size for loader in model.train_loaders().values())
                     rows.append([trainer, *setting.label(), f"{build_s:.1f}" if setting.cache != "none" else "-",
                                  epoch + 1, model.num_batches, n_images, f"{elapsed:.2f}", f"{n_images / elapsed:.1f}",

@@ -320,19 +320,26 @@ def epoch_report(spec: ModelSpec, device: torch.device, prec: str, per_class: in
             if not persistent:
                 load_ms = loading_cost(trainer.train_loader_x.dataset)
             for epoch in range(epochs):
-                trainer.epoch = epoch
-                log = io.StringIO()
-                with contextlib.redirect_stdout(log):
-                    start = time.perf_counter()
-                    trainer.run_epoch()
-                    elapsed = time.perf_counter() - start
-                step_s, data_s = (float(v) for v in STEP_LOG_LINE.findall(log.getvalue())[-1])
+                elapsed, step_s, data_s = timed_epoch(trainer, epoch)
                 n_images = 2 * trainer.num_batches * trainer.cfg.DATALOADER.TRAIN_X.BATCH_SIZE
                 rows.append([epoch + 1, n_workers, "on" if persistent else "off", trainer.num_batches, n_images,
                              f"{elapsed:.2f}", f"{n_images / elapsed:.1f}", f"{1e3 * step_s:.1f}",
                              f"{1e3 * data_s:.1f}", f"{100 * data_s / step_s:.0f}%"])
             del trainer
     return rows, load_ms
+
+
+def timed_epoch(trainer, epoch: int) -> tuple[float, float, float]:
+    """Run epoch ``epoch`` of a built trainer (its output kept from the terminal): its seconds, and the average step
+    and data-wait seconds of train.py's meters (its last progress line: TRAIN.PRINT_FREQ 1 gives every step's)."""
+    trainer.epoch = epoch
+    log = io.StringIO()
+    with contextlib.redirect_stdout(log):
+        start = time.perf_counter()
+        trainer.run_epoch()
+        elapsed = time.perf_counter() - start
+    step_s, data_s = (float(v) for v in STEP_LOG_LINE.findall(log.getvalue())[-1])
+    return elapsed, step_s, data_s
 
 
 def loading_cost(dataset, n: int = 32) -> float:
