@@ -119,7 +119,8 @@ def load_or_build(cfg, split: str, source: Sequence[Datum]) -> ImageCache:
     stored = open_keyed(path, key, made_from, "Image cache")
     if stored is None:
         print(f"Decoding {len(source):,} {split} images once into {path} (shorter side at most {side} px)")
-        _write(path, key, made_from, source, side, interpolation, decoder, cfg.DATALOADER.NUM_WORKERS)
+        with torch.random.fork_rng(devices=[]):  # its loader draws from the global RNG: the run must not see it
+            _write(path, key, made_from, source, side, interpolation, decoder, cfg.DATALOADER.NUM_WORKERS)
         stored = open_keyed(path, key, made_from, "Image cache")
     else:
         print(f"Image cache {path}: {len(source):,} images, up to date")

@@ -130,13 +130,22 @@ def test_passes_over_stored_images_resume_with_the_same_batches(root, tmp_path, 
     assert len({tuple(b.flatten()[:8].tolist()) for b in reference}) == 5
 
 
-def test_coop_trains_on_stored_images(tmp_path, tiny_clip_file, capsys):
+def test_coop_trains_on_stored_images_as_it_does_after_storing_them(tmp_path, tiny_clip_file, capsys):
+    """A CoOp run decodes its few-shot images into the cache and trains; a second run reads them and ends with the
+    same weights, bit for bit (storing them leaves the run's RNG as it was)."""
     from tests.helpers_petr import write_eurosat
 
     write_eurosat(tmp_path / "data")
     cache = tmp_path / "images"
-    argv = coop_argv(tmp_path / "data", tmp_path / "run", tiny_clip_file, "DATALOADER.IMAGE_CACHE_SIDE", "6",
-                     "DATALOADER.IMAGE_CACHE_DIR", str(cache), "OPTIM.MAX_EPOCH", "2")
-    assert train.cli(argv) == 0
-    assert "Decoding" in capsys.readouterr().out and len(os.listdir(cache)) == 1
-    assert os.path.isfile(tmp_path / "run" / "results.json")
+    weights = []
+    for name in ("built", "read"):
+        argv = coop_argv(tmp_path / "data", tmp_path / name, tiny_clip_file, "DATALOADER.IMAGE_CACHE_SIDE", "6",
+                         "DATALOADER.IMAGE_CACHE_DIR", str(cache), "OPTIM.MAX_EPOCH", "2")
+        assert train.cli(argv) == 0
+        folder = tmp_path / name / "prompt_learner"
+        weights.append(torch.load(folder / (folder / "checkpoint").read_text().strip(), weights_only=True))
+    out = capsys.readouterr().out
+    assert out.count("Decoding") == 1 and "up to date" in out and len(os.listdir(cache)) == 1
+    assert os.path.isfile(tmp_path / "read" / "results.json")
+    for key, tensor in weights[0]["state_dict"].items():
+        assert torch.equal(tensor, weights[1]["state_dict"][key]), key

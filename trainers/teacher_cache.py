@@ -326,12 +326,15 @@ def load_or_build(cfg, split: str, source: Sequence[Datum], mode: str, k: int, t
     ``teacher_key`` is the teacher's ``teacher_digest``; with ``images`` also the decoded views.
 
     Under torchrun, rank 0 checks or builds the files first while the other processes wait, then they read them.
+    Building leaves the global RNG as it was (the DataLoaders it iterates draw their base seeds from it), so a run
+    that builds the cache trains exactly as one that reads it.
     """
     distributed = dist.is_available() and dist.is_initialized()
     if distributed and dist.get_rank() != 0:
         dist.barrier()
-    cache = _load_or_build(cfg, split, source, mode, k, teacher_key, encode, precision, fixed_tfm, cache_dir, device,
-                           images)
+    with torch.random.fork_rng(devices=[]):  # a build's loaders draw from the global RNG: the run must not see it
+        cache = _load_or_build(cfg, split, source, mode, k, teacher_key, encode, precision, fixed_tfm, cache_dir,
+                               device, images)
     if distributed and dist.get_rank() == 0:
         dist.barrier()
     return cache
