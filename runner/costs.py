@@ -45,29 +45,28 @@ class StepTime:
 COOP_STEP = StepTime(20.0, "estimate, not measured: a ViT-B/16 forward of 32 images without gradients and the text "
                            "tower's forward and backward over the base classes")
 EVAL_MS_PER_IMAGE = {"ViT-B/16": 0.3, "ViT-B/16 x2": 0.6, "ViT-L/14": 1.0}
-EVAL_SOURCE = ("estimate, not measured: one test image's forward at batch 100, loading included (8 loader workers "
-               "decode a 224 px JPEG in 1.6 ms of one core each, docs/throughput.md)")
+EVAL_SOURCE = ("estimate, not measured: one test image's forward at batch 100 (its loading is bounded apart, "
+               "LOADER_RATES)")
 JOB_OVERHEAD_S = 60.0
 JOB_OVERHEAD_SOURCE = ("estimate, not measured: start-up of a run (imports, CLIP weights, dataset listing, text "
                        "features)")
 # End of the measured block.
 
 # Measured by ``python tools/benchmark.py loader``: paste its block over these lines.
-LOADER_SOURCE = "measured: python tools/benchmark.py loader, CPU, 1 threads"
+LOADER_SOURCE = "measured: python tools/benchmark.py loader, AMD EPYC, 2 cores, CPU, 1 threads"
 LOADER_RATES = {
-    "64x64": {"pil": 147, "tensor": 201, "pil test": 180, "tensor test": 251, "decoded view": 1615,
-              "stored image": 299, "views build": 60},
-    "224x224": {"pil": 117, "tensor": 168, "pil test": 254, "tensor test": 243, "decoded view": 2080,
-                "stored image": 303, "views build": 50},
-    "500x375": {"pil": 82, "tensor": 191, "pil test": 90, "tensor test": 122, "decoded view": 3553,
-                "stored image": 439, "views build": 40},
-    "800x600": {"pil": 56, "tensor": 88, "pil test": 46, "tensor test": 70, "decoded view": 2603,
-                "stored image": 411, "views build": 25},
+    "64x64": {"pil": 332, "tensor": 601, "pil test": 440, "tensor test": 709,
+              "decoded view": 3884, "stored image": 843, "views build": 143},
+    "224x224": {"pil": 330, "tensor": 621, "pil test": 712, "tensor test": 727,
+                "decoded view": 4978, "stored image": 1015, "views build": 168},
+    "500x375": {"pil": 196, "tensor": 335, "pil test": 170, "tensor test": 342,
+                "decoded view": 4010, "stored image": 1026, "views build": 159},
+    "800x600": {"pil": 107, "tensor": 160, "pil test": 81, "tensor test": 139,
+                "decoded view": 4160, "stored image": 1137, "views build": 70},
+    "1600x1200": {"pil": 36, "tensor": 66, "pil test": 28, "tensor test": 72,
+                  "decoded view": 4112, "stored image": 964, "views build": 29},
 }
 # End of the loader block.
-LOADER_MACHINE = ""
-"""Where LOADER_RATES were measured (a shared 2-core CPU: its cores are slower than a GPU host's, so the projection
-errs towards the loader)."""
 CPUS_PER_GPU = 8
 """Default of the runner's ``--cpus-per-gpu``: loader processes per GPU (a common GPU host: 8 to 16 cores per card)."""
 IMAGE_SIZES = {
@@ -76,7 +75,8 @@ IMAGE_SIZES = {
     "oxford_flowers": "800x600", "food101": "500x375", "fgvc_aircraft": "800x600", "sun397": "800x600",
     "dtd": "500x375", "eurosat": "64x64", "ucf101": "224x224",
 }
-"""Estimate, not measured on the datasets: the measured size (LOADER_RATES) nearest each dataset's typical image
+"""Estimate, not measured on the datasets: the measured size (LOADER_RATES, measured on a shared 2-core machine whose
+cores may be slower than a GPU host's: the projection errs towards the loader) nearest each dataset's typical image
 (EuroSAT's 64 px tiles; Caltech101 about 300 x 200, UCF101's frames 320 x 240; ImageNet and its variants, Oxford
 Pets, Food-101 (512 px at most) and DTD about 500 x 375; Flowers-102 (shorter side 500), Stanford Cars, SUN397 and
 FGVC-Aircraft (about 1000 x 700, so its rate is optimistic) about 800 x 600 or more)."""

@@ -50,9 +50,10 @@ from tools.benchmark_train import (
 from trainers.config import extend_cfg
 from trainers.teacher_cache import CachedViewDataset, ViewBuildDataset, ViewTransform
 
-SIZES = ("64x64", "224x224", "500x375", "800x600")
+SIZES = ("64x64", "224x224", "500x375", "800x600", "1600x1200")
 """Image sizes of the per-core table (width x height): EuroSAT's, the 224 px of the old measurement, ImageNet's
-typical size, and a large photo (Food-101, SUN397, Stanford Cars, FGVC-Aircraft reach it)."""
+typical size, a large photo (Flowers-102, Stanford Cars, SUN397, FGVC-Aircraft reach it) and a camera-sized one
+(where draft-mode decoding pays)."""
 STORED_SIDE = 256
 """``DATALOADER.IMAGE_CACHE_SIDE`` of the stored-image row."""
 BUILD_VIEWS = 4
@@ -174,8 +175,10 @@ def rates_block(measured: dict[str, dict[str, float]], where: str) -> str:
     """The ``LOADER_RATES`` lines of runner/costs.py for these measurements."""
     lines = [f'LOADER_SOURCE = "measured: python tools/benchmark.py loader, {where}"', "LOADER_RATES = {"]
     for size, rates in measured.items():
-        entries = ", ".join(f'"{key}": {rates[name]:.0f}' for name, key in RATE_KEYS.items())
-        lines.append(f'    "{size}": {{{entries}}},')
+        entries = [f'"{key}": {rates[name]:.0f}' for name, key in RATE_KEYS.items()]
+        indent = " " * (len(size) + 9)
+        rows = [", ".join(entries[i:i + 4]) for i in range(0, len(entries), 4)]
+        lines.append(f'    "{size}": {{' + f",\n{indent}".join(rows) + "},")
     return "\n".join([*lines, "}"])
 
 
@@ -236,8 +239,19 @@ def epoch_rows(size: str, per_class: int, epochs: int, workers: int, device: tor
     return rows
 
 
+def cpu_name() -> str:
+    """This machine's CPU model and core count (Linux's /proc/cpuinfo; the core count alone elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "CPU")
+    except OSError:
+        model = "CPU"
+    return f"{model}, {os.cpu_count()} cores"
+
+
 def loader_part(args, device: torch.device, where: str) -> None:
     """Print the per-core table, its ``LOADER_RATES`` block and the epoch table."""
+    where = f"{cpu_name()}, {where}"
     print(f"\n== Loading one training image, per core ({where}): {args.loader_images} photo-like JPEGs (quality 90) "
           f"per size, median of {args.loader_rounds} interleaved passes; train transform = the configs' random resized "
           "crop to 224 + flip + normalise; x pil = against INPUT.DECODER pil", flush=True)
