@@ -8,7 +8,9 @@ lines); what no measurement covers is an estimate and marked as one. Besides the
 ``upstream`` projects the same jobs at upstream's speed. Projections are for one H100 fed by ``cpus_per_gpu`` loader
 processes: a training step takes the longer of the GPU step and the time those cores need to load its images (the
 per-core rates of ``tools/benchmark.py loader``, :data:`LOADER_RATES`, on the job's dataset's typical image size and
-its profile's loading path), and so does an evaluated image.
+its profile's decoder), and so does an evaluated image. The decoded caches (``TEACHER_CACHE_IMAGES``,
+``DATALOADER.IMAGE_CACHE_SIDE``) are the user's choice, not a profile's, and load an image in a fraction of the
+decoders' time (docs/throughput.md): a projection without them is an upper bound.
 """
 from __future__ import annotations
 
@@ -56,15 +58,15 @@ JOB_OVERHEAD_SOURCE = ("estimate, not measured: start-up of a run (imports, CLIP
 LOADER_SOURCE = "measured: python tools/benchmark.py loader, AMD EPYC, 2 cores, CPU, 1 threads"
 LOADER_RATES = {
     "64x64": {"pil": 332, "tensor": 601, "pil test": 440, "tensor test": 709,
-              "decoded view": 3884, "stored image": 843, "views build": 143},
+              "views build": 143},
     "224x224": {"pil": 330, "tensor": 621, "pil test": 712, "tensor test": 727,
-                "decoded view": 4978, "stored image": 1015, "views build": 168},
+                "views build": 168},
     "500x375": {"pil": 196, "tensor": 335, "pil test": 170, "tensor test": 342,
-                "decoded view": 4010, "stored image": 1026, "views build": 159},
+                "views build": 159},
     "800x600": {"pil": 107, "tensor": 160, "pil test": 81, "tensor test": 139,
-                "decoded view": 4160, "stored image": 1137, "views build": 70},
+                "views build": 70},
     "1600x1200": {"pil": 36, "tensor": 66, "pil test": 28, "tensor test": 72,
-                  "decoded view": 4112, "stored image": 964, "views build": 29},
+                  "views build": 29},
 }
 # End of the loader block.
 CPUS_PER_GPU = 8
@@ -82,8 +84,6 @@ Pets, Food-101 (512 px at most) and DTD about 500 x 375; Flowers-102 (shorter si
 FGVC-Aircraft (about 1000 x 700, so its rate is optimistic) about 800 x 600 or more)."""
 LOADED_PER_STEP = {"PETR": 2}
 """Images a step loads per image of its batch: PETR loads a labelled and an unlabelled batch (others: 1)."""
-FEWSHOT_FAST_PATH = "tensor"
-"""The fast profile's loading path of the trainers without a teacher cache (INPUT.DECODER tensor)."""
 
 TEACHER_TEXT_MS_PER_CLASS = 0.047
 """Estimate, not measured: the ViT-L/14 teacher's prompted text tower over one class name, the forward upstream
@@ -189,14 +189,11 @@ def missing_numbers(job: Job, profile: str) -> str:
     return ""
 
 
-def loader_path(trainer: str, profile: str, train: bool = True) -> str:
-    """The LOADER_RATES path a job's loader runs in ``profile``: PIL (paper and upstream), in the fast profile the
-    decoded views of the teacher cache (PETR, PromptKD) or the tensor decoder; ``train`` False: the test transform."""
-    if profile != "fast":
-        return "pil" if train else "pil test"
-    if not train:
-        return "tensor test"
-    return "decoded view" if trainer in CACHED_TRAINERS else FEWSHOT_FAST_PATH
+def loader_path(profile: str, train: bool = True) -> str:
+    """The LOADER_RATES path a job's loader runs in ``profile``: PIL (paper and upstream) or the tensor decoder
+    (fast; the teacher cache's views are cut from the files too); ``train`` False: the test transform."""
+    decoder = "tensor" if profile == "fast" else "pil"
+    return decoder if train else f"{decoder} test"
 
 
 def loader_rate(job: Job, path: str, cpus_per_gpu: int) -> float:
@@ -225,7 +222,7 @@ def projection(job: Job, protocol: str, profile: str, cpus_per_gpu: int = CPUS_P
         return None
     seconds = JOB_OVERHEAD_S
     eval_ms = EVAL_MS_PER_IMAGE[EVAL_MODEL.get(job.trainer, "ViT-B/16")]
-    test_ms = 1000 / loader_rate(job, loader_path(job.trainer, profile, train=False), cpus_per_gpu)
+    test_ms = 1000 / loader_rate(job, loader_path(profile, train=False), cpus_per_gpu)
     seconds += eval_images(job, protocol) * max(eval_ms, test_ms) / 1000
     if job.kind not in ("train", "teacher"):
         return Projection(seconds)
@@ -236,7 +233,7 @@ def projection(job: Job, protocol: str, profile: str, cpus_per_gpu: int = CPUS_P
     loaded = LOADED_PER_STEP.get(job.trainer, 1)
     steps = epochs * math.ceil(images / batch)
     gpu_s = steps * step.at(PUBLISHED_SIZES[job.dataset].classes) / 1000
-    loader_s = steps * batch * loaded / loader_rate(job, loader_path(job.trainer, profile), cpus_per_gpu)
+    loader_s = steps * batch * loaded / loader_rate(job, loader_path(profile), cpus_per_gpu)
     seconds += max(gpu_s, loader_s)
     if profile == "fast":
         seconds += COMPILE_S.get(job.trainer, 0.0)

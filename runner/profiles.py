@@ -7,8 +7,9 @@ train and report. ``fast`` adds config overrides (``EXTRA_OPTS``) that change sp
   (shipped in fp16); elsewhere (older cards, CPU) the shipped precision stays;
 * ``TRAIN.COMPILE compile`` in the distilled students (PromptKD, PETR);
 * ``TEACHER_CACHE views`` for the distilled students, in one cache folder per sweep that every seed shares (the
-  views are drawn from the image's position, not the run's seed, so sharing changes no number), with the views
-  stored decoded (``TEACHER_CACHE_IMAGES True``: epochs after the cache's build decode no image);
+  views are drawn from the image's position, not the run's seed, so sharing changes no number); their decoded
+  views (``TEACHER_CACHE_IMAGES True``) are left to the user: ImageNet's 1.28 M training images take 771 GB of them
+  at 4 views (docs/throughput.md);
 * ``INPUT.DECODER tensor`` (images decoded and augmented as uint8 tensors: the same crops and flips, resampled by
   torch, engine/decoding.py) for every trainer;
 * ``DATALOADER.PERSISTENT_WORKERS True``.
@@ -58,8 +59,7 @@ class Profile:
             opts += ["TRAIN.COMPILE", "compile"]
         if ns in CACHED_NS:
             opts += [f"TRAINER.{ns}.TEACHER_CACHE", "views",
-                     f"TRAINER.{ns}.TEACHER_CACHE_DIR", os.path.join(os.path.abspath(output_root), "teacher_cache"),
-                     f"TRAINER.{ns}.TEACHER_CACHE_IMAGES", "True"]
+                     f"TRAINER.{ns}.TEACHER_CACHE_DIR", os.path.join(os.path.abspath(output_root), "teacher_cache")]
         return opts
 
     def bf16_ns(self, ns: str) -> str:

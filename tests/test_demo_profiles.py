@@ -28,8 +28,7 @@ def test_fast_variants_are_the_runners_fast_profile(tmp_path, has_bf16):
     for trainer, ns in (("PETR", "PETR"), ("PromptKD", "PROMPTKD")):
         fast = (["TRAINER." + ns + ".PREC", "bf16"] if has_bf16 else []) + [
             "DATALOADER.PERSISTENT_WORKERS", "True", "INPUT.DECODER", "tensor", "TRAIN.COMPILE", "compile",
-            f"TRAINER.{ns}.TEACHER_CACHE", "views", f"TRAINER.{ns}.TEACHER_CACHE_DIR", cache,
-            f"TRAINER.{ns}.TEACHER_CACHE_IMAGES", "True"]
+            f"TRAINER.{ns}.TEACHER_CACHE", "views", f"TRAINER.{ns}.TEACHER_CACHE_DIR", cache]
         assert VARIANT["fast"].opts(trainer, str(tmp_path), has_bf16) == fast
         graph = VARIANT["fast + CUDA graph"].opts(trainer, str(tmp_path), has_bf16)
         assert graph == fast + ["TRAIN.COMPILE", "none", "TRAIN.CUDA_GRAPH", "True"]

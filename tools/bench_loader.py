@@ -60,9 +60,9 @@ BUILD_VIEWS = 4
 """Views per image of the teacher-cache build row (the fast profile's ``TEACHER_CACHE_VIEWS``)."""
 PER_CORE_HEADERS = ["image size", "path", "images/s per core", "ms per image", "x pil"]
 RATE_KEYS = {"pil": "pil", "tensor": "tensor", "pil test": "pil test", "tensor test": "tensor test",
-             "decoded view": "decoded view", f"stored image (side {STORED_SIDE})": "stored image",
              f"views build ({BUILD_VIEWS} views)": "views build"}
-"""The per-core paths runner/costs.py projects with, and their names there."""
+"""The per-core paths runner/costs.py projects with (the profiles' decoders and the teacher cache's build), and their
+names there."""
 
 
 def parse_size(text: str) -> tuple[int, int]:
