@@ -1,10 +1,14 @@
 """The runner's profiles on the toy world: PromptKD's and PETR's base-to-novel runs per seed as the paper runs them
-(``paper``), with the runner's ``fast`` overrides, and with ``fast`` plus ``TRAIN.CUDA_GRAPH`` (CUDA only).
+(``paper``), with the runner's ``fast`` overrides, and with ``fast`` plus ``TRAIN.CUDA_GRAPH`` (CUDA only); and the
+data path alone: the paper profile with the real configs' random resized crops (the demo configs only flip, and
+their 32 px images are already at the input size, so neither decoder resamples them), decoded by PIL and by the
+tensor decoder (``INPUT.DECODER tensor``).
 
 Every variant takes its overrides from ``runner.profiles`` (``Profile.opts``, ``bf16_opts``), so the toy runs what
-a sweep of that profile runs; the CUDA-graph variant adds :data:`GRAPH_OPTS`. The demo's configs pin
-``USE_CUDA False``; ``--device cuda`` sets it True for every run (the teacher's too). The teacher (PromptSRC, first
-seed) is trained once per device and shared by the variants, so they differ in the students only. Output:
+a sweep of that profile runs, then its own (:data:`GRAPH_OPTS`, :data:`CROPS`, :data:`TENSOR_DECODER`). The demo's
+configs pin ``USE_CUDA False``; ``--device cuda`` sets it True for every run (the teacher's too). The teacher
+(PromptSRC, first seed) is trained once per device and shared by the variants, so they differ in the students only.
+Output:
 ``<output>/profiles/<device>/``; one table of per-seed base / new / HM test accuracy and the median training step
 (train.py's ``time`` meter), with mean ± sample std over the seeds.
 
@@ -39,27 +43,33 @@ from trainers.catalog import find_method
 GRAPH_OPTS = ("TRAIN.COMPILE", "none", "TRAIN.CUDA_GRAPH", "True")
 """Added after the fast profile's overrides: the whole step as one CUDA graph, on eager CLIPs (compilation and the
 graph do not capture together, docs/throughput.md)."""
+CROPS = ("INPUT.TRANSFORMS", "['random_resized_crop', 'random_flip', 'normalize']")
+"""The CoOp, PromptKD and PETR configs' training transform, on the toy world's images."""
+TENSOR_DECODER = ("INPUT.DECODER", "tensor")
 TRAINERS = ("PromptKD", "PETR")
 STEP_TIME = re.compile(r"^epoch \[\d+/\d+\] batch \[\d+/\d+\] time ([\d.]+) ", re.MULTILINE)
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One column of the study: a runner profile, optionally with the step as a CUDA graph."""
+    """One column of the study: a runner profile, then overrides of its own (the step as a CUDA graph, the data
+    path)."""
 
     name: str
     profile: Profile
-    graph: bool = False
+    extra: tuple[str, ...] = ()
 
     def opts(self, trainer: str, cache_root: str, has_bf16: bool) -> list[str]:
         """The overrides a sweep of this profile gives ``trainer`` (bf16 first, as ``runner.profiles.launch_env``
-        puts it), then :data:`GRAPH_OPTS` for the graph variant."""
+        puts it), then the variant's own."""
         method = find_method(trainer)
-        opts = [*bf16_opts(self.profile.bf16_ns(method), has_bf16), *self.profile.opts(method, cache_root)]
-        return [*opts, *GRAPH_OPTS] if self.graph else opts
+        return [*bf16_opts(self.profile.bf16_ns(method), has_bf16), *self.profile.opts(method, cache_root),
+                *self.extra]
 
 
-VARIANTS = (Variant("paper", PAPER), Variant("fast", FAST), Variant("fast + CUDA graph", FAST, graph=True))
+VARIANTS = (Variant("paper", PAPER), Variant("fast", FAST), Variant("fast + CUDA graph", FAST, GRAPH_OPTS),
+            Variant("paper + crops", PAPER, CROPS), Variant("paper + crops + tensor decoder", PAPER,
+                                                             CROPS + TENSOR_DECODER))
 
 
 def demo_optimizer(trainer: str) -> str:

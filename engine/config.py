@@ -13,6 +13,7 @@ from yacs.config import CfgNode as CN
 
 from .compile import COMPILE_MODES
 from .data_manager import SAMPLERS
+from .decoding import DECODERS
 from .optim import AVAI_OPTIMS, AVAI_SCHEDULERS, AVAI_WARMUPS
 from .schema import FRACTION, NON_NEGATIVE, POSITIVE, Bool, Choice, Int, Number, Rule, Seq, SquareSize, Text
 from .transforms import AVAI_CHOICES, INTERPOLATION_MODES
@@ -189,6 +190,13 @@ PROJECT_KEYS: dict[str, tuple[Any, Rule]] = {
     "TRAIN.STEP_RESUME_MINUTES": (10.0, NON_NEGATIVE),
     # replay the whole training step as one CUDA graph (engine/cuda_graph.py)
     "TRAIN.CUDA_GRAPH": (False, Bool()),
+    # how images become tensors (engine/decoding.py): pil (Dassl's PIL transforms) | tensor (uint8 tensors, draft
+    # JPEG decoding; the same random crops and flips, resampled by torch)
+    "INPUT.DECODER": ("pil", Choice(DECODERS)),
+    # training images decoded once and stored at this shorter side, the random crops taken from them
+    # (engine/image_cache.py; 0: off); in IMAGE_CACHE_DIR ("" = <OUTPUT_DIR>/image_cache)
+    "DATALOADER.IMAGE_CACHE_SIDE": (0, Int(0, note="0: off")),
+    "DATALOADER.IMAGE_CACHE_DIR": ("", Text()),
 }
 """The engine's keys beyond Dassl's: dotted name → (default, rule)."""
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import torch
 from tabulate import tabulate
@@ -11,10 +12,12 @@ from torchvision import transforms as T
 
 from .data_stream import SeededPassSampler, sample_context
 from .dataset_base import DatasetBase, Datum, build_dataset
+from .decoding import decoder_for, load_image
 from .distributed import get_backend, get_rank, get_world_size, is_distributed
+from .image_cache import ImageCache
+from .image_cache import load_or_build as cached_images
 from .preemption import worker_init_fn
 from .transforms import INTERPOLATION_MODES, build_transform
-from .utils import read_image
 
 SAMPLERS = ("RandomSampler", "SequentialSampler")
 _PERSISTENT: weakref.WeakSet[DataLoader] = weakref.WeakSet()
@@ -58,12 +61,16 @@ class DatasetWrapper(Dataset):
     """Reads and transforms one ``Datum``; returns a dict with img, label, domain, impath, index (+ img0).
 
     Keys are dataset indices, or ``(index, sample seed)`` from a training loader's SeededPassSampler (the transforms
-    then run with seeded RNGs: engine/data_stream.py)."""
+    then run with seeded RNGs: engine/data_stream.py). With ``images`` (an ``engine.image_cache.ImageCache`` of
+    ``data_source``) the images come decoded from there instead of from their files."""
 
-    def __init__(self, cfg, data_source: Sequence[Datum], transform=None, is_train: bool = False) -> None:
+    def __init__(self, cfg, data_source: Sequence[Datum], transform=None, is_train: bool = False,
+                 images: ImageCache | None = None) -> None:
         self.cfg = cfg
         self.data_source = data_source
+        self.images = images
         self.transform = transform
+        self.decoder = decoder_for(transform)
         self.is_train = is_train
         self.k_tfm = cfg.DATALOADER.K_TRANSFORMS if is_train else 1
         self.return_img0 = cfg.DATALOADER.RETURN_IMG0
@@ -86,7 +93,7 @@ class DatasetWrapper(Dataset):
     def _load(self, idx: int) -> dict:
         item = self.data_source[idx]
         output = {"label": item.label, "domain": item.domain, "impath": item.impath, "index": idx}
-        img0 = read_image(item.impath)
+        img0 = load_image(item.impath, self.decoder) if self.images is None else self.images.image(idx, self.decoder)
         if self.transform is None:
             output["img"] = img0
         elif isinstance(self.transform, (list, tuple)):
@@ -188,6 +195,7 @@ class DataManager:
         self._num_source_domains = len(cfg.DATASET.SOURCE_DOMAINS)
         self._lab2cname = dataset.lab2cname
         self.dataset: DatasetBase = dataset
+        self.images_cached = False
         if cfg.VERBOSE:
             self.show_dataset_summary()
         if is_distributed():
@@ -195,10 +203,29 @@ class DataManager:
             print(f"Data parallel: {world} processes ({get_backend()}); global training batch {batch} = "
                   f"{batch // world} per process x {world}; evaluation batch {dl.TEST.BATCH_SIZE} per process")
 
-    def _loader(self, sampler, source, batch_size, n_domain, n_ins, tfm, is_train) -> DataLoader:
+    def _loader(self, sampler, source, batch_size, n_domain, n_ins, tfm, is_train,
+                images: ImageCache | None = None) -> DataLoader:
+        wrapper = self.dataset_wrapper if images is None else partial(self.dataset_wrapper or DatasetWrapper,
+                                                                      images=images)
         return build_data_loader(self.cfg, sampler_type=sampler, data_source=source, batch_size=batch_size,
-                                 n_domain=n_domain, n_ins=n_ins, tfm=tfm, is_train=is_train,
-                                 dataset_wrapper=self.dataset_wrapper)
+                                 n_domain=n_domain, n_ins=n_ins, tfm=tfm, is_train=is_train, dataset_wrapper=wrapper)
+
+    def cache_images(self) -> bool:
+        """With ``DATALOADER.IMAGE_CACHE_SIDE`` > 0: read or write the decoded images of the training splits
+        (engine/image_cache.py) and rebuild their loaders on them (once); whether it did."""
+        dl, dataset = self.cfg.DATALOADER, self.dataset
+        if not dl.get("IMAGE_CACHE_SIDE", 0) or self.images_cached:
+            return False
+        self.images_cached = True
+        self.train_loader_x = self._loader(dl.TRAIN_X.SAMPLER, dataset.train_x, dl.TRAIN_X.BATCH_SIZE,
+                                           dl.TRAIN_X.N_DOMAIN, dl.TRAIN_X.N_INS, self.tfm_train, True,
+                                           cached_images(self.cfg, "train_x", dataset.train_x))
+        if self.train_loader_u is not None:
+            u = dl.TRAIN_X if dl.TRAIN_U.SAME_AS_X else dl.TRAIN_U
+            self.train_loader_u = self._loader(u.SAMPLER, dataset.train_u, u.BATCH_SIZE, u.N_DOMAIN, u.N_INS,
+                                               self.tfm_train, True, cached_images(self.cfg, "train_u",
+                                                                                   dataset.train_u))
+        return True
 
     def build_loader(self, data_source: Sequence[Datum], is_train: bool, batch_size: int | None = None) -> DataLoader:
         """An extra loader: train settings + train transform, or test settings + test transform."""

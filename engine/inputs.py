@@ -40,7 +40,7 @@ ROLES = {
     "checkpoint": "a checkpoint or pointer file of another run (evaluated, resumed from, plugged in)",
     "run-record": "what another run records about itself (results.json, run.json, log.txt)",
     "router": "a routed run's fitted router",
-    "cache": "a cache the run reads (the teacher cache)",
+    "cache": "a cache the run reads (the teacher cache, its decoded views, the decoded training images)",
 }
 """The roles a file can be read in, and what each means."""
 

@@ -40,6 +40,7 @@ from .checkpoint import (
 from .cuda_graph import StepGraph, check_cuda_graph, make_capturable
 from .data_manager import DataManager
 from .data_stream import LoaderStream
+from .decoding import check_decoder
 from .distributed import (
     any_rank,
     barrier,
@@ -430,7 +431,9 @@ class SimpleTrainer(TrainerBase):
         return self.step_graph(inputs)
 
     def check_cfg(self, cfg) -> None:
-        """Hook to validate trainer-specific settings before any data is prepared (overrides call ``super()``)."""
+        """Hook to validate trainer-specific settings before any data is prepared (overrides call ``super()``); here
+        what the image decoder covers (``INPUT.DECODER``)."""
+        check_decoder(cfg)
 
     def build_data_loader(self) -> None:
         """Create ``self.dm`` (the dataset built for ``DATA_ROLE``) and the loader/label attributes trainers use."""
@@ -451,6 +454,8 @@ class SimpleTrainer(TrainerBase):
         super().train(self.start_epoch, self.max_epoch)
 
     def before_train(self) -> None:
+        if self.dm.cache_images():  # DATALOADER.IMAGE_CACHE_SIDE: decoded once, before the first step
+            self.train_loader_x, self.train_loader_u = self.dm.train_loader_x, self.dm.train_loader_u
         directory = self.cfg.RESUME or self.cfg.OUTPUT_DIR
         if self.cfg.RESUME and not os.path.isfile(os.path.join(directory, RESUME_FILE)) and any(
             pointed_checkpoint(os.path.join(directory, n)) is None for n in self.get_model_names()

@@ -9,6 +9,9 @@ from PIL import Image
 from torchvision import transforms as T
 from torchvision.transforms import InterpolationMode
 
+from .decoding import decoder_of
+from .tensor_transforms import InstanceNormalization, tensor_transform
+
 AVAI_CHOICES = (
     "random_flip",
     "random_resized_crop",
@@ -78,16 +81,6 @@ class GaussianNoise:
         return img + torch.randn(img.size()) * self.std + self.mean
 
 
-class InstanceNormalization:
-    """Normalise each channel of a CHW tensor by its own mean and std."""
-
-    def __call__(self, img: torch.Tensor) -> torch.Tensor:
-        flat = img.flatten(1)
-        mean = flat.mean(1).view(-1, 1, 1)
-        std = flat.std(1).view(-1, 1, 1)
-        return (img - mean) / (std + 1e-8)
-
-
 def _check_choices(choices: Sequence[str]) -> None:
     unknown = [c for c in choices if c not in AVAI_CHOICES]
     if unknown:
@@ -104,12 +97,15 @@ def _interpolation(cfg) -> InterpolationMode:
 
 
 def build_transform(cfg, is_train: bool = True, choices: Sequence[str] | None = None):
-    """Compose the train or test transform for ``choices`` (default ``cfg.INPUT.TRANSFORMS``); None if disabled."""
+    """Compose the train or test transform for ``choices`` (default ``cfg.INPUT.TRANSFORMS``); None if disabled.
+    With ``INPUT.DECODER tensor`` the same steps on uint8 tensors (engine/tensor_transforms.py)."""
     if cfg.INPUT.NO_TRANSFORM:
         print("Note: no transform is applied!")
         return None
     choices = list(cfg.INPUT.TRANSFORMS if choices is None else choices)
     _check_choices(choices)
+    if decoder_of(cfg) == "tensor":
+        return tensor_transform(cfg, is_train, choices)
     normalize = T.Normalize(mean=cfg.INPUT.PIXEL_MEAN, std=cfg.INPUT.PIXEL_STD)
     if is_train:
         return _build_transform_train(cfg, choices, normalize)

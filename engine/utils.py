@@ -1,10 +1,12 @@
 """Small file and reproducibility helpers with Dassl's names (mkdir_if_missing, read_json, ...)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -60,7 +62,7 @@ white."""
 _noted: set[str] = set()
 
 
-def _to_rgb(img: Image.Image, path: str) -> Image.Image:
+def to_rgb(img: Image.Image, path: str) -> Image.Image:
     """``img`` as 8-bit RGB; 16-bit grayscale is scaled (v / 257, so 65535 → 255) instead of clipped, noted once."""
     if img.mode not in SIXTEEN_BIT_MODES:
         return img.convert("RGB")
@@ -72,18 +74,25 @@ def _to_rgb(img: Image.Image, path: str) -> Image.Image:
     return Image.fromarray(np.clip(np.rint(values), 0, 255).astype(np.uint8)).convert("RGB")
 
 
-def read_image(path: str) -> Image.Image:
-    """Open an image as RGB (16-bit grayscale scaled to 8 bits); a missing or corrupt file raises an error naming it
-    and the fix."""
+@contextlib.contextmanager
+def image_errors(path: str, *errors: type[Exception]) -> Iterator[None]:
+    """Inside: reading the image ``path``; a missing file, or a PIL error (and ``errors``) raised while it is read, is
+    one error naming the file and the fix."""
     if not os.path.exists(path):
         raise InputNotFoundError(f"Image not found: {path} (restore it from the dataset's archive, or fix the split "
                                  "file that lists it)")
     try:
-        with Image.open(path) as img:
-            return _to_rgb(img, path)
-    except UNREADABLE as e:  # the data-root check's rule (engine.images)
+        yield
+    except (*UNREADABLE, *errors) as e:  # the data-root check's rule (engine.images)
         raise CorruptFileError(f"Cannot read image {path} ({unreadable_reason(e)}); restore it from the dataset's "
                                "archive, or fix the split file that lists it") from None
+
+
+def read_image(path: str) -> Image.Image:
+    """Open an image as RGB (16-bit grayscale scaled to 8 bits); a missing or corrupt file raises an error naming it
+    and the fix."""
+    with image_errors(path), Image.open(path) as img:
+        return to_rgb(img, path)
 
 
 def set_random_seed(seed: int) -> None:

@@ -24,10 +24,13 @@ from tabulate import tabulate
 
 from runner.arguments import check_folders, check_logs, check_opts_keys, check_pairs, check_writable
 from runner.costs import (
+    CPUS_PER_GPU,
     EVAL_SOURCE,
     JOB_OVERHEAD_SOURCE,
+    LOADER_SOURCE,
     PROJECTED_PROFILES,
     STEP_MS,
+    method_table,
     missing_numbers,
     projected_hours,
     projected_seconds,
@@ -100,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--procs-per-job", type=int,
                    help="CPU processes per run with --gpus-per-job 0 (NPROC: torchrun, gloo, when > 1; default 1)")
     p.add_argument("--threads", type=int, help="torch CPU threads per job (OMP_NUM_THREADS)")
+    p.add_argument("--cpus-per-gpu", type=int, default=CPUS_PER_GPU,
+                   help=f"loader processes feeding each GPU, for the projected GPU-hours: a step takes the longer of "
+                        f"the GPU step and its images' loading (default {CPUS_PER_GPU}; docs/RUNNER.md)")
     local = p.add_argument_group("local executor")
     local.add_argument("--jobs-per-gpu", type=int, default=1, help="jobs sharing one GPU")
     local.add_argument("--cpu-jobs", type=int, default=1, help="jobs at once without a GPU")
@@ -126,7 +132,8 @@ def make_sweep(args: argparse.Namespace) -> Sweep:
     """The sweep the arguments describe (ValueError with a one-line message when they do not fit)."""
     if args.gpus_per_job < 0:
         raise ValueError("--gpus-per-job must be 0 (CPU) or more")
-    positive(args, "threads", "jobs_per_gpu", "cpu_jobs", "time", "cpus_per_job", "max_jobs", "procs_per_job")
+    positive(args, "threads", "jobs_per_gpu", "cpu_jobs", "time", "cpus_per_job", "max_jobs", "procs_per_job",
+             "cpus_per_gpu")
     if args.procs_per_job and args.gpus_per_job:
         raise ValueError(f"--procs-per-job {args.procs_per_job} is for CPU jobs (--gpus-per-job 0): a GPU job runs "
                          f"one process per GPU (--gpus-per-job {args.gpus_per_job})")
@@ -159,9 +166,10 @@ def make_sweep(args: argparse.Namespace) -> Sweep:
                  procs_per_job=args.procs_per_job or max(args.gpus_per_job, 1))
 
 
-def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = False) -> None:
-    """Jobs per kind with their states and projected GPU-hours (paper, fast and upstream), the step times used, and
-    (``show_commands``, --verbose) every command."""
+def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = False, cpus: int = CPUS_PER_GPU) -> None:
+    """Jobs per kind with their states and projected GPU-hours (paper, fast and upstream) at ``cpus`` loader
+    processes per GPU, per method with what bounds it, the step times used, and (``show_commands``, --verbose) every
+    command."""
     states = job_states(jobs)
     profile = sweep.profile.name
     print(f"Plan: {sweep.protocol}, {len(sweep.datasets)} dataset(s) ({' '.join(sweep.datasets)}), seeds "
@@ -176,14 +184,14 @@ def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = False) -
         count = Counter(states[j.name] for j in of_kind)
         unknown |= {missing_numbers(j, p) for j in of_kind for p in PROJECTED_PROFILES} - {""}
         rows.append([kind, len(of_kind), count["new"], count["resume"], count["retry"], count["check"],
-                     count["finished"], *projected_hours([j for j in to_run if j.kind == kind], sweep.protocol)])
+                     count["finished"], *projected_hours([j for j in to_run if j.kind == kind], sweep.protocol, cpus)])
     rows.append(["tables", 1, 1, 0, 0, 0, 0, *[0.0] * len(PROJECTED_PROFILES)])
     total = ["total", *[sum(r[i] for r in rows) for i in range(1, 7 + len(PROJECTED_PROFILES))]]
     print(tabulate([*rows, total], headers=["jobs", "count", "new", "resume", "retry", "check", "finished (skipped)",
                                             *(f"GPU-h {p}" for p in PROJECTED_PROFILES)], floatfmt=".1f"))
     by_method = Counter()
     for job in to_run:
-        seconds = projected_seconds(job, sweep.protocol, profile)
+        seconds = projected_seconds(job, sweep.protocol, profile, cpus)
         if seconds is not None:
             by_method[job.method] += seconds / 3600
     if by_method:
@@ -191,6 +199,10 @@ def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = False) -
               + ", ".join(f"{m} {h:.1f}" for m, h in by_method.items()))
     if unknown:
         print(f"No projection for {', '.join(sorted(unknown))}: counted as 0 h.")
+    if to_run:
+        print(f"Per method, with {cpus} loader processes per GPU (--cpus-per-gpu; bound: the GPU step, or the loader "
+              "and how many times the step it needs):")
+        print(method_table(to_run, sweep.protocol, cpus))
     trainers = sorted({j.trainer for j in jobs if j.kind in ("train", "teacher")})
     print("Projection (one H100): steps from the dataset sizes and each config's epochs and batch, times per step:")
     for trainer in trainers:
@@ -198,6 +210,7 @@ def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = False) -
             print(f"  {key[0]} {key[1]}: {STEP_MS[key].describe()}")
     print(f"  + evaluation ({EVAL_SOURCE}), start-up ({JOB_OVERHEAD_SOURCE}) and (fast) compilation and "
           "teacher-cache times: runner/costs.py")
+    print(f"  each step and evaluated image at least its loading time: {LOADER_SOURCE} (runner/costs.py LOADER_RATES)")
     if not show_commands:
         print("(--verbose lists every job's command; each job's log starts with it)")
         return
@@ -210,12 +223,13 @@ def print_plan(sweep: Sweep, jobs: Sequence[Job], show_commands: bool = False) -
             print(f"      + TRAINER.{job.bf16_ns}.PREC bf16 on a card with bf16 (compute capability 8.0+)")
 
 
-def print_summary(sweep: Sweep, jobs: Sequence[Job], verb: str) -> None:
-    """One line of what the plan does with its jobs (per state) and the GPU-hours of those it runs, per profile."""
+def print_summary(sweep: Sweep, jobs: Sequence[Job], verb: str, cpus: int = CPUS_PER_GPU) -> None:
+    """One line of what the plan does with its jobs (per state) and the GPU-hours of those it runs, per profile (at
+    ``cpus`` loader processes per GPU)."""
     states = job_states(jobs)
     count = Counter(states.values())
     to_run = [j for j in jobs if states[j.name] not in ("finished", "check")]
-    hours = projected_hours(to_run, sweep.protocol)
+    hours = projected_hours(to_run, sweep.protocol, cpus)
     print(f"\nSummary: {len(jobs)} jobs (" + ", ".join(f"{count[s]} {s}" for s in
                                                     ("new", "resume", "retry", "check", "finished") if count[s])
           + f"); {len(to_run)} {verb}, projected GPU-hours (H100): "
@@ -299,9 +313,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run:
         verdict = preflight(args, sweep, jobs)
         shown = verdict.jobs or jobs  # what would run; the whole plan when nothing can
-        print_plan(sweep, shown, args.verbose)
+        print_plan(sweep, shown, args.verbose, args.cpus_per_gpu)
         print(f"\n{verdict.table}")
-        print_summary(sweep, shown, "to run")
+        print_summary(sweep, shown, "to run", args.cpus_per_gpu)
         close(verdict.closing, verdict.status)
         return verdict.status
     from runner.schedule import run_plan, stop_signal
@@ -320,12 +334,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return verdict.status
     jobs = verdict.jobs
     print()
-    print_plan(sweep, jobs, args.verbose)
+    print_plan(sweep, jobs, args.verbose, args.cpus_per_gpu)
     close(verdict.closing, 0)
     print(f"Executor: {executor.describe()}; logs in {log_dir}")
     try:
         report = run_plan(jobs, executor, log_dir,
-                          lambda job: projected_seconds(job, sweep.protocol, sweep.profile.name))
+                          lambda job: projected_seconds(job, sweep.protocol, sweep.profile.name, args.cpus_per_gpu))
     except KeyboardInterrupt as e:
         signum = stop_signal(e)
         print(f"interrupted ({signal.Signals(signum).name}): rerun the same command to continue (finished runs are "

@@ -1,12 +1,16 @@
 """Projected GPU time of a job: training steps from the dataset sizes and the trainer config, times measured or
-estimated per step, plus evaluation and start-up.
+estimated per step, plus evaluation and start-up, each bounded by the data loader that feeds it.
 
 Every number here says where it comes from. Step times are the H100 benchmark of docs/throughput.md
 (``python tools/benchmark.py train --device cuda ...``, random-weight CLIPs of the real shapes, batch 8); CoOp's
 step, evaluation and start-up are what ``tools/measure_costs.py`` measures (its printed block replaces the marked
 lines); what no measurement covers is an estimate and marked as one. Besides the runner's profiles (paper, fast),
-``upstream`` projects the same jobs at upstream's speed. Projections are for one H100 and ignore data loading (3-5 %
-of a step there, docs/throughput.md).
+``upstream`` projects the same jobs at upstream's speed. Projections are for one H100 fed by ``cpus_per_gpu`` loader
+processes: a training step takes the longer of the GPU step and the time those cores need to load its images (the
+per-core rates of ``tools/benchmark.py loader``, :data:`LOADER_RATES`, on the job's dataset's typical image size and
+its profile's decoder), and so does an evaluated image. The decoded caches (``TEACHER_CACHE_IMAGES``,
+``DATALOADER.IMAGE_CACHE_SIDE``) are the user's choice, not a profile's, and load an image in a fraction of the
+decoders' time (docs/throughput.md): a projection without them is an upper bound.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 
 import yaml
+from tabulate import tabulate
 
 from datasets.sizes import PUBLISHED_SIZES, Sizes
 from runner.jobs import Job
@@ -42,12 +47,43 @@ class StepTime:
 COOP_STEP = StepTime(20.0, "estimate, not measured: a ViT-B/16 forward of 32 images without gradients and the text "
                            "tower's forward and backward over the base classes")
 EVAL_MS_PER_IMAGE = {"ViT-B/16": 0.3, "ViT-B/16 x2": 0.6, "ViT-L/14": 1.0}
-EVAL_SOURCE = ("estimate, not measured: one test image's forward at batch 100, loading included (8 loader workers "
-               "decode a 224 px JPEG in 1.6 ms of one core each, docs/throughput.md)")
+EVAL_SOURCE = ("estimate, not measured: one test image's forward at batch 100 (its loading is bounded apart, "
+               "LOADER_RATES)")
 JOB_OVERHEAD_S = 60.0
 JOB_OVERHEAD_SOURCE = ("estimate, not measured: start-up of a run (imports, CLIP weights, dataset listing, text "
                        "features)")
 # End of the measured block.
+
+# Measured by ``python tools/benchmark.py loader``: paste its block over these lines.
+LOADER_SOURCE = "measured: python tools/benchmark.py loader, AMD EPYC, 2 cores, CPU, 1 threads"
+LOADER_RATES = {
+    "64x64": {"pil": 332, "tensor": 601, "pil test": 440, "tensor test": 709,
+              "views build": 143},
+    "224x224": {"pil": 330, "tensor": 621, "pil test": 712, "tensor test": 727,
+                "views build": 168},
+    "500x375": {"pil": 196, "tensor": 335, "pil test": 170, "tensor test": 342,
+                "views build": 159},
+    "800x600": {"pil": 107, "tensor": 160, "pil test": 81, "tensor test": 139,
+                "views build": 70},
+    "1600x1200": {"pil": 36, "tensor": 66, "pil test": 28, "tensor test": 72,
+                  "views build": 29},
+}
+# End of the loader block.
+CPUS_PER_GPU = 8
+"""Default of the runner's ``--cpus-per-gpu``: loader processes per GPU (a common GPU host: 8 to 16 cores per card)."""
+IMAGE_SIZES = {
+    "imagenet": "500x375", "imagenetv2": "500x375", "imagenet_sketch": "500x375", "imagenet_a": "500x375",
+    "imagenet_r": "500x375", "caltech101": "224x224", "oxford_pets": "500x375", "stanford_cars": "800x600",
+    "oxford_flowers": "800x600", "food101": "500x375", "fgvc_aircraft": "800x600", "sun397": "800x600",
+    "dtd": "500x375", "eurosat": "64x64", "ucf101": "224x224",
+}
+"""Estimate, not measured on the datasets: the measured size (LOADER_RATES, measured on a shared 2-core machine whose
+cores may be slower than a GPU host's: the projection errs towards the loader) nearest each dataset's typical image
+(EuroSAT's 64 px tiles; Caltech101 about 300 x 200, UCF101's frames 320 x 240; ImageNet and its variants, Oxford
+Pets, Food-101 (512 px at most) and DTD about 500 x 375; Flowers-102 (shorter side 500), Stanford Cars, SUN397 and
+FGVC-Aircraft (about 1000 x 700, so its rate is optimistic) about 800 x 600 or more)."""
+LOADED_PER_STEP = {"PETR": 2}
+"""Images a step loads per image of its batch: PETR loads a labelled and an unlabelled batch (others: 1)."""
 
 TEACHER_TEXT_MS_PER_CLASS = 0.047
 """Estimate, not measured: the ViT-L/14 teacher's prompted text tower over one class name, the forward upstream
@@ -153,28 +189,88 @@ def missing_numbers(job: Job, profile: str) -> str:
     return ""
 
 
-def projected_seconds(job: Job, protocol: str, profile: str) -> float | None:
-    """Projected seconds of ``job`` on one H100 in ``profile`` (:data:`PROJECTED_PROFILES`), or None when its
-    dataset or trainer has no numbers here (:func:`missing_numbers`)."""
+def loader_path(profile: str, train: bool = True) -> str:
+    """The LOADER_RATES path a job's loader runs in ``profile``: PIL (paper and upstream) or the tensor decoder
+    (fast; the teacher cache's views are cut from the files too); ``train`` False: the test transform."""
+    decoder = "tensor" if profile == "fast" else "pil"
+    return decoder if train else f"{decoder} test"
+
+
+def loader_rate(job: Job, path: str, cpus_per_gpu: int) -> float:
+    """Images/s that ``cpus_per_gpu`` loader processes reach on ``path`` for the job's dataset."""
+    rates = LOADER_RATES.get(IMAGE_SIZES.get(job.dataset, "500x375")) or next(iter(LOADER_RATES.values()))
+    return rates[path] * cpus_per_gpu
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Projected seconds of one job and, of its training steps, the GPU's and the loader's shares."""
+
+    seconds: float
+    gpu_s: float = 0.0
+    """Training steps at the GPU step time alone."""
+    loader_s: float = 0.0
+    """The same steps at the loader's rate alone."""
+
+
+def projection(job: Job, protocol: str, profile: str, cpus_per_gpu: int = CPUS_PER_GPU) -> Projection | None:
+    """The projection of ``job`` on one H100 fed by ``cpus_per_gpu`` loader processes in ``profile``
+    (:data:`PROJECTED_PROFILES`), or None when its dataset or trainer has no numbers here
+    (:func:`missing_numbers`). Each training step and evaluated image takes the longer of its GPU time and its
+    loading time."""
     if missing_numbers(job, profile):
         return None
     seconds = JOB_OVERHEAD_S
     eval_ms = EVAL_MS_PER_IMAGE[EVAL_MODEL.get(job.trainer, "ViT-B/16")]
-    seconds += eval_images(job, protocol) * eval_ms / 1000
-    if job.kind in ("train", "teacher"):
-        step = STEP_MS[job.trainer, profile]
-        epochs, batch, _ = config_schedule(job.trainer, job.config)
-        shots = int(job.knobs.get("SHOTS", "0"))
-        images = train_images(job, protocol, shots)
-        classes = PUBLISHED_SIZES[job.dataset].classes
-        seconds += epochs * math.ceil(images / batch) * step.at(classes) / 1000
-        if profile == "fast":
-            seconds += COMPILE_S.get(job.trainer, 0.0)
-            if job.trainer in CACHED_TRAINERS:
-                seconds += CACHE_VIEWS * images * TEACHER_VIEW_MS / 1000
-    return seconds
+    test_ms = 1000 / loader_rate(job, loader_path(profile, train=False), cpus_per_gpu)
+    seconds += eval_images(job, protocol) * max(eval_ms, test_ms) / 1000
+    if job.kind not in ("train", "teacher"):
+        return Projection(seconds)
+    step = STEP_MS[job.trainer, profile]
+    epochs, batch, _ = config_schedule(job.trainer, job.config)
+    shots = int(job.knobs.get("SHOTS", "0"))
+    images = train_images(job, protocol, shots)
+    loaded = LOADED_PER_STEP.get(job.trainer, 1)
+    steps = epochs * math.ceil(images / batch)
+    gpu_s = steps * step.at(PUBLISHED_SIZES[job.dataset].classes) / 1000
+    loader_s = steps * batch * loaded / loader_rate(job, loader_path(profile), cpus_per_gpu)
+    seconds += max(gpu_s, loader_s)
+    if profile == "fast":
+        seconds += COMPILE_S.get(job.trainer, 0.0)
+        if job.trainer in CACHED_TRAINERS:  # PETR caches train_u too, about as many images as train_x
+            cached = images * loaded
+            seconds += max(CACHE_VIEWS * cached * TEACHER_VIEW_MS / 1000,
+                           cached / loader_rate(job, "views build", cpus_per_gpu))
+    return Projection(seconds, gpu_s, loader_s)
 
 
-def projected_hours(jobs: list[Job], protocol: str) -> list[float]:
+def projected_seconds(job: Job, protocol: str, profile: str, cpus_per_gpu: int = CPUS_PER_GPU) -> float | None:
+    """Projected seconds of ``job`` (:func:`projection`), or None when it has no numbers here."""
+    found = projection(job, protocol, profile, cpus_per_gpu)
+    return None if found is None else found.seconds
+
+
+def projected_hours(jobs: list[Job], protocol: str, cpus_per_gpu: int = CPUS_PER_GPU) -> list[float]:
     """GPU-hours of ``jobs`` in each of :data:`PROJECTED_PROFILES` (jobs without numbers count 0)."""
-    return [sum(projected_seconds(j, protocol, p) or 0.0 for j in jobs) / 3600 for p in PROJECTED_PROFILES]
+    return [sum(projected_seconds(j, protocol, p, cpus_per_gpu) or 0.0 for j in jobs) / 3600
+            for p in PROJECTED_PROFILES]
+
+
+def bound(jobs: list[Job], protocol: str, profile: str, cpus_per_gpu: int = CPUS_PER_GPU) -> str:
+    """What bounds the training steps of ``jobs`` in ``profile``: ``loader x.x`` (the loader needs that many times
+    the GPU's time), ``GPU`` (the loader keeps up) or "" (no training step projected)."""
+    found = [p for p in (projection(j, protocol, profile, cpus_per_gpu) for j in jobs) if p is not None]
+    gpu, loader = sum(p.gpu_s for p in found), sum(p.loader_s for p in found)
+    if not gpu:
+        return ""
+    return f"loader {loader / gpu:.1f}x" if loader > gpu else "GPU"
+
+
+def method_table(jobs: list[Job], protocol: str, cpus_per_gpu: int = CPUS_PER_GPU) -> str:
+    """Per method of ``jobs``: its GPU-hours and what bounds its training steps (:func:`bound`) in each profile."""
+    methods = list(dict.fromkeys(j.method for j in jobs))
+    rows = [[m, *projected_hours([j for j in jobs if j.method == m], protocol, cpus_per_gpu),
+             *(bound([j for j in jobs if j.method == m], protocol, p, cpus_per_gpu) or "-" for p in PROJECTED_PROFILES)]
+            for m in methods]
+    return tabulate(rows, headers=["method", *(f"GPU-h {p}" for p in PROJECTED_PROFILES),
+                                   *(f"bound {p}" for p in PROJECTED_PROFILES)], floatfmt=".1f")

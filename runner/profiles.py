@@ -9,11 +9,14 @@ method's catalog row takes it (``Method.fast``, :data:`FAST_SETTINGS`):
 * ``compile``: ``TRAIN.COMPILE compile`` (the distilled students' frozen CLIPs);
 * ``teacher_cache``: ``TEACHER_CACHE views`` for the distilled students, in one cache folder per sweep that every
   seed shares (the views are drawn from the image's position, not the run's seed, so sharing changes no number);
-* and ``DATALOADER.PERSISTENT_WORKERS True`` everywhere.
+  their decoded views (``TEACHER_CACHE_IMAGES True``) are left to the user: ImageNet's 1.28 M training images take
+  771 GB of them at 4 views (docs/throughput.md);
+* and everywhere ``INPUT.DECODER tensor`` (images decoded and augmented as uint8 tensors: the same crops and flips,
+  resampled by torch, engine/decoding.py) and ``DATALOADER.PERSISTENT_WORKERS True``.
 
-The PromptSRC teacher takes none: it keeps its shipped fp16 eager step, which on the H100 table of docs/throughput.md
-is slower in bf16 and in bf16 with compilation. A profile also names its own output and teacher folders, so runs of
-the two profiles never share a run folder.
+The PromptSRC teacher takes none of the first three: it keeps its shipped fp16 eager step, which on the H100 table
+of docs/throughput.md is slower in bf16 and in bf16 with compilation. A profile also names its own output and teacher
+folders, so runs of the two profiles never share a run folder.
 """
 from __future__ import annotations
 
@@ -47,7 +50,7 @@ class Profile:
         """``KEY VALUE`` overrides of this profile for ``method``'s runs (bf16: see :func:`bf16_opts`)."""
         if not self.fast:
             return []
-        opts = ["DATALOADER.PERSISTENT_WORKERS", "True"]
+        opts = ["DATALOADER.PERSISTENT_WORKERS", "True", "INPUT.DECODER", "tensor"]
         if "compile" in method.fast:
             opts += ["TRAIN.COMPILE", "compile"]
         if "teacher_cache" in method.fast:

@@ -592,6 +592,23 @@ CASES = {
         "random_resized_crop, ...")), ["log.txt"], False),
     "TEACHER_CACHE bogus": (_choice("TRAINER.PETR.TEACHER_CACHE", "bogus", "none, fixed, views"), ["log.txt"], False),
     "TRAIN.COMPILE bogus": (_choice("TRAIN.COMPILE", "bogus", "none, compile, cudagraphs"), ["log.txt"], False),
+    "INPUT.DECODER bogus": (_choice("INPUT.DECODER", "bogus", "pil, tensor"), ["log.txt"], False),
+    "INPUT.DECODER tensor with colorjitter": (_opts(
+        "INPUT.DECODER", "tensor", "INPUT.TRANSFORMS", "['random_flip', 'colorjitter']", expected=(
+            "error: INPUT.DECODER tensor runs the transforms ['random_resized_crop', 'random_flip', 'resize', "
+            "'center_crop', 'normalize', 'instance_norm'], but INPUT.TRANSFORMS has ['colorjitter']; drop them or use "
+            "INPUT.DECODER pil")), ["log.txt"], False),
+    "IMAGE_CACHE_SIDE -1": (_value("DATALOADER.IMAGE_CACHE_SIDE", "-1", "an integer >= 0 (0: off)"), ["log.txt"],
+                            False),
+    "IMAGE_CACHE_SIDE with a teacher cache": (_petr(
+        "DATALOADER.IMAGE_CACHE_SIDE", "256", "TRAINER.PETR.TEACHER_CACHE", "views", expected=(
+            "error: DATALOADER.IMAGE_CACHE_SIDE 256 would decode the training images for loaders that "
+            "TRAINER.PETR.TEACHER_CACHE views replaces; set it to 0 (TRAINER.PETR.TEACHER_CACHE_IMAGES True stores "
+            "the cache's own views decoded)")), ["log.txt"], False),
+    "TEACHER_CACHE_IMAGES without a teacher cache": (_petr("TRAINER.PETR.TEACHER_CACHE_IMAGES", "True", expected=(
+        "error: TRAINER.PETR.TEACHER_CACHE_IMAGES True stores the teacher cache's views decoded, but "
+        "TRAINER.PETR.TEACHER_CACHE is none; set it to fixed or views, or the images to False")), ["log.txt"],
+        False),
     "TEST.FINAL_MODEL bogus": (_choice("TEST.FINAL_MODEL", "bogus", "last_step, best_val"), ["log.txt"], False),
     "router name typo": (_choice("TRAINER.PETR.ROUTER", "mahalanobis2", "mahalanobis, average, max_conf, entropy, "
                                  "energy, iforest, lof, ocsvm, oracle"), ["log.txt"], False),

@@ -155,3 +155,57 @@ def test_step_report_frees_each_trainer_before_the_next_row():
     finally:
         gc.enable()
     assert len(rows) == 1 and alive == 0
+
+
+@pytest.mark.slow
+def test_loader_part_prints_per_core_rates_the_cost_models_block_and_epochs(capsys):
+    """``benchmark.py loader`` on one small size: a row per loading path with x pil = its rate over the pil row's;
+    the printed LOADER_RATES block holds those rates under the paths runner/costs.py projects with; one train.py
+    epoch per trainer and setting, whose images are its steps times the images a step loads (PETR 8 + 8)."""
+    from runner import costs
+    from tools.bench_loader import EPOCH_SETTINGS, RATE_KEYS
+
+    benchmark.main(["loader", "--model", "tiny", "--threads", "1", "--loader-sizes", "64x48", "--loader-images", "2",
+                    "--loader-rounds", "1", "--epochs", "1", "--epoch-images-per-class", "4", "--epoch-size", "64x48",
+                    "--workers", "0"])
+    out = capsys.readouterr().out
+    rows = {line[len("64x48"):].rsplit(None, 3)[0].strip(): line.rsplit(None, 3)[1:]
+            for line in out.splitlines() if line.startswith("64x48 ")}
+    assert set(RATE_KEYS) <= set(rows) and "PIL decode only" in rows and "tensor, no draft" in rows
+    pil = float(rows["pil"][0])
+    for rate, _, ratio in rows.values():
+        assert float(ratio) == pytest.approx(float(rate) / pil, abs=0.01 + 0.01 * float(ratio))
+    block = out.split("Paste over runner/costs.py's loader block:\n")[1].split("\n\n")[0]
+    names: dict = {}
+    exec(block, names)  # noqa: S102 - the block the benchmark printed, as a user pastes it
+    assert set(names["LOADER_RATES"]["64x48"]) == set(costs.LOADER_RATES["64x64"]) == set(RATE_KEYS.values())
+    for name, key in RATE_KEYS.items():
+        assert names["LOADER_RATES"]["64x48"][key] == pytest.approx(float(rows[name][0]), abs=0.5)
+    epochs = [line.split() for line in out.splitlines() if line.startswith(("PETR ", "PromptKD "))
+              and len(line.split()) == 13]  # the table (the rows printed as measured are indented)
+    assert [(r[0], r[1], r[2], r[3]) for r in epochs] == [
+        (t, s.cache, s.decoder, "yes" if s.images else "no") for t in ("PETR", "PromptKD") for s in EPOCH_SETTINGS]
+    for trainer, cache, *_, build, epoch, steps, images in (r[:8] for r in epochs):
+        assert int(images) == int(steps) * (16 if trainer == "PETR" else 8) and int(steps) >= 1
+        assert (build == "-") == (cache == "none") and epoch == "1"
+
+
+def test_photo_like_jpegs_cost_what_photos_cost():
+    """The loader benchmark's images: at quality 90 a 500 x 375 one takes 3 to 5 bits per pixel (photos of that size:
+    3 to 6), where the smooth images of the step benchmark's tree take under 1."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from tools.benchmark_train import photo_like
+
+    def bits_per_pixel(image: Image.Image) -> float:
+        buffer = io.BytesIO()
+        image.save(buffer, format="JPEG", quality=90)
+        return 8 * len(buffer.getvalue()) / (image.width * image.height)
+
+    rng = np.random.default_rng(0)
+    assert 3 < bits_per_pixel(photo_like(500, 375, rng)) < 5
+    smooth = Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).resize((500, 375), Image.BICUBIC)
+    assert bits_per_pixel(smooth) < 1

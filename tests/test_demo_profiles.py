@@ -15,13 +15,20 @@ def test_paper_variant_adds_nothing(tmp_path):
     assert VARIANT["paper"].opts("PromptKD", str(tmp_path), has_bf16=False) == []
 
 
+def test_the_data_path_variants_add_crops_then_the_tensor_decoder(tmp_path):
+    crops = ["INPUT.TRANSFORMS", "['random_resized_crop', 'random_flip', 'normalize']"]
+    assert VARIANT["paper + crops"].opts("PETR", str(tmp_path), has_bf16=True) == crops
+    assert VARIANT["paper + crops + tensor decoder"].opts("PromptKD", str(tmp_path), has_bf16=False) == [
+        *crops, "INPUT.DECODER", "tensor"]
+
+
 @pytest.mark.parametrize("has_bf16", [True, False])
 def test_fast_variants_are_the_runners_fast_profile(tmp_path, has_bf16):
     cache = str(tmp_path / "teacher_cache")
     for trainer, ns in (("PETR", "PETR"), ("PromptKD", "PROMPTKD")):
         fast = (["TRAINER." + ns + ".PREC", "bf16"] if has_bf16 else []) + [
-            "DATALOADER.PERSISTENT_WORKERS", "True", "TRAIN.COMPILE", "compile", f"TRAINER.{ns}.TEACHER_CACHE",
-            "views", f"TRAINER.{ns}.TEACHER_CACHE_DIR", cache]
+            "DATALOADER.PERSISTENT_WORKERS", "True", "INPUT.DECODER", "tensor", "TRAIN.COMPILE", "compile",
+            f"TRAINER.{ns}.TEACHER_CACHE", "views", f"TRAINER.{ns}.TEACHER_CACHE_DIR", cache]
         assert VARIANT["fast"].opts(trainer, str(tmp_path), has_bf16) == fast
         graph = VARIANT["fast + CUDA graph"].opts(trainer, str(tmp_path), has_bf16)
         assert graph == fast + ["TRAIN.COMPILE", "none", "TRAIN.CUDA_GRAPH", "True"]

@@ -162,6 +162,15 @@ def test_every_trainer_reads_only_through_the_ledger(world, tiny_teacher_clip_fi
                 "TRAINER.PETR.TEACHER_CACHE", "views", "TRAINER.PETR.TEACHER_CACHE_DIR", str(root / "shared_cache"))
         _, roles = run(name, "PETR", "demo", *opts, shots="0")
     assert roles["cache"] == 4  # the .json and .pt of train_x and of train_u
+    for name in ("PETR decoded views built", "PETR decoded views read"):  # + the decoded views, tensor decoder
+        opts = ("TRAINER.PETR.TEACHER_NAME", tiny_teacher_clip_file, "TRAINER.PETR.TEACHER_CKPT", str(published),
+                "TRAINER.PETR.TEACHER_CACHE", "views", "TRAINER.PETR.TEACHER_CACHE_DIR", str(root / "pixel_cache"),
+                "TRAINER.PETR.TEACHER_CACHE_IMAGES", "True", "INPUT.DECODER", "tensor")
+        _, roles = run(name, "PETR", "demo", *opts, shots="0")
+    assert roles["cache"] == 6  # the .json, .pt and .pixels of train_x and of train_u
+    _, roles = run("CoOp decoded images", "CoOp", "demo", "DATALOADER.IMAGE_CACHE_SIDE", "8",
+                   "DATALOADER.IMAGE_CACHE_DIR", str(root / "image_cache"))
+    assert roles["cache"] == 1  # the decoded training images, outside the run folder: declared, read back
     run("PETRCoOp plug-in", "PETRCoOp", "demo", "TRAINER.PETRCOOP.COOP_MODEL_DIR", str(root / "CoOp"))
     for x, learner in PETR_X_LEARNERS.items():
         opts = ("TRAINER.PETRX.TUNED_MODEL_DIR", str(root / learner.trainer), "TRAINER.PETRX.TUNED_TRAINER",
@@ -174,7 +183,7 @@ def test_every_trainer_reads_only_through_the_ledger(world, tiny_teacher_clip_fi
     with capsys.disabled():
         print("\n" + tabulate(TABLE, headers=["run", "images", *ROLE_COLUMNS]))
     assert {row[0].split(" ")[0] for row in TABLE} >= set(TRAINERS) - {"PETRX"} and len(TABLE) == 2 * (
-        len(LEARNERS) + 1 + 2 + len(PETR_X_LEARNERS)) + 3
+        len(LEARNERS) + 1 + 2 + len(PETR_X_LEARNERS)) + 6
 
 
 def test_the_audit_sees_a_reader_that_bypasses_the_ledger(tmp_path):

@@ -57,12 +57,15 @@ def take(stream: LoaderStream, n: int) -> list[torch.Tensor]:
     return [stream.next()["img"] for _ in range(n)]
 
 
-@pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
-def test_a_stream_resumed_at_any_position_yields_the_same_batches(tiny_root, workers, persistent):
+@pytest.mark.parametrize("workers,persistent,decoder", [(0, False, "pil"), (2, False, "pil"), (2, True, "pil"),
+                                                        (0, False, "tensor"), (2, True, "tensor")])
+def test_a_stream_resumed_at_any_position_yields_the_same_batches(tiny_root, workers, persistent, decoder):
     """12 training images, batch 5: 2 batches per pass, so 5 batches cross two restarts. A stream continued from
     the state after k batches yields the remaining batches of the uninterrupted stream, pixel for pixel, with 0 or
-    2 workers (persistent or not) alike; each pass moves the global RNG by exactly one draw."""
-    loader = DataManager(tiny_cfg(tiny_root, workers, "DATALOADER.PERSISTENT_WORKERS", str(persistent))).train_loader_x
+    2 workers (persistent or not) alike, with either image decoder (INPUT.DECODER); each pass moves the global RNG
+    by exactly one draw."""
+    opts = ("DATALOADER.PERSISTENT_WORKERS", str(persistent), "INPUT.DECODER", decoder)
+    loader = DataManager(tiny_cfg(tiny_root, workers, *opts)).train_loader_x
     torch.manual_seed(0)
     stream = LoaderStream(loader)
     reference, states = [], []
@@ -74,7 +77,7 @@ def test_a_stream_resumed_at_any_position_yields_the_same_batches(tiny_root, wor
     for _ in range(3):  # passes started: at the first batch, then after batches 2 and 4
         draw_seed()
     assert torch.equal(after, torch.get_rng_state())
-    workers0 = LoaderStream(DataManager(tiny_cfg(tiny_root, 0)).train_loader_x)
+    workers0 = LoaderStream(DataManager(tiny_cfg(tiny_root, 0, "INPUT.DECODER", decoder)).train_loader_x)
     torch.manual_seed(0)
     assert all(torch.equal(a, b) for a, b in zip(take(workers0, 5), reference))
     for k in range(1, 5):

@@ -13,7 +13,7 @@ import pytest
 
 from datasets.sizes import PUBLISHED_SIZES
 from runner.cli import main as runner_main
-from runner.costs import projected_seconds
+from runner.costs import LOADER_RATES, bound, projected_seconds, projection
 from runner.jobs import job_states, record_job
 from runner.profiles import FAST, PAPER, bf16_opts, launch_env
 from runner.protocols import Planner, Sweep, merge_plans
@@ -135,39 +135,78 @@ def test_planned_run_folders_are_the_scripts_folders(tmp_path, protocol, methods
     assert {name for name, state in job_states(jobs).items() if state == "check"} == finished - current
 
 
+def loaded(rate_of: str, size: str, cpus: int = 8) -> float:
+    """Seconds per image that ``cpus`` loader processes need on the path ``rate_of`` at ``size``."""
+    return 1 / (cpus * LOADER_RATES[size][rate_of])
+
+
 def test_projected_seconds_by_hand(tmp_path):
+    """Start-up, evaluation (the longer of the GPU's and the loader's time per image) and the training steps (the
+    longer of the GPU step and the loading of its images, at 8 loader processes on the dataset's image size: EuroSAT's
+    64 px), plus the fast profile's compilation and views build."""
     jobs = by_name(Planner(sweep("base2new", ("PETR", "CoOp"), ("eurosat",), tmp_path, seeds=(1,))).plan())
     # EuroSAT: 10 classes, 13,500 train / 8,100 test images; base = the first 5 classes, half of the images
-    petr = 60 + 4050 * 0.6 / 1000 + 40 * math.ceil(6750 / 8) * 38.4 / 1000
+    steps = 40 * math.ceil(6750 / 8)
+    petr = (60 + 4050 * max(0.6 / 1000, loaded("pil test", "64x64"))
+            + max(steps * 38.4 / 1000, steps * 16 * loaded("pil", "64x64")))
     assert projected_seconds(jobs["PETR train eurosat seed1"], "base2new", "paper") == pytest.approx(petr)
-    fast = 60 + 4050 * 0.6 / 1000 + 40 * math.ceil(6750 / 8) * 20.4 / 1000 + 39 + 4 * 6750 * 0.57 / 1000
+    fast = (60 + 4050 * max(0.6 / 1000, loaded("tensor test", "64x64"))
+            + max(steps * 20.4 / 1000, steps * 16 * loaded("tensor", "64x64")) + 39
+            + max(4 * 13500 * 0.57 / 1000, 13500 * loaded("views build", "64x64")))
     assert projected_seconds(jobs["PETR train eurosat seed1"], "base2new", "fast") == pytest.approx(fast)
-    coop = 60 + 4050 * 0.3 / 1000 + 200 * math.ceil(16 * 5 / 32) * 20.0 / 1000
+    coop_steps = 200 * math.ceil(16 * 5 / 32)
+    coop_eval = 4050 * max(0.3 / 1000, loaded("pil test", "64x64"))
+    coop = 60 + coop_eval + max(coop_steps * 20.0 / 1000, coop_steps * 32 * loaded("pil", "64x64"))
     assert projected_seconds(jobs["CoOp train eurosat seed1"], "base2new", "paper") == pytest.approx(coop)
-    assert projected_seconds(jobs["CoOp test eurosat seed1"], "base2new", "paper") == pytest.approx(60 + 4050 * 0.3
-                                                                                                    / 1000)
+    assert projected_seconds(jobs["CoOp test eurosat seed1"], "base2new", "paper") == pytest.approx(60 + coop_eval)
+    teacher_steps = 20 * math.ceil(80 / 8)
     assert projected_seconds(jobs["teacher eurosat"], "base2new", "paper") == pytest.approx(
-        60 + 4050 * 1.0 / 1000 + 20 * math.ceil(80 / 8) * 43.3 / 1000)
+        60 + 4050 * max(1.0 / 1000, loaded("pil test", "64x64"))
+        + max(teacher_steps * 43.3 / 1000, teacher_steps * 8 * loaded("pil", "64x64")))
     assert PUBLISHED_SIZES["imagenet"].train == 1_281_167
+
+
+def test_the_loader_bounds_a_step_it_cannot_feed(tmp_path):
+    """ImageNet (500 x 375) PromptKD in the paper profile: at one loader process per GPU, loading 8 images takes
+    longer than the 31.5 ms step, so the steps take the loader's time and the plan names the loader (and how many
+    times the step it needs); at 8, the fast profile's tensor decoder keeps up with its 10.3 ms step."""
+    jobs = by_name(Planner(sweep("base2new", ("PromptKD",), ("imagenet",), tmp_path, seeds=(1,))).plan())
+    job = jobs["PromptKD train imagenet seed1"]
+    steps = 20 * math.ceil(1_281_167 / 8)
+    gpu, loader = steps * 31.5 / 1000, steps * 8 * loaded("pil", "500x375", cpus=1)
+    assert loader > gpu
+    found = projection(job, "base2new", "paper", cpus_per_gpu=1)
+    assert (found.gpu_s, found.loader_s) == (pytest.approx(gpu), pytest.approx(loader))
+    assert found.seconds == pytest.approx(60 + 25000 * max(0.3 / 1000, loaded("pil test", "500x375", 1)) + loader)
+    assert bound([job], "base2new", "paper", cpus_per_gpu=1) == f"loader {loader / gpu:.1f}x"
+    assert bound([job], "base2new", "fast", cpus_per_gpu=8) == "GPU"
+    assert bound([jobs["PromptKD test imagenet seed1"]], "base2new", "paper") == ""  # no training step
 
 
 def test_upstream_projection_by_hand(tmp_path):
     """Upstream's speed: PromptKD's paper step plus the teacher's text features of every class each step, PETR as
-    two such steps, CoOp and the teacher at the paper step; no compilation or teacher cache."""
+    two such steps, CoOp and the teacher at the paper step; no compilation or teacher cache; the steps bounded by
+    the PIL loader as in the paper profile (upstream loads with Dassl's)."""
     jobs = by_name(Planner(sweep("base2new", ("PETR", "PromptKD", "CoOp"), ("eurosat", "imagenet"), tmp_path,
                                  seeds=(1,))).plan())
     # EuroSAT: 10 classes, 13,500 train / 8,100 test images (base: 6,750 / 4,050); ImageNet: 1000 classes
-    kd = 60 + 4050 * 0.3 / 1000 + 20 * math.ceil(13500 / 8) * (31.5 + 10 * 0.047) / 1000
+    step_s = loaded("pil", "64x64")
+    eval_b16 = 4050 * max(0.3 / 1000, loaded("pil test", "64x64"))
+    kd_steps = 20 * math.ceil(13500 / 8)
+    kd = 60 + eval_b16 + max(kd_steps * (31.5 + 10 * 0.047) / 1000, kd_steps * 8 * step_s)
     assert projected_seconds(jobs["PromptKD train eurosat seed1"], "base2new", "upstream") == pytest.approx(kd)
-    petr = 60 + 4050 * 0.6 / 1000 + 40 * math.ceil(6750 / 8) * (63.0 + 10 * 0.094) / 1000
+    petr_steps = 40 * math.ceil(6750 / 8)
+    petr = (60 + 4050 * max(0.6 / 1000, loaded("pil test", "64x64"))
+            + max(petr_steps * (63.0 + 10 * 0.094) / 1000, petr_steps * 16 * step_s))
     assert projected_seconds(jobs["PETR train eurosat seed1"], "base2new", "upstream") == pytest.approx(petr)
-    imagenet_kd = 60 + 25000 * 0.3 / 1000 + 20 * math.ceil(1_281_167 / 8) * (31.5 + 1000 * 0.047) / 1000
+    in_steps = 20 * math.ceil(1_281_167 / 8)
+    imagenet_kd = (60 + 25000 * max(0.3 / 1000, loaded("pil test", "500x375"))
+                   + max(in_steps * (31.5 + 1000 * 0.047) / 1000, in_steps * 8 * loaded("pil", "500x375")))
     assert projected_seconds(jobs["PromptKD train imagenet seed1"], "base2new", "upstream") == pytest.approx(
         imagenet_kd)
-    coop = 60 + 4050 * 0.3 / 1000 + 200 * math.ceil(16 * 5 / 32) * 20.0 / 1000
+    coop_steps = 200 * math.ceil(16 * 5 / 32)
+    coop = 60 + eval_b16 + max(coop_steps * 20.0 / 1000, coop_steps * 32 * step_s)
     assert projected_seconds(jobs["CoOp train eurosat seed1"], "base2new", "upstream") == pytest.approx(coop)
-    assert projected_seconds(jobs["teacher eurosat"], "base2new", "upstream") == pytest.approx(
-        60 + 4050 * 1.0 / 1000 + 20 * math.ceil(80 / 8) * 43.3 / 1000)
 
 
 def test_fast_profile_overrides(tmp_path):
@@ -177,16 +216,16 @@ def test_fast_profile_overrides(tmp_path):
     cache = str(tmp_path / "out" / "teacher_cache")
     # the profile's overrides first, the user's after them (they win), bf16 first of all at launch
     assert jobs["PETR train dtd seed1"].knobs["EXTRA_OPTS"].split() == [
-        "DATALOADER.PERSISTENT_WORKERS", "True", "TRAIN.COMPILE", "compile", "TRAINER.PETR.TEACHER_CACHE", "views",
-        "TRAINER.PETR.TEACHER_CACHE_DIR", cache, "OPTIM.MAX_EPOCH", "2"]
+        "DATALOADER.PERSISTENT_WORKERS", "True", "INPUT.DECODER", "tensor", "TRAIN.COMPILE", "compile",
+        "TRAINER.PETR.TEACHER_CACHE", "views", "TRAINER.PETR.TEACHER_CACHE_DIR", cache, "OPTIM.MAX_EPOCH", "2"]
     assert jobs["CoOp train dtd seed1"].knobs["EXTRA_OPTS"].split() == [
-        "DATALOADER.PERSISTENT_WORKERS", "True", "OPTIM.MAX_EPOCH", "2"]
+        "DATALOADER.PERSISTENT_WORKERS", "True", "INPUT.DECODER", "tensor", "OPTIM.MAX_EPOCH", "2"]
     assert jobs["teacher dtd"].knobs["EXTRA_OPTS"].split() == ["DATALOADER.PERSISTENT_WORKERS", "True",
-                                                             "OPTIM.MAX_EPOCH", "2"]
+                                                             "INPUT.DECODER", "tensor", "OPTIM.MAX_EPOCH", "2"]
     assert jobs["teacher dtd"].bf16_ns == "" and jobs["CoOp train dtd seed1"].bf16_ns == "COOP"
     petr = jobs["PETR train dtd seed1"]
     assert launch_env(petr.knobs, petr.bf16_ns, has_bf16=True)["EXTRA_OPTS"].startswith(
-        "TRAINER.PETR.PREC bf16 DATALOADER.PERSISTENT_WORKERS True")
+        "TRAINER.PETR.PREC bf16 DATALOADER.PERSISTENT_WORKERS True INPUT.DECODER tensor")
     assert launch_env(petr.knobs, petr.bf16_ns, has_bf16=False) == petr.knobs  # fp16 kept without bf16
     assert jobs["ZeroshotCLIP zero-shot dtd"].bf16_ns == ""  # evaluates in fp32
     paper = by_name(Planner(sweep("base2new", ("PETR",), ("dtd",), tmp_path, seeds=(1,), profile=PAPER)).plan())
@@ -198,6 +237,7 @@ def test_fast_profile_options_are_config_keys(tmp_path):
     accepts, and sets what the method's row says it takes (``Method.fast``)."""
     from engine import get_cfg_default
     from engine.compile import COMPILE_MODES
+    from engine.decoding import DECODERS
     from engine.precision import PRECISIONS
     from trainers.config import extend_cfg
     from trainers.teacher_cache import CACHE_MODES
@@ -208,12 +248,14 @@ def test_fast_profile_options_are_config_keys(tmp_path):
         cfg.merge_from_list(FAST.opts(method, str(tmp_path)) + bf16_opts(FAST.bf16_ns(method), has_bf16=True))
         trainer = cfg.TRAINER[method.ns]
         assert cfg.DATALOADER.PERSISTENT_WORKERS is True and trainer.PREC in PRECISIONS
+        assert cfg.INPUT.DECODER == "tensor" in DECODERS
         assert trainer.PREC == ("bf16" if "bf16" in method.fast else shipped), method.name
         assert cfg.TRAIN.COMPILE == ("compile" if "compile" in method.fast else "none") and cfg.TRAIN.COMPILE in \
             COMPILE_MODES
         if "teacher_cache" in method.fast:
             assert trainer.TEACHER_CACHE == "views" in CACHE_MODES
             assert trainer.TEACHER_CACHE_DIR == os.path.join(str(tmp_path), "teacher_cache")
+            assert trainer.TEACHER_CACHE_IMAGES is False  # decoded views: the user's choice (their disk)
     assert {m.name for m in METHODS.values() if "teacher_cache" in m.fast} == {
         m.name for m in METHODS.values() if m.distilled}  # the distilled students have the teacher cache
 
@@ -241,6 +283,30 @@ def test_dry_run_prints_the_plan(tmp_path, capsys):
     assert "CFG=vit_b16_ep40_batch8_4ctx SHOTS=0 bash scripts/petr/base2new_train.sh eurosat 1" in out
     assert "PETR paper: 38.4 ms (docs/throughput.md GPU table" in out
     assert "PETR upstream: 63.0 ms + 0.094 ms per class (two upstream PromptKD steps" in out
+    # per method: GPU-hours and what bounds its steps, at the default 8 loader processes per GPU
+    assert "Per method, with 8 loader processes per GPU (--cpus-per-gpu;" in out
+    assert re.search(r"^method +GPU-h paper +GPU-h fast +GPU-h upstream +bound paper +bound fast +bound upstream$",
+                     out, re.MULTILINE)
+    row = next(line for line in out.splitlines() if line.startswith("PETR "))
+    petr = [j for j in planned if j.method == "PETR"]  # all to run (one resumes)
+    hours = [sum(projected_seconds(j, "base2new", p) for j in petr) / 3600 for p in ("paper", "fast", "upstream")]
+    assert [float(v) for v in row.split()[1:4]] == pytest.approx(hours, abs=0.05)
+    assert row.split(None, 4)[4].split("  ")[0] == bound(petr, "base2new", "paper")
+    assert row.rstrip().endswith(bound(petr, "base2new", "upstream"))
+
+
+def test_cpus_per_gpu_changes_the_projection(tmp_path, capsys):
+    """One loader process per GPU instead of 8: PETR on ImageNet-sized images is bound by its loader."""
+    args = ["base2new", "--methods", "PETR", "--datasets", "food101", "--seeds", "1", "--data", str(tmp_path / "d"),
+            "--output", str(tmp_path / "out"), "--teacher-dir", str(tmp_path / "t"), "--dry-run"]
+    totals = {}
+    for cpus in ("8", "1"):
+        runner_main([*args, "--cpus-per-gpu", cpus])
+        out = capsys.readouterr().out
+        totals[cpus] = float(next(line.split()[-3] for line in out.splitlines() if line.startswith("total")))
+        row = next(line for line in out.splitlines() if line.startswith("PETR "))
+        assert (" loader " in row) == (cpus == "1"), row
+    assert totals["1"] > totals["8"]
 
 
 def test_the_plan_says_why_a_job_has_no_projection(tmp_path, capsys):
@@ -260,6 +326,7 @@ def test_the_plan_says_why_a_job_has_no_projection(tmp_path, capsys):
     (["base2new", "--datasets", "eurosatt"], "error: unknown dataset 'eurosatt'; use one of: caltech101"),
     (["xd", "--source", "demonet"], "error: no default cross-dataset targets for source 'demonet': name them"),
     (["base2new", "--cpu-jobs", "0"], "error: --cpu-jobs must be at least 1"),
+    (["base2new", "--cpus-per-gpu", "0"], "error: --cpus-per-gpu must be at least 1"),
     (["base2new", "--procs-per-job", "2"], "error: --procs-per-job 2 is for CPU jobs (--gpus-per-job 0): a GPU job "
                                            "runs one process per GPU (--gpus-per-job 1)"),
     (["base2new", "--config", "vit_b99"], "error: no config configs/trainers/PromptSRC/vit_b99.yaml for PromptSRC: "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -163,3 +164,131 @@ def test_teacher_digest_of_a_prompted_teacher(tiny_teacher_clip):
     with torch.no_grad():
         learner.parameters().__next__().add_(1e-3)
     assert teacher_digest(teacher) != key  # other prompt values rebuild it
+
+
+def test_decoded_views_are_the_stored_crops_and_change_no_tensor(tmp_path, capsys, tiny_clip_file,
+                                                                 tiny_teacher_clip_file):
+    """TEACHER_CACHE_IMAGES: the .pixels file holds each stored view as PIL cuts it (recomputed here from the stored
+    parameters), the loader yields exactly the tensors it yields without it (same seed), and the teacher's features
+    are the same; a second run reads both back."""
+    plain = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "views")
+    pixels = cached_trainer(tmp_path / "p", tiny_clip_file, tiny_teacher_clip_file, "views",
+                            "TRAINER.PROMPTKD.TEACHER_CACHE_IMAGES", "True")
+    assert "Storing the decoded views" in capsys.readouterr().out
+    cache = pixels.teacher_cache["train_x"]
+    stored = cache.pixels.arrays
+    assert stored["pixels"].shape == (len(pixels.dm.dataset.train_x), 3, 3, 32, 32)
+    assert stored["pixels"].dtype == np.uint8
+    assert torch.equal(torch.from_numpy(np.array(stored["views"])), cache.views)
+    for index, item in enumerate(pixels.dm.dataset.train_x[:4]):
+        for view in range(3):
+            t, left, h, w, flipped = cache.views[index, view].tolist()
+            with Image.open(item.impath) as img:
+                crop = TF.resized_crop(img.convert("RGB"), t, left, h, w, [32, 32], InterpolationMode.BICUBIC)
+            crop = TF.hflip(crop) if flipped else crop
+            np.testing.assert_array_equal(stored["pixels"][index, view], np.asarray(crop).transpose(2, 0, 1))
+    assert torch.equal(cache.features, plain.teacher_cache["train_x"].features)
+    for trainer in (plain, pixels):
+        torch.manual_seed(0)
+        trainer.batches = [next(iter(trainer.train_loader_x)) for _ in range(3)]
+    for a, b in zip(plain.batches, pixels.batches):
+        assert torch.equal(a["img"], b["img"]) and torch.equal(a["index"], b["index"])
+
+    again = cached_trainer(tmp_path / "p", tiny_clip_file, tiny_teacher_clip_file, "views",
+                           "TRAINER.PROMPTKD.TEACHER_CACHE_IMAGES", "True")
+    out = capsys.readouterr().out
+    assert "Decoded views" in out and "up to date" in out
+    assert "Storing the decoded views" not in out and "Building the teacher cache" not in out
+    assert np.array_equal(again.teacher_cache["train_x"].pixels.arrays["pixels"], stored["pixels"])
+
+
+def test_stale_decoded_views_are_stored_again_and_a_new_teacher_reads_them(tmp_path, capsys, tiny_clip_file,
+                                                                           tiny_teacher_clip_file):
+    """Another transform or decoder stores the views again; another teacher keeps them (pixels do not depend on
+    it) and builds its features from them, equal to features built from the image files; other images are another
+    file, the first left as it was."""
+    images = ("TRAINER.PROMPTKD.TEACHER_CACHE_IMAGES", "True")
+    first = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "views", *images)
+    path = first.teacher_cache["train_x"].pixels.path
+    stamp = os.stat(path).st_mtime_ns
+    capsys.readouterr()
+    other = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "views", *images, "INPUT.RRCROP_SCALE",
+                           "(0.5, 1.0)")
+    assert f"Decoded views {path} is stale (transform changed)" in capsys.readouterr().out
+    assert other.teacher_cache["train_x"].pixels.path == path and os.stat(path).st_mtime_ns != stamp
+    decoder = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "views", *images, "INPUT.RRCROP_SCALE",
+                             "(0.5, 1.0)", "INPUT.DECODER", "tensor")
+    assert "is stale (decoder changed)" in capsys.readouterr().out
+    stamp = os.stat(path).st_mtime_ns
+
+    state = torch.load(tiny_teacher_clip_file, weights_only=True)
+    state["visual.proj"] = state["visual.proj"] + 0.05 * torch.randn_like(state["visual.proj"])
+    changed_teacher = str(tmp_path / "changed-teacher.pt")
+    torch.save(state, changed_teacher)
+    opts = ("INPUT.RRCROP_SCALE", "(0.5, 1.0)", "INPUT.DECODER", "tensor")
+    changed = cached_trainer(tmp_path, tiny_clip_file, changed_teacher, "views", *images, *opts)
+    out = capsys.readouterr().out
+    assert "stale (teacher changed)" in out and "from the decoded views" in out and "up to date" in out
+    assert os.stat(path).st_mtime_ns == stamp
+    assert not torch.allclose(changed.teacher_cache["train_x"].features, decoder.teacher_cache["train_x"].features)
+    from_files = cached_trainer(tmp_path / "files", tiny_clip_file, changed_teacher, "views", *opts)
+    torch.testing.assert_close(changed.teacher_cache["train_x"].features,
+                               from_files.teacher_cache["train_x"].features, rtol=0, atol=0)
+
+    novel = cached_trainer(tmp_path, tiny_clip_file, changed_teacher, "views", *images, *opts,
+                           "DATASET.NUM_SHOTS", "2")
+    assert novel.teacher_cache["train_x"].pixels.path != path and os.stat(path).st_mtime_ns == stamp
+
+
+def test_a_corrupt_decoded_views_file_is_one_clear_error(tmp_path, tiny_clip_file, tiny_teacher_clip_file):
+    images = ("TRAINER.PROMPTKD.TEACHER_CACHE_IMAGES", "True")
+    trainer = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "fixed", *images)
+    broken = trainer.teacher_cache["train_x"].pixels.path
+    with open(broken, "r+b") as f:
+        f.truncate(os.path.getsize(broken) - 100)
+    with pytest.raises(ValueError) as error:
+        cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "fixed", *images)
+    message = str(error.value)
+    assert "\n" not in message and broken in message and "truncated" in message and "delete it to rebuild" in message
+
+
+def test_decoded_fixed_views_are_the_test_views(tmp_path, tiny_clip_file, tiny_teacher_clip_file):
+    """TEACHER_CACHE fixed with TEACHER_CACHE_IMAGES: one stored view per image, the test transform's (PIL: resize
+    the shorter side, centre crop), and the loader's batches equal those made from the image files, bit for bit."""
+    plain = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "fixed")
+    pixels = cached_trainer(tmp_path / "p", tiny_clip_file, tiny_teacher_clip_file, "fixed",
+                            "TRAINER.PROMPTKD.TEACHER_CACHE_IMAGES", "True")
+    stored = pixels.teacher_cache["train_x"].pixels.arrays["pixels"]
+    assert stored.shape == (len(pixels.dm.dataset.train_x), 1, 3, 32, 32)
+    for index, item in enumerate(pixels.dm.dataset.train_x[:4]):
+        with Image.open(item.impath) as img:
+            view = TF.center_crop(TF.resize(img.convert("RGB"), 32, InterpolationMode.BICUBIC), [32, 32])
+        np.testing.assert_array_equal(stored[index, 0], np.asarray(view).transpose(2, 0, 1))
+    for trainer in (plain, pixels):
+        torch.manual_seed(0)
+        trainer.batch = next(iter(trainer.train_loader_x))
+    assert torch.equal(plain.batch["img"], pixels.batch["img"]) and torch.equal(plain.batch["index"],
+                                                                                 pixels.batch["index"])
+
+
+def test_a_run_that_builds_the_cache_trains_as_one_that_reads_it(tmp_path, tiny_clip_file, tiny_teacher_clip_file):
+    """Building the cache iterates loaders, which draw their base seeds from the global RNG: were it not put back, a
+    run that builds the cache would draw other passes than one that finds it (the fast profile shares one cache
+    between the seeds, so numbers would depend on the jobs' order). Built, read, and built with the decoded views
+    (PIL decoder): the same trained weights, bit for bit."""
+    write_colour_eurosat(tmp_path / "data")
+
+    def trained(name: str, cache: str, *extra: str) -> dict:
+        out = tmp_path / name
+        train.main(promptkd_argv(tmp_path / "data", out, tiny_clip_file, tiny_teacher_clip_file, "OPTIM.MAX_EPOCH",
+                                 "1", "TRAINER.PROMPTKD.TEACHER_CACHE", "views", "TRAINER.PROMPTKD.TEACHER_CACHE_DIR",
+                                 str(tmp_path / cache), *extra))
+        folder = next(p for p in out.iterdir() if (p / "checkpoint").is_file())
+        return torch.load(folder / (folder / "checkpoint").read_text().strip(), weights_only=True)["state_dict"]
+
+    built = trained("built", "cache")
+    assert {p.suffix for p in (tmp_path / "cache").iterdir()} == {".pt", ".json"}
+    read = trained("read", "cache")
+    decoded = trained("decoded", "cache2", "TRAINER.PROMPTKD.TEACHER_CACHE_IMAGES", "True")
+    for name, tensor in built.items():
+        assert torch.equal(tensor, read[name]) and torch.equal(tensor, decoded[name]), name

@@ -10,6 +10,9 @@
   PETR's, PromptKD's and the PromptSRC teacher's full steps for each precision, TRAIN.COMPILE mode and teacher
   cache off/on with peak GPU memory, train.py epochs on a generated 224 px image tree (images/s with data
   loading, persistent workers off/on), and a projected ImageNet base-to-novel epoch on the device.
+* loader (tools/bench_loader.py): one core loading a training image per image size (64 px to 800 x 600) and path
+  (PIL or tensor decoding, the teacher cache's decoded views, stored images), and train.py epochs of PETR and
+  PromptKD per teacher cache and decoder with their data share; prints runner/costs.py's LOADER_RATES lines.
 
     python tools/benchmark.py                         # both parts, ViT-B/16 + ViT-L/14 shapes
     python tools/benchmark.py inference --batch 8 --iters 3 --threads 2
@@ -17,6 +20,7 @@
     python tools/benchmark.py train --model tiny --train-iters 3 --workers 2     # CPU table of docs/throughput.md
     python tools/benchmark.py train --device cuda --classes 1000 --train-iters 20 --warmup 5
     python tools/benchmark.py --device cuda --prec amp --batch 64 --iters 20 --warmup 5
+    python tools/benchmark.py loader --threads 1      # the data path: per-core loading, train.py epochs (data share)
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ if not __package__:  # run as `python tools/benchmark.py`
 import clip
 from engine.compile import COMPILE_MODES
 from engine.precision import PRECISIONS, autocast
+from tools.bench_loader import SIZES, loader_part
 from tools.bench_models import (  # noqa: F401 (public names)
     SPECS,
     ModelSpec,
@@ -208,8 +213,8 @@ def format_train(rows: list) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("part", nargs="?", default="all", choices=["all", "inference", "train", "steps"],
-                   help="what to measure (steps: only the real trainers' step table)")
+    p.add_argument("part", nargs="?", default="all", choices=["all", "inference", "train", "steps", "loader"],
+                   help="what to measure (steps: only the real trainers' step table; loader: the data path)")
     p.add_argument("--model", default="vit_b16", choices=sorted(SPECS), help="model shapes (tiny: seconds, tests)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda[:N]")
     p.add_argument("--prec", default="fp32", choices=["fp32", "amp"],
@@ -234,10 +239,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=2, help="train.py epochs per setting (0: skip that part)")
     p.add_argument("--epoch-model", default="tiny224", choices=sorted(SPECS), help="model shapes of the epochs")
     p.add_argument("--epoch-images-per-class", type=int, default=64, help="images per class of the generated tree")
-    p.add_argument("--workers", type=int, default=None, help="DATALOADER.NUM_WORKERS (default: the config's)")
+    p.add_argument("--workers", type=int, default=None, help="DATALOADER.NUM_WORKERS (default: the config's; loader "
+                   "part: this machine's cores)")
+    p.add_argument("--loader-sizes", nargs="+", default=list(SIZES), metavar="WxH",
+                   help="image sizes of the per-core loading table")
+    p.add_argument("--loader-images", type=int, default=32, help="images per size of the per-core table")
+    p.add_argument("--loader-rounds", type=int, default=7, help="timed passes per path (median)")
+    p.add_argument("--epoch-size", default="500x375", metavar="WxH", help="image size of the loader part's epochs")
     args = p.parse_args(argv)
     for name in ("classes", "batch", "iters", "router_fit", "train_batch", "train_iters", "step_batch",
-                 "epoch_images_per_class"):
+                 "epoch_images_per_class", "loader_images", "loader_rounds"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.train_batch < 2 or args.step_batch < 2:
@@ -263,6 +274,8 @@ def main(argv: list[str] | None = None) -> None:
         del models
     if args.part == "steps":
         train_parts(args, spec, device)
+    if args.part == "loader":
+        loader_part(args, device, where)
     if args.part in ("all", "train"):
         print(f"\n== Training step (PromptKD student, KD loss, SGD): median of {args.train_iters} steps after "
               f"{args.warmup} warm-up, batch {args.train_batch}")

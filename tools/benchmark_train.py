@@ -262,23 +262,40 @@ def tree_classes(classes: int) -> list[str]:
     return list(EUROSAT_CLASSES[:classes]) + [f"Class{i:04d}" for i in range(len(EUROSAT_CLASSES), classes)]
 
 
+def photo_like(width: int, height: int, rng: np.random.Generator) -> Image.Image:
+    """A ``width`` x ``height`` RGB image whose JPEG costs about what a photo's does: random colours at four scales
+    (4 to 256 cells across) and pixel noise, near 4 bits per pixel at quality 90 (a photo of ImageNet's size: 3 to 6),
+    so that decoding, not the file's emptiness, is what a benchmark times."""
+    acc = np.zeros((height, width, 3), np.float32)
+    for cells, amplitude in ((4, 90.0), (16, 50.0), (64, 30.0), (256, 24.0)):
+        across, down = max(2, width * cells // max(width, height)), max(2, height * cells // max(width, height))
+        grid = np.clip(rng.normal(0, 40, (down, across, 3)) + 128, 0, 255).astype(np.uint8)
+        up = np.asarray(Image.fromarray(grid).resize((width, height), Image.BICUBIC), np.float32) - 128
+        acc += up * amplitude / 40
+    acc += rng.normal(0, 9, acc.shape)
+    return Image.fromarray(np.clip(acc + 128, 0, 255).astype(np.uint8))
+
+
 def write_jpeg_tree(root: str, per_class: int, size: int = 224, seed: int = 0,
-                    classes: int = len(EUROSAT_CLASSES)) -> str:
-    """``<root>/eurosat/2750/<Class>/<Class>_<i>.jpg``: smooth random ``size`` px JPEGs, ``per_class`` in each of
-    ``classes`` class folders (``tree_classes``); EuroSAT's reader splits each folder 50/20/30, so a class needs at
-    least 4 images."""
+                    classes: int = len(EUROSAT_CLASSES), height: int | None = None, photo: bool = False) -> str:
+    """``<root>/eurosat/2750/<Class>/<Class>_<i>.jpg``: ``per_class`` JPEGs (quality 90) of ``size`` x ``height``
+    (default square) px in each of ``classes`` class folders (``tree_classes``), smooth random images or, with
+    ``photo``, :func:`photo_like` ones; EuroSAT's reader splits each folder 50/20/30, so a class needs at least 4."""
     rng = np.random.default_rng(seed)
     for name in tree_classes(classes):
         folder = os.path.join(root, "eurosat", "2750", name)
         os.makedirs(folder, exist_ok=True)
         for i in range(per_class):
-            coarse = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
-            image = Image.fromarray(coarse).resize((size, size), Image.BICUBIC)
+            if photo:
+                image = photo_like(size, height or size, rng)
+            else:
+                coarse = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+                image = Image.fromarray(coarse).resize((size, height or size), Image.BICUBIC)
             image.save(os.path.join(folder, f"{name}_{i + 1}.jpg"), quality=90)
     return root
 
 
-_LOG_LINE = re.compile(r"time [\d.]+ \(([\d.]+)\) data [\d.]+ \(([\d.]+)\)")
+STEP_LOG_LINE = re.compile(r"time [\d.]+ \(([\d.]+)\) data [\d.]+ \(([\d.]+)\)")
 
 
 def epoch_report(spec: ModelSpec, device: torch.device, prec: str, per_class: int, epochs: int,
@@ -303,19 +320,26 @@ def epoch_report(spec: ModelSpec, device: torch.device, prec: str, per_class: in
             if not persistent:
                 load_ms = loading_cost(trainer.train_loader_x.dataset)
             for epoch in range(epochs):
-                trainer.epoch = epoch
-                log = io.StringIO()
-                with contextlib.redirect_stdout(log):
-                    start = time.perf_counter()
-                    trainer.run_epoch()
-                    elapsed = time.perf_counter() - start
-                step_s, data_s = (float(v) for v in _LOG_LINE.findall(log.getvalue())[-1])
+                elapsed, step_s, data_s = timed_epoch(trainer, epoch)
                 n_images = 2 * trainer.num_batches * trainer.cfg.DATALOADER.TRAIN_X.BATCH_SIZE
                 rows.append([epoch + 1, n_workers, "on" if persistent else "off", trainer.num_batches, n_images,
                              f"{elapsed:.2f}", f"{n_images / elapsed:.1f}", f"{1e3 * step_s:.1f}",
                              f"{1e3 * data_s:.1f}", f"{100 * data_s / step_s:.0f}%"])
             del trainer
     return rows, load_ms
+
+
+def timed_epoch(trainer, epoch: int) -> tuple[float, float, float]:
+    """Run epoch ``epoch`` of a built trainer (its output kept from the terminal): its seconds, and the average step
+    and data-wait seconds of train.py's meters (its last progress line: TRAIN.PRINT_FREQ 1 gives every step's)."""
+    trainer.epoch = epoch
+    log = io.StringIO()
+    with contextlib.redirect_stdout(log):
+        start = time.perf_counter()
+        trainer.run_epoch()
+        elapsed = time.perf_counter() - start
+    step_s, data_s = (float(v) for v in STEP_LOG_LINE.findall(log.getvalue())[-1])
+    return elapsed, step_s, data_s
 
 
 def loading_cost(dataset, n: int = 32) -> float:

@@ -13,7 +13,7 @@ from engine.compile import compile_clip
 from engine.errors import ConfigError
 from engine.precision import weight_dtype
 from engine.run_lock import launched_world_size
-from engine.schema import NON_NEGATIVE, POSITIVE, Choice, Int, KeyTable, Text
+from engine.schema import NON_NEGATIVE, POSITIVE, Bool, Choice, Int, KeyTable, Text
 
 from .backbone import ClipWeightsCheck, load_backbone
 from .losses import kd_loss
@@ -37,6 +37,8 @@ TEACHER_KEYS: KeyTable = {
     "TEACHER_CACHE": ("none", Choice(CACHE_MODES)),
     "TEACHER_CACHE_VIEWS": (4, Int(1)),
     "TEACHER_CACHE_DIR": ("", Text()),  # "" = <OUTPUT_DIR>/teacher_cache; share one folder across runs
+    # also store the cache's views decoded (uint8, memory-mapped): epochs after the build decode no image
+    "TEACHER_CACHE_IMAGES": (False, Bool()),
 }
 """The teacher keys every distilling trainer (PromptKD, PETR) has in its namespace, declared once."""
 
@@ -48,7 +50,8 @@ class DistillMixin(ClipWeightsCheck):
     features of the task's classes, [C, D], float32, computed once) and ``self.logit_scale`` (the student CLIP's
     exp'd scale, as PromptKD); both CLIPs in the run's precision. With ``TEACHER_CACHE`` fixed or views,
     ``before_train`` loads or builds the teacher cache and swaps the train loaders for ones yielding the stored views
-    (``trainers/teacher_cache.py``). ``TRAIN.COMPILE`` compiles both frozen CLIPs (``engine/compile.py``).
+    (``trainers/teacher_cache.py``; decoded once and stored with ``TEACHER_CACHE_IMAGES``). ``TRAIN.COMPILE``
+    compiles both frozen CLIPs (``engine/compile.py``).
     """
 
     def clip_weight_names(self, cfg) -> list[str]:
@@ -57,7 +60,7 @@ class DistillMixin(ClipWeightsCheck):
 
     def check_cfg(self, cfg) -> None:
         super().check_cfg(cfg)
-        check_cache_mode(cfg, cfg.TRAINER[self.NS].TEACHER_CACHE)
+        check_cache_mode(cfg, self.NS)
         self.check_norm_batches(cfg)
 
     def check_norm_batches(self, cfg) -> None:
@@ -108,7 +111,7 @@ class DistillMixin(ClipWeightsCheck):
                 continue
             cache = load_or_build(cfg, split, source, ns.TEACHER_CACHE, ns.TEACHER_CACHE_VIEWS, teacher_key,
                                   self.teacher_image_features_amp, self.prec, self.dm.tfm_test, cache_dir,
-                                  self.device)
+                                  self.device, images=ns.TEACHER_CACHE_IMAGES)
             self.teacher_cache[split] = cache
             setattr(self, loader, cached_loader(cfg, split, source, cache, ns.TEACHER_CACHE, self.dm.tfm_test))
 

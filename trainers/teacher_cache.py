@@ -16,6 +16,14 @@ Files (in ``TEACHER_CACHE_DIR``, default ``<OUTPUT_DIR>/teacher_cache``): ``<nam
 ``weights_only=True``; ``<name>.json`` says what it was made from. Both are written atomically. The key hashes
 the image paths, the transform and the teacher's weights and precision; when any of them changes the files are
 rebuilt. Size: N · K · D · 4 bytes (docs/throughput.md, teacher cache, gives ImageNet's).
+
+Decoded views (``TEACHER_CACHE_IMAGES True``): the stored views themselves, uint8 [N, K, 3, H, W] with their
+parameters, in ``<name>.pixels`` beside them (``engine/array_file.py``: memory-mapped, keyed and checked as the
+features are, read through the inputs ledger). The training loader then reads each view from there and only makes it
+float and normalises it: epochs decode nothing. The pixels depend on the images, the transform, K and the decoder,
+not on the teacher, so a new teacher rebuilds the features from the stored pixels without decoding. Size:
+N · K · 3 · H · W bytes (150,528 per view at 224 px). With the PIL decoder the student sees the very tensor it sees
+without them.
 """
 from __future__ import annotations
 
@@ -24,24 +32,28 @@ import json
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import functional as TF
 from tqdm import tqdm
 
+from engine.array_file import ArrayFile, ArrayWriter, corrupt_cache, open_keyed, write_arrays
 from engine.checkpoint import atomic_torch_save
 from engine.data_manager import build_data_loader
 from engine.data_stream import sample_context
 from engine.dataset_base import Datum
+from engine.decoding import as_tensor, decoder_for, decoder_of, load_image, split_stages
 from engine.errors import ConfigError
 from engine.inputs import declare_cache, open_input
 from engine.preemption import worker_init_fn
+from engine.tensor_transforms import finish_pixels
 from engine.transforms import INTERPOLATION_MODES
-from engine.utils import read_image, write_json
+from engine.utils import write_json
 
 CACHE_MODES = ("none", "fixed", "views")
 VIEW_TRANSFORMS = ("random_resized_crop", "random_flip", "normalize")
@@ -77,7 +89,9 @@ def sample_view(width: int, height: int, scale: Sequence[float], crop: bool, fli
 
 @dataclass(frozen=True)
 class ViewTransform:
-    """Applies stored view parameters to a PIL image: crop + resize to ``size``, flip, to tensor, normalise."""
+    """Applies stored view parameters to an image: crop + resize to ``size``, flip (:meth:`pixels`, uint8), then
+    float and normalisation (:meth:`finish`). With ``decoder`` pil the image is a PIL image and PIL resamples it;
+    with tensor it is an ``engine.decoding.ImageFile`` (engine/decoding.py)."""
 
     size: tuple[int, int]
     interpolation: str
@@ -87,6 +101,7 @@ class ViewTransform:
     crop: bool
     flip: bool
     normalize: bool
+    decoder: str = field(default="pil", repr=False)  # in the cache key only when it is not pil (older keys stay)
 
     @classmethod
     def from_cfg(cls, cfg) -> ViewTransform:
@@ -98,54 +113,92 @@ class ViewTransform:
                              f"use {list(VIEW_TRANSFORMS)} or TEACHER_CACHE none/fixed")
         return cls(tuple(cfg.INPUT.SIZE), cfg.INPUT.INTERPOLATION, tuple(cfg.INPUT.PIXEL_MEAN),
                    tuple(cfg.INPUT.PIXEL_STD), tuple(cfg.INPUT.RRCROP_SCALE), "random_resized_crop" in choices,
-                   "random_flip" in choices, "normalize" in choices)
+                   "random_flip" in choices, "normalize" in choices, decoder_of(cfg))
 
     def sample(self, image, index: int, k: int) -> list[list[int]]:
         """The K views of the image at ``index``: the same for the same index, whatever the process."""
         generator = torch.Generator().manual_seed(VIEW_SEED * 1_000_003 + index)
-        return [sample_view(image.width, image.height, self.scale, self.crop, self.flip, generator)
-                for _ in range(k)]
+        width, height = image.size
+        return [sample_view(width, height, self.scale, self.crop, self.flip, generator) for _ in range(k)]
+
+    def pixels(self, image, view: Sequence[int]) -> torch.Tensor:
+        """The view of ``image`` as uint8 [3, h, w]."""
+        top, left, h, w, flipped = (int(v) for v in view)
+        if self.decoder == "tensor":
+            out = image.region((top, left, h, w), self.size, self.interpolation)
+            return TF.hflip(out) if flipped else out
+        out = TF.resized_crop(image, top, left, h, w, list(self.size), INTERPOLATION_MODES[self.interpolation])
+        return as_tensor(TF.hflip(out) if flipped else out)
+
+    def finish(self, pixels: torch.Tensor) -> torch.Tensor:
+        """uint8 [3, h, w] -> the normalised float view (``ToTensor`` then ``Normalize``)."""
+        return finish_pixels(pixels, self.mean, self.std, self.normalize)
 
     def __call__(self, image, view: Sequence[int]) -> torch.Tensor:
-        top, left, h, w, flipped = (int(v) for v in view)
-        out = TF.resized_crop(image, top, left, h, w, list(self.size), INTERPOLATION_MODES[self.interpolation])
-        if flipped:
-            out = TF.hflip(out)
-        tensor = TF.to_tensor(out)
-        return TF.normalize(tensor, list(self.mean), list(self.std)) if self.normalize else tensor
+        return self.finish(self.pixels(image, view))
 
 
-def check_cache_mode(cfg, mode: str) -> None:
-    """For ``views``: raise ConfigError when INPUT.TRANSFORMS holds transforms that cannot be stored (the mode itself
-    is one of ``CACHE_MODES``: the config schema checks it)."""
+def check_cache_mode(cfg, ns: str) -> None:
+    """The teacher cache keys of ``TRAINER.<ns>``: for ``views``, ConfigError when INPUT.TRANSFORMS holds transforms
+    that cannot be stored (the mode itself is one of ``CACHE_MODES``: the config schema checks it); decoded views
+    (``TEACHER_CACHE_IMAGES``) need a cache to store; decoded training images (``DATALOADER.IMAGE_CACHE_SIDE``)
+    would feed loaders the cache replaces."""
+    mode = cfg.TRAINER[ns].TEACHER_CACHE
     if mode == "views":
         ViewTransform.from_cfg(cfg)
+    if cfg.TRAINER[ns].TEACHER_CACHE_IMAGES and mode == "none":
+        raise ConfigError(f"TRAINER.{ns}.TEACHER_CACHE_IMAGES True stores the teacher cache's views decoded, but "
+                          f"TRAINER.{ns}.TEACHER_CACHE is none; set it to fixed or views, or the images to False")
+    side = cfg.DATALOADER.get("IMAGE_CACHE_SIDE", 0)
+    if side and mode != "none":
+        raise ConfigError(f"DATALOADER.IMAGE_CACHE_SIDE {side} would decode the training images for loaders that "
+                          f"TRAINER.{ns}.TEACHER_CACHE {mode} replaces; set it to 0 (TRAINER.{ns}.TEACHER_CACHE_IMAGES "
+                          "True stores the cache's own views decoded)")
 
 
-class _BuildDataset(Dataset):
-    """All K views of one image (stacked) with their parameters, for the teacher's one-off forward."""
+class ViewBuildDataset(Dataset):
+    """All K views of one image with their parameters, for the one-off build: ``img`` (normalised, stacked, for the
+    teacher) and, when the pixels are stored, ``pixels`` (uint8); from the image files, or from stored pixels."""
 
-    def __init__(self, source: Sequence[Datum], k: int, view_tfm: ViewTransform | None, fixed_tfm: Callable | None):
-        self.source, self.k, self.view_tfm, self.fixed_tfm = source, k, view_tfm, fixed_tfm
+    def __init__(self, source: Sequence[Datum], k: int, view_tfm: ViewTransform | None, fixed_tfm: Callable | None,
+                 keep_pixels: bool = False, stored: ArrayFile | None = None):
+        self.source, self.k, self.view_tfm, self.keep_pixels, self.stored = source, k, view_tfm, keep_pixels, stored
+        self.decoder = view_tfm.decoder if view_tfm else decoder_for(fixed_tfm)
+        self.fixed = None if fixed_tfm is None else split_stages(fixed_tfm)
 
     def __len__(self) -> int:
         return len(self.source)
 
+    def finish(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.view_tfm.finish(pixels) if self.view_tfm else self.fixed[1](pixels)
+
     def __getitem__(self, index: int) -> dict:
-        image = read_image(self.source[index].impath)
-        if self.view_tfm is None:
-            return {"img": self.fixed_tfm(image)[None], "views": torch.zeros(1, 5, dtype=torch.long), "index": index}
-        views = self.view_tfm.sample(image, index, self.k)
-        return {"img": torch.stack([self.view_tfm(image, v) for v in views]),
-                "views": torch.tensor(views, dtype=torch.long), "index": index}
+        if self.stored is not None:
+            pixels = torch.from_numpy(np.array(self.stored.arrays["pixels"][index]))
+            views = torch.from_numpy(np.array(self.stored.arrays["views"][index]))
+        else:
+            image = load_image(self.source[index].impath, self.decoder)
+            if self.view_tfm is None:
+                views = torch.zeros(1, 5, dtype=torch.long)
+                pixels = self.fixed[0](image)[None]
+            else:
+                views = torch.tensor(self.view_tfm.sample(image, index, self.k), dtype=torch.long)
+                pixels = torch.stack([self.view_tfm.pixels(image, v) for v in views.tolist()])
+        item = {"img": torch.stack([self.finish(p) for p in pixels]), "views": views, "index": index}
+        return {**item, "pixels": pixels} if self.keep_pixels else item
 
 
 class CachedViewDataset(Dataset):
-    """Training items whose image is one stored view (chosen at random among K), with ``index`` and ``view``."""
+    """Training items whose image is one stored view (chosen at random among K), with ``index`` and ``view``: cut
+    from the image file, or read decoded from ``pixels`` (an :class:`engine.array_file.ArrayFile`)."""
 
     def __init__(self, cfg, data_source: Sequence[Datum], transform=None, is_train: bool = True,
-                 views: torch.Tensor | None = None, view_tfm: ViewTransform | None = None):
+                 views: torch.Tensor | None = None, view_tfm: ViewTransform | None = None,
+                 pixels: ArrayFile | None = None):
         self.data_source, self.transform, self.views, self.view_tfm = data_source, transform, views, view_tfm
+        self.pixels = pixels
+        self.decoder = view_tfm.decoder if view_tfm else decoder_for(transform)
+        self.finish = view_tfm.finish if view_tfm else split_stages(transform)[1] if pixels is not None else None
 
     def __len__(self) -> int:
         return len(self.data_source)
@@ -153,24 +206,29 @@ class CachedViewDataset(Dataset):
     def __getitem__(self, key) -> dict:
         index, rng = sample_context(key)  # a training pass's seeded sample (engine/data_stream.py)
         item = self.data_source[index]
-        image = read_image(item.impath)
-        if self.view_tfm is None:
-            view, img = 0, self.transform(image)
-        else:
+        view = 0
+        if self.view_tfm is not None:
             with rng:
                 view = int(torch.randint(self.views.shape[1], (1,)))
-            img = self.view_tfm(image, self.views[index, view].tolist())
+        if self.pixels is not None:
+            img = self.finish(torch.from_numpy(np.array(self.pixels.arrays["pixels"][index, view])))
+        elif self.view_tfm is None:
+            img = self.transform(load_image(item.impath, self.decoder))
+        else:
+            img = self.view_tfm(load_image(item.impath, self.decoder), self.views[index, view].tolist())
         return {"img": img, "label": item.label, "domain": item.domain, "impath": item.impath, "index": index,
                 "view": view}
 
 
 @dataclass
 class TeacherCache:
-    """Stored teacher features of one training split and the views they were computed on."""
+    """Stored teacher features of one training split, the views they were computed on and (``TEACHER_CACHE_IMAGES``)
+    the decoded views."""
 
     path: str
     features: torch.Tensor  # [N, K, D] float32
     views: torch.Tensor  # [N, K, 5] int64
+    pixels: ArrayFile | None = None  # arrays "pixels" [N, K, 3, H, W] uint8 and "views" [N, K, 5] int64
 
     def lookup(self, batch: dict) -> torch.Tensor:
         """Features [B, D] of a batch from a ``CachedViewDataset`` loader (its ``index`` and ``view``)."""
@@ -194,9 +252,7 @@ def _sha(obj) -> str:
 
 
 def _corrupt(path: str, error: Exception) -> ValueError:
-    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    return ValueError(f"teacher cache file {path} is corrupt or unreadable ({reason}); delete it to rebuild the "
-                      f"cache")
+    return corrupt_cache("teacher cache file", path, error)
 
 
 def _read(meta_path: str, data_path: str, key: str) -> tuple[dict, TeacherCache | None]:
@@ -221,17 +277,43 @@ def _read(meta_path: str, data_path: str, key: str) -> tuple[dict, TeacherCache 
     return meta, TeacherCache(data_path, features, views)
 
 
+def _read_pixels(path: str, key: str, made_from: dict, shape: tuple[int, ...]) -> ArrayFile | None:
+    """The stored decoded views at ``path`` when their key is ``key`` (``engine.array_file.open_keyed``)."""
+    stored = open_keyed(path, key, made_from, "Decoded views")
+    if stored is not None and (stored.arrays["pixels"].shape != shape or stored.arrays["views"].shape != shape[:2]
+                               + (5,)):
+        raise corrupt_cache("Decoded views", path, ValueError(f"its arrays are not of shape {shape}"))
+    return stored
+
+
+def _loader(dataset: Dataset, k: int, batch_size: int, num_workers: int, device: torch.device) -> DataLoader:
+    """The build's loader: about ``batch_size`` views per batch, in dataset order."""
+    return DataLoader(dataset, batch_size=max(1, batch_size // k), num_workers=num_workers,
+                      pin_memory=device.type == "cuda", worker_init_fn=worker_init_fn())
+
+
+def _store_pixels(path: str, key: str, made_from: dict, shape: tuple[int, ...], dataset: ViewBuildDataset,
+                  batch_size: int, num_workers: int, desc: str) -> None:
+    """Decode every view of ``dataset`` once and write them (uint8) and their parameters to ``path``."""
+
+    def fill(writer: ArrayWriter) -> None:
+        for batch in tqdm(_loader(dataset, shape[1], batch_size, num_workers, torch.device("cpu")), desc=desc):
+            for index, pixels, views in zip(batch["index"].tolist(), batch["pixels"], batch["views"]):
+                writer.put("views", index, views.numpy())
+                writer.put("pixels", index, pixels.numpy())
+
+    write_arrays(path, key, made_from, {"views": ("int64", shape[:2] + (5,)), "pixels": ("uint8", shape)}, fill)
+
+
 @torch.no_grad()
-def _build(encode: Callable[[torch.Tensor], torch.Tensor], source: Sequence[Datum], k: int,
-           view_tfm: ViewTransform | None, fixed_tfm: Callable | None, device: torch.device, batch_size: int,
-           num_workers: int, desc: str) -> tuple[torch.Tensor, torch.Tensor]:
-    loader = DataLoader(_BuildDataset(source, k, view_tfm, fixed_tfm), batch_size=max(1, batch_size // k),
-                        num_workers=num_workers, pin_memory=device.type == "cuda", worker_init_fn=worker_init_fn())
-    features, views = None, torch.zeros(len(source), k, 5, dtype=torch.long)
-    for batch in tqdm(loader, desc=desc):
+def _build(encode: Callable[[torch.Tensor], torch.Tensor], dataset: ViewBuildDataset, device: torch.device,
+           batch_size: int, num_workers: int, desc: str) -> tuple[torch.Tensor, torch.Tensor]:
+    n, k = len(dataset), dataset.k
+    features, views = None, torch.zeros(n, k, 5, dtype=torch.long)
+    for batch in tqdm(_loader(dataset, k, batch_size, num_workers, device), desc=desc):
         out = encode(batch["img"].flatten(0, 1).to(device, non_blocking=True)).float().cpu()
         if features is None:
-            features = torch.zeros(len(source), k, out.shape[-1])
+            features = torch.zeros(n, k, out.shape[-1])
         features[batch["index"]] = out.view(-1, k, out.shape[-1])
         views[batch["index"]] = batch["views"]
     return features, views
@@ -239,16 +321,20 @@ def _build(encode: Callable[[torch.Tensor], torch.Tensor], source: Sequence[Datu
 
 def load_or_build(cfg, split: str, source: Sequence[Datum], mode: str, k: int, teacher_key: str,
                   encode: Callable[[torch.Tensor], torch.Tensor], precision: str, fixed_tfm: Callable,
-                  cache_dir: str, device: torch.device) -> TeacherCache:
+                  cache_dir: str, device: torch.device, images: bool = False) -> TeacherCache:
     """The teacher cache of ``source`` (``split``), read from ``cache_dir`` or (re)built with ``encode``;
-    ``teacher_key`` is the teacher's ``teacher_digest``.
+    ``teacher_key`` is the teacher's ``teacher_digest``; with ``images`` also the decoded views.
 
     Under torchrun, rank 0 checks or builds the files first while the other processes wait, then they read them.
+    Building leaves the global RNG as it was (the DataLoaders it iterates draw their base seeds from it), so a run
+    that builds the cache trains exactly as one that reads it.
     """
     distributed = dist.is_available() and dist.is_initialized()
     if distributed and dist.get_rank() != 0:
         dist.barrier()
-    cache = _load_or_build(cfg, split, source, mode, k, teacher_key, encode, precision, fixed_tfm, cache_dir, device)
+    with torch.random.fork_rng(devices=[]):  # a build's loaders draw from the global RNG: the run must not see it
+        cache = _load_or_build(cfg, split, source, mode, k, teacher_key, encode, precision, fixed_tfm, cache_dir,
+                               device, images)
     if distributed and dist.get_rank() == 0:
         dist.barrier()
     return cache
@@ -256,39 +342,63 @@ def load_or_build(cfg, split: str, source: Sequence[Datum], mode: str, k: int, t
 
 def _load_or_build(cfg, split: str, source: Sequence[Datum], mode: str, k: int, teacher_key: str,
                    encode: Callable[[torch.Tensor], torch.Tensor], precision: str, fixed_tfm: Callable,
-                   cache_dir: str, device: torch.device) -> TeacherCache:
+                   cache_dir: str, device: torch.device, images: bool) -> TeacherCache:
     view_tfm = ViewTransform.from_cfg(cfg) if mode == "views" else None
     k = k if mode == "views" else 1
     paths = [item.impath for item in source]
     made_from = {"images": _sha(paths), "teacher": teacher_key, "precision": precision,
                  "transform": repr(view_tfm) if view_tfm else repr(fixed_tfm), "views": k, "view_seed": VIEW_SEED}
+    decoder = view_tfm.decoder if view_tfm else decoder_for(fixed_tfm)
+    if decoder != "pil":
+        made_from["decoder"] = decoder
     key = _sha(made_from)
     name = f"{cfg.DATASET.NAME}_{split}_{mode}_{made_from['images'][:12]}"
     data_path, meta_path = os.path.join(cache_dir, f"{name}.pt"), os.path.join(cache_dir, f"{name}.json")
     declare_cache(cache_dir, "the teacher cache")
+    cache = None
     if os.path.isfile(meta_path):
         meta, cache = _read(meta_path, data_path, key)
-        if cache is not None:
-            print(f"Teacher cache {data_path}: {len(source):,} images x {k} view(s), up to date")
-            return cache
-        changed = [what for what in ("teacher", "precision", "transform", "views")
-                   if meta.get("made_from", {}).get(what) != made_from[what]] or ["data file missing"]
-        print(f"Teacher cache {data_path} is stale ({', '.join(changed)} changed); rebuilding it")
-    print(f"Building the teacher cache {data_path} ({mode}: {len(source):,} images x {k} view(s))")
-    features, views = _build(encode, source, k, view_tfm, fixed_tfm, device, cfg.DATALOADER.TEST.BATCH_SIZE,
-                             cfg.DATALOADER.NUM_WORKERS, f"teacher cache {split}")
+        if cache is None:
+            changed = [what for what in ("teacher", "precision", "transform", "views", "decoder")
+                       if meta.get("made_from", {}).get(what) != made_from.get(what)] or ["data file missing"]
+            print(f"Teacher cache {data_path} is stale ({', '.join(changed)} changed); rebuilding it")
+    batch, workers = cfg.DATALOADER.TEST.BATCH_SIZE, cfg.DATALOADER.NUM_WORKERS
+    stored = None
+    if images:
+        pixel_made_from = {what: v for what, v in made_from.items() if what not in ("teacher", "precision")}
+        pixel_key, pixel_path = _sha(pixel_made_from), os.path.join(cache_dir, f"{name}.pixels")
+        shape = (len(source), k, 3, *cfg.INPUT.SIZE)
+        stored = _read_pixels(pixel_path, pixel_key, pixel_made_from, shape)
+        if stored is None:
+            print(f"Storing the decoded views {pixel_path} ({len(source):,} images x {k} view(s), "
+                  f"{np.prod(shape) / 2**30:.2f} GiB)")
+            _store_pixels(pixel_path, pixel_key, pixel_made_from, shape,
+                          ViewBuildDataset(source, k, view_tfm, fixed_tfm, keep_pixels=True), batch, workers,
+                          f"decoded views {split}")
+            stored = _read_pixels(pixel_path, pixel_key, pixel_made_from, shape)
+        else:
+            print(f"Decoded views {pixel_path}: {len(source):,} images x {k} view(s), up to date")
+    if cache is not None:
+        print(f"Teacher cache {data_path}: {len(source):,} images x {k} view(s), up to date")
+        cache.pixels = stored
+        return cache
+    print(f"Building the teacher cache {data_path} ({mode}: {len(source):,} images x {k} view(s)"
+          + (", from the decoded views)" if stored is not None else ")"))
+    dataset = ViewBuildDataset(source, k, view_tfm, fixed_tfm, stored=stored)
+    features, views = _build(encode, dataset, device, batch, workers, f"teacher cache {split}")
     atomic_torch_save({"key": key, "features": features, "views": views}, data_path)
     write_json({"key": key, "mode": mode, "split": split, "dataset": cfg.DATASET.NAME, "num_images": len(source),
                 "feature_dim": features.shape[-1], "made_from": made_from}, meta_path)
-    return TeacherCache(data_path, features, views)
+    return TeacherCache(data_path, features, views, stored)
 
 
 def cached_loader(cfg, split: str, source: Sequence[Datum], cache: TeacherCache, mode: str,
                   fixed_tfm: Callable) -> DataLoader:
-    """The training loader of ``split`` (its usual sampler and batch size) yielding stored views."""
+    """The training loader of ``split`` (its usual sampler and batch size) yielding stored views (decoded ones when
+    the cache holds them)."""
     dl = cfg.DATALOADER
     settings = dl.TRAIN_X if split == "train_x" or dl.TRAIN_U.SAME_AS_X else dl.TRAIN_U
     view_tfm = ViewTransform.from_cfg(cfg) if mode == "views" else None
-    wrapper = partial(CachedViewDataset, views=cache.views, view_tfm=view_tfm)
+    wrapper = partial(CachedViewDataset, views=cache.views, view_tfm=view_tfm, pixels=cache.pixels)
     return build_data_loader(cfg, settings.SAMPLER, source, settings.BATCH_SIZE, settings.N_DOMAIN, settings.N_INS,
                              tfm=fixed_tfm, is_train=True, dataset_wrapper=wrapper)
