@@ -337,12 +337,12 @@ def main(argv: list[str] | None = None):
 
 
 def evaluated_config(args: argparse.Namespace, cfg) -> tuple[object, list[str]]:
-    """The config of an ``--eval-only`` run: the keys that shaped the evaluated model (its trainer's
-    ``RECORDED_KEYS``) as the run in ``--model-dir`` records them (``trainers.tuned_run.evaluated_config``), and the
-    line to log when they differ from the merged config's."""
+    """The config of an ``--eval-only`` run: the keys that shaped the evaluated model (its trainer's ``RECORDED_KEYS``)
+    as the run in ``--model-dir`` records them (``trainers.prompting.tuned_run.evaluated_config``), and the line to log
+    when they differ from the merged config's."""
     if not (args.eval_only and args.model_dir):
         return cfg, []
-    from trainers.tuned_run import evaluated_config as recorded_config
+    from trainers.prompting.tuned_run import evaluated_config as recorded_config
 
     return recorded_config(cfg, args.model_dir)
 

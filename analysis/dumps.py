@@ -1,4 +1,5 @@
-"""PETR logits dumps (contract: trainers/routing.py) grouped per method / dataset / seed, and router scores on them.
+"""PETR logits dumps (contract: trainers/routing/routers.py) grouped per method / dataset / seed, and router scores
+on them.
 
 A unit's dumps may be spread over a ``train_base`` and a ``test_new`` run folder of the same seed; the analyses
 (router ablation, λ sweep, score plots, the demo's AUROC) need no model, only these files.
@@ -18,7 +19,7 @@ import torch
 from analysis.errors import ResultsError
 from analysis.layout import dataset_sort_key, parse_run_path, seed_key, seed_of
 from engine.utils import read_json
-from trainers.routing import (
+from trainers.routing.routers import (
     DEFAULT_LAMBDA,
     DEFAULT_PERCENTILE,
     FIT_DUMP_NAME,

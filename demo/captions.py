@@ -7,7 +7,7 @@ the hand-written one, as with web-scale CLIP. Their words do occur in other pret
 from __future__ import annotations
 
 from demo.shapes import CLASSNAMES
-from trainers.templates import IMAGENET_TEMPLATES_SELECT
+from trainers.prompting.templates import IMAGENET_TEMPLATES_SELECT
 
 EVAL_TEMPLATE = "a photo of a {}."
 """The demo datasets' single hand-crafted template (CoOp's default; the init words of the prompt learners)."""

@@ -277,7 +277,7 @@ def linear_probes(student_clip: str, teacher_clip: str, teacher_run: str, plan: 
 
     import clip
     from demo.shapes import CLASSNAMES, label_order, render_split, to_model_input
-    from trainers.teacher import build_teacher
+    from trainers.distillation.teacher import build_teacher
 
     order = label_order(plan.dataset)
     to_label = np.empty(len(order), dtype=int)

@@ -1,5 +1,5 @@
-"""Memory-mapped array files: the decoded images a run stores once and reads in every later epoch (the teacher
-cache's decoded views, ``trainers/teacher_cache.py``; the decoded training images, ``engine/image_cache.py``).
+"""Memory-mapped array files: the decoded images a run stores once and reads in every later epoch (the teacher cache's
+decoded views, ``trainers/distillation/teacher_cache.py``; the decoded training images, ``engine/image_cache.py``).
 
 One file holds a header (its magic line, the byte length of a JSON object: the cache key, what the writer records
 about it, and each array's dtype, shape and offset) and the arrays, each at an offset aligned to 4096 bytes. Reading

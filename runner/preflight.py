@@ -36,8 +36,8 @@ OFFLINE_KNOBS = ("PETR_OFFLINE", "HF_HUB_OFFLINE")
 PROBE_TIMEOUT_S = 5.0
 """How long the one HEAD request per missing weight file waits for OpenAI's server before calling the node offline."""
 DEFAULT_TEACHER = "ViT-L/14"
-"""A distilled student's TEACHER_NAME when nothing sets it (``trainers.distill.TEACHER_KEYS``' default; a test checks
-that they agree)."""
+"""A distilled student's TEACHER_NAME when nothing sets it (``trainers.distillation.distill.TEACHER_KEYS``' default; a
+test checks that they agree)."""
 EXIT_MISSING = 2
 KINDS = ("dataset", "weights", "teacher")
 

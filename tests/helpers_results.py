@@ -10,7 +10,7 @@ import torch
 from yacs.config import CfgNode
 
 from engine.runs import seed_of
-from trainers.routing import FIT_DUMP_NAME, TRAIN_U_DUMP_NAME, logits_dump_name, save_logits_dump, save_q_dump
+from trainers.routing.routers import FIT_DUMP_NAME, TRAIN_U_DUMP_NAME, logits_dump_name, save_logits_dump, save_q_dump
 
 CFG_LINES = "TEST:\n  EVALUATOR: Classification\n  FINAL_MODEL: {final}\n  SPLIT: test\n"
 

@@ -20,8 +20,8 @@ from tests.helpers_clip import reference_encode_text
 from tests.helpers_datasets import load_images
 from tests.helpers_run import TINY_RUN, ScriptRunner, train_argv
 from tools import lambda_sweep, plot_routing_scores, router_ablation
-from trainers.routing import MahalanobisRouter
-from trainers.templates import ENSEMBLE_TEMPLATES
+from trainers.prompting.templates import ENSEMBLE_TEMPLATES
+from trainers.routing.routers import MahalanobisRouter
 
 B2N = "output/base2new/{role}/eurosat/shots_0/PETRX/vit_b16_{x}/seed1"
 """PETR+X's base-to-novel run folders of scripts/petr_x/base2new.sh under a test's root (SHOTS 0)."""

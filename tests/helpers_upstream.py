@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import train
-from trainers.promptsrc import VLPromptLearner
+from trainers.prompting.deep_prompts import VLPromptLearner
 
 DEPTH = 3
 """The prompt depth of the upstream runs written here (the tiny CLIPs have 9 blocks per tower)."""

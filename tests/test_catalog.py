@@ -72,8 +72,8 @@ def test_help_does_not_import_torch():
 
 def test_a_table_entry_its_module_does_not_register_is_refused():
     registry = Registry("TEST")
-    with pytest.raises(ImportError, match=r"^trainers\.templates did not register 'Missing' in the TEST registry"):
-        registry.load({"Missing": "trainers.templates"})
+    with pytest.raises(ImportError, match=r"^trainers\.prompting\.templates did not register 'Missing' in the TEST registry"):
+        registry.load({"Missing": "trainers.prompting.templates"})
 
 
 def test_demo_readers_are_made_from_their_table():

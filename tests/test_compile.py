@@ -16,8 +16,8 @@ from tests.helpers_clip import make_tiny_openclip
 from tests.helpers_datasets import write_tree
 from tests.helpers_run import train_argv
 from tests.test_trainer_promptkd import promptkd_argv, write_colour_eurosat
-from trainers.losses import kd_loss
-from trainers.student import VisualPromptStudent, batched_features
+from trainers.distillation.losses import kd_loss
+from trainers.distillation.student import VisualPromptStudent, batched_features
 
 TOL, ATOL = 1e-4, 1e-6  # TOL relative to each tensor's largest entry
 

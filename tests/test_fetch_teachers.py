@@ -16,7 +16,8 @@ import torch
 from tests.helpers_fetch import serve, serve_folder, tree_files
 from tests.helpers_upstream import fp16_prompts, promptkd_checkpoint
 from tools import fetch_teachers as ft
-from trainers.teacher import read_teacher_prompts, resolve_teacher_file
+from trainers.distillation.teacher import resolve_teacher_file
+from trainers.prompting.prompt_files import read_deep_prompts
 
 CHECKPOINT = "VLPromptLearner/model-best.pth.tar"
 
@@ -78,7 +79,7 @@ def test_fetch_verify_and_place(tmp_path, drive, capsys):
         path = resolve_teacher_file(str(teachers / name))
         assert path == str(teachers / name / CHECKPOINT)
         assert hashlib.sha256(open(path, "rb").read()).hexdigest() == sha
-        prompts = read_teacher_prompts(path)
+        prompts = read_deep_prompts(path)
         for ours, reference in zip(prompts.text_prompts() + prompts.vision_prompts(),
                                    learner.text_prompts() + learner.vision_prompts()):
             assert torch.equal(ours, reference)

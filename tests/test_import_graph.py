@@ -64,7 +64,7 @@ def test_every_documented_edge_is_used():
     for package, names in RULES.items():
         documented = {name.split(".")[0] for name in names}
         assert set(edges.get(package, {})) == documented, package
-        for name in names:  # a module named on its own (e.g. trainers.routing) is imported
+        for name in names:  # a module named on its own (e.g. trainers.routing.routers) is imported
             assert any(imp.imported == name or imp.imported.startswith(name + ".") for imp in IMPORTS
                        if imp.edge[0] == package), (package, name)
 
@@ -93,8 +93,8 @@ def test_the_reading_of_imports():
         return {imp.imported: imp.deferred for imp in IMPORTS if imp.importer == module}
 
     assert of("analysis.dumps") == {"analysis.errors": False, "analysis.layout": False, "engine.utils": False,
-                                    "trainers.routing": False}
-    assert of("trainers.evaluation") == {"trainers.routing": False}  # `from .routing import ...`
+                                    "trainers.routing.routers": False}
+    assert of("trainers.routing.evaluation") == {"trainers.routing.routers": False}  # `from .routing import ...`
     # `from analysis import stats` names the module
     assert of("demo.report") == {"analysis.stats": False, "analysis.transfer": False, "analysis.report": False,
                                  "engine.runs": False, "engine.utils": False, "trainers.catalog": False}
@@ -191,3 +191,45 @@ def test_no_module_installs_an_exit_or_signal_handler_when_imported():
     they were; the entry points install theirs when they run (a package's ``__main__`` is a program, not imported)."""
     modules = sorted(name for name in project_modules(REPO) if not name.endswith(".__main__"))
     assert _installed_at_import(modules) == []
+
+
+TRAINER_PARTS = ("prompting", "routing", "distillation")
+"""The subpackages of ``trainers`` holding what the methods share, each below the next: routing and distillation
+build on prompting."""
+
+
+def trainer_modules() -> list[str]:
+    """The modules of ``trainers`` (package ``__init__`` files aside)."""
+    return [name for name, path in project_modules(REPO).items()
+            if name.startswith("trainers.") and not path.endswith("__init__.py")]
+
+
+def test_trainers_top_level_holds_the_methods_and_their_list():
+    """A reader of ``trainers/`` sees the methods (one module per catalog row), the catalog and the config; every
+    other module lives in one of the parts' subpackages."""
+    from trainers.catalog import TRAINERS
+
+    top = {name for name in trainer_modules() if name.count(".") == 1}
+    assert top == set(TRAINERS.values()) | {"trainers.catalog", "trainers.config"}
+    assert {name.split(".")[1] for name in trainer_modules() if name.count(".") == 2} == set(TRAINER_PARTS)
+
+
+def test_trainers_parts_import_no_method_and_point_down():
+    """A part imports no method module (the catalog aside: the list of them), the parts import one another only
+    downwards (``TRAINER_PARTS`` order), and the modules of ``trainers`` form no circle."""
+    from trainers.catalog import TRAINERS
+
+    within = [imp for imp in IMPORTS if imp.edge == ("trainers", "trainers")]
+
+    def part(module: str) -> str:
+        return module.split(".")[1] if module.count(".") == 2 else ""
+
+    upward = [f"{imp.importer} imports {imp.imported}" for imp in within if part(imp.importer) and (
+        imp.imported in TRAINERS.values() or
+        (part(imp.imported) and TRAINER_PARTS.index(part(imp.imported)) > TRAINER_PARTS.index(part(imp.importer))))]
+    assert upward == []
+    assert any(part(imp.importer) == "routing" and part(imp.imported) == "prompting" for imp in within)
+    edges: dict[str, set[str]] = {}
+    for imp in within:
+        edges.setdefault(imp.importer, set()).add(imp.imported)
+    list(TopologicalSorter(edges).static_order())  # raises CycleError naming the circle

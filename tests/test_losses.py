@@ -4,7 +4,7 @@ import pytest
 import torch
 from scipy.special import log_softmax, softmax
 
-from trainers.losses import kd_loss
+from trainers.distillation.losses import kd_loss
 
 
 def numpy_kd(student: np.ndarray, teacher: np.ndarray, tau: float) -> float:

@@ -27,7 +27,7 @@ from tests.helpers_routed import (
     upstream_promptsrc_state,
 )
 from tests.helpers_upstream import write_dassl_checkpoint
-from trainers.tuned import TUNED_METHODS
+from trainers.routing.tuned import tuned_trainer
 
 LEARNERS = {"cocoop": ("CoCoOp", "vit_b16_c4_ep10_batch1_ctxv1"), "maple": ("MaPLe", "vit_b16_c2_ep5_batch4_2ctx"),
             "ivlp": ("IVLP", "vit_b16_c2_ep20_batch4_4+4ctx")}
@@ -42,7 +42,7 @@ def x_run(x: str) -> str:
 
 def x_checkpoint(root, x: str) -> str:
     """X's last checkpoint (epoch 2 of the tiny runs)."""
-    return str(root / x_run(x) / TUNED_METHODS[LEARNERS[x][0]].model_name / "model.pth.tar-2")
+    return str(root / x_run(x) / tuned_trainer(LEARNERS[x][0]).TUNED_MODEL / "model.pth.tar-2")
 
 
 def layers(state: dict, prefix: str) -> list[torch.Tensor]:
@@ -131,7 +131,7 @@ def test_upstream_checkpoints_score_as_the_papers_equations(runs, x, tmp_path, t
     args = train.build_parser().parse_args(["--trainer", "PETRX", "--config-file",
                                             "configs/trainers/PETRX/vit_b16.yaml", "MODEL.BACKBONE.NAME",
                                             tiny_clip_file, "TRAINER.PETRX.TUNED_TRAINER", trainer])
-    model = TUNED_METHODS[trainer].load(tiny_clip, train.setup_cfg(args), str(tmp_path / "upstream" / folder /
+    model = tuned_trainer(trainer).tuned_model(tiny_clip, train.setup_cfg(args), str(tmp_path / "upstream" / folder /
                                                                             "model.pth.tar-5"), nullcontext)
     images, _ = load_images(runs.tree, "test", BASE + NEW)
     with torch.no_grad():

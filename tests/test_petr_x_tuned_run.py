@@ -32,8 +32,8 @@ from tests.helpers_upstream import (
     write_dassl_checkpoint,
     write_dassl_log,
 )
-from trainers.tuned import TUNED_METHODS
-from trainers.tuned_run import TunedRun, deep_prompt_words, logged_config, recorded_settings
+from trainers.prompting.tuned_run import TunedRun, deep_prompt_words, logged_config, recorded_settings
+from trainers.routing.tuned import tuned_trainer
 
 NAMES = ["annual crop land", "forest", "herbaceous vegetation land", "sea or lake"]
 
@@ -72,7 +72,7 @@ def test_upstream_ivlp_with_two_text_tokens_scores_with_its_init_words(tmp_path,
     """Upstream's prompt is "a photo of a <class>." with its first 2 tokens learned: "of a" stays, as written here."""
     text, vision, path = upstream_ivlp_run(tmp_path / "ivlp", tiny_clip_file)
     cfg = petr_x_cfg("IVLP", tiny_clip_file)
-    model = TUNED_METHODS["IVLP"].load(tiny_clip, cfg, path, nullcontext)
+    model = tuned_trainer("IVLP").tuned_model(tiny_clip, cfg, path, nullcontext)
     names = ["annual crop land", "forest", "herbaceous vegetation land"]
     images = torch.randn(4, 3, 32, 32)
     with torch.no_grad():
@@ -95,7 +95,7 @@ def test_upstream_maple_trained_from_other_words_scores_with_its_recorded_words(
     text, maps, path = upstream_maple_run(tmp_path / "maple", tiny_clip_file, "a satellite photo of")
     cfg = petr_x_cfg("MaPLe", tiny_clip_file)
     assert cfg.TRAINER.MAPLE.CTX_INIT == "a photo of a"
-    model = TUNED_METHODS["MaPLe"].load(tiny_clip, cfg, path, nullcontext)
+    model = tuned_trainer("MaPLe").tuned_model(tiny_clip, cfg, path, nullcontext)
     images = torch.randn(6, 3, 32, 32)
     with torch.no_grad():
         logits = model.class_scorer(NAMES)(images)
@@ -114,7 +114,7 @@ def test_upstream_coop_with_the_class_token_in_the_middle_scores_as_recorded(tmp
     TRAINER.COOP.CLASS_TOKEN_POSITION (end) says."""
     ctx, path = upstream_coop_run(tmp_path / "coop", tiny_clip_file, "middle")
     cfg = petr_x_cfg("CoOp", tiny_clip_file)
-    model = TUNED_METHODS["CoOp"].load(tiny_clip, cfg, path, nullcontext)
+    model = tuned_trainer("CoOp").tuned_model(tiny_clip, cfg, path, nullcontext)
     images = torch.randn(6, 3, 32, 32)
     with torch.no_grad():
         logits = model.class_scorer(NAMES)(images)
@@ -158,11 +158,11 @@ def test_a_deep_prompt_run_without_recorded_words_or_with_other_sizes_is_refused
     _, _, path = upstream_ivlp_run(tmp_path / "unlogged", tiny_clip_file, n_ctx_logged=None)
     with pytest.raises(InvalidInputError, match=r"cannot tell the words of the class prompts .* records no "
                                                 r"TRAINER\.IVLP\.CTX_INIT"):
-        TUNED_METHODS["IVLP"].load(tiny_clip, cfg, path, nullcontext)
+        tuned_trainer("IVLP").tuned_model(tiny_clip, cfg, path, nullcontext)
     _, _, path = upstream_ivlp_run(tmp_path / "other", tiny_clip_file, n_ctx_logged=4)
     with pytest.raises(InvalidInputError, match=r"has TRAINER\.IVLP\.N_CTX_TEXT 2 \(read off its prompts\), but "
                                                 r".*log\.txt records 4: the checkpoint is not that run's"):
-        TUNED_METHODS["IVLP"].load(tiny_clip, cfg, path, nullcontext)
+        tuned_trainer("IVLP").tuned_model(tiny_clip, cfg, path, nullcontext)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from sklearn.ensemble import IsolationForest
 from sklearn.neighbors import LocalOutlierFactor
 from sklearn.svm import OneClassSVM
 
-from trainers.routing import (
+from trainers.routing.routers import (
     ROUTERS,
     MahalanobisRouter,
     build_router,

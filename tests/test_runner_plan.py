@@ -240,7 +240,7 @@ def test_fast_profile_options_are_config_keys(tmp_path):
     from engine.decoding import DECODERS
     from engine.precision import PRECISIONS
     from trainers.config import extend_cfg
-    from trainers.teacher_cache import CACHE_MODES
+    from trainers.distillation.teacher_cache import CACHE_MODES
 
     for method in METHODS.values():
         cfg = extend_cfg(get_cfg_default())

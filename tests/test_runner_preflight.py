@@ -143,6 +143,6 @@ def test_the_preflight_resolves_each_jobs_clips_as_the_job_will(root):
 
 def test_the_default_teacher_clip_is_the_trainers():
     from runner.preflight import DEFAULT_TEACHER
-    from trainers.distill import TEACHER_KEYS
+    from trainers.distillation.distill import TEACHER_KEYS
 
     assert TEACHER_KEYS["TEACHER_NAME"][0] == DEFAULT_TEACHER

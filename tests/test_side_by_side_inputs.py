@@ -5,7 +5,7 @@ import torch
 
 from tools.bench_models import SPECS
 from tools.side_by_side_inputs import write_inputs
-from trainers.teacher import read_teacher_prompts
+from trainers.prompting.prompt_files import read_deep_prompts
 
 SPEC = SPECS["tiny"]  # teacher: text width 128, vision width 128, prompt depth 2, 4 tokens
 
@@ -20,7 +20,7 @@ def test_the_teacher_checkpoint_has_upstream_keys_and_reads_back_as_our_prompts(
         "prompt_learner.ctx": (4, 128), "text_encoder.transformer.resblocks.1.VPT_shallow": (4, 128),
         "image_encoder.VPT": (4, 128), "image_encoder.transformer.resblocks.1.VPT_shallow": (4, 128)}
     assert all(v.dtype == torch.float16 for v in state.values())
-    prompts = read_teacher_prompts(paths["teacher_ckpt"])
+    prompts = read_deep_prompts(paths["teacher_ckpt"])
     assert torch.equal(prompts.text_prompts()[1], state["text_encoder.transformer.resblocks.1.VPT_shallow"].float())
     assert torch.equal(prompts.vision_prompts()[0], state["image_encoder.VPT"].float())
 

@@ -14,7 +14,7 @@ from tests.helpers_clip import IMAGE_SIZE
 from tests.helpers_upstream import fp16_prompts, promptkd_checkpoint
 from tools.import_promptkd_teacher import default_output_dir
 from tools.import_promptkd_teacher import main as import_main
-from trainers.teacher import Teacher, build_teacher
+from trainers.distillation.teacher import Teacher, build_teacher
 
 NAMES = ["Annual Crop Land", "Forest", "Herbaceous Vegetation Land", "Highway or Road", "Industrial Buildings"]
 

@@ -15,9 +15,9 @@ from torchvision.transforms import functional as TF
 import train
 from tests.helpers_petr import petr_argv, write_eurosat
 from tests.test_trainer_promptkd import promptkd_argv, write_colour_eurosat
-from trainers.promptsrc import VLPromptLearner
-from trainers.teacher import Teacher
-from trainers.teacher_cache import teacher_digest
+from trainers.distillation.teacher import Teacher
+from trainers.distillation.teacher_cache import teacher_digest
+from trainers.prompting.deep_prompts import VLPromptLearner
 
 MEAN, STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]  # the PromptKD config's
 

@@ -26,7 +26,7 @@ from tests.helpers_baselines import (
 from tests.helpers_clip import rel_err
 from tests.helpers_datasets import load_images
 from tests.helpers_upstream import upstream_ivlp_run
-from trainers.promptsrc import VLPromptLearner
+from trainers.prompting.deep_prompts import VLPromptLearner
 
 CONFIG = "vit_b16_c2_ep20_batch8_4+4ctx"
 

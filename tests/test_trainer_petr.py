@@ -14,7 +14,7 @@ import train
 from tests.helpers_datasets import write_tree
 from tests.helpers_petr import TRAIN_PER_CLASS, numpy_mahalanobis_route, petr_argv, write_eurosat
 from tests.helpers_run import train_argv
-from trainers.routing import MahalanobisRouter
+from trainers.routing.routers import MahalanobisRouter
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ from tests.helpers_run import train_argv
 from tests.helpers_upstream import write_dassl_checkpoint
 from trainers.petr_coop import PETRCoOp
 from trainers.petr_x import PETRX
-from trainers.routed import RoutedTrainerMixin
+from trainers.routing.routed import RoutedTrainerMixin
 
 
 def promptsrc_branch(text: list[torch.Tensor], vision: list[torch.Tensor]):

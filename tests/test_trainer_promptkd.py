@@ -15,7 +15,7 @@ from clip.model import CLIP
 from engine import load_checkpoint
 from tests.helpers_datasets import write_tree
 from tests.helpers_run import train_argv
-from trainers.student import VisualPromptStudent
+from trainers.distillation.student import VisualPromptStudent
 
 COLOURS = [(220, 30, 30), (30, 200, 40), (40, 50, 210), (230, 220, 40), (200, 40, 220)]
 

@@ -23,9 +23,10 @@ from tests.helpers_datasets import write_tree
 from tests.helpers_routed import upstream_promptsrc_state
 from tests.helpers_run import train_argv
 from tests.helpers_upstream import cfg_of, write_dassl_checkpoint, write_dassl_log
-from trainers.promptsrc import PROMPTSRC_TEMPLATES, PromptSRC, VLPromptCLIP, VLPromptLearner, gpa_weights
-from trainers.teacher import build_teacher
-from trainers.templates import IMAGENET_TEMPLATES
+from trainers.distillation.teacher import build_teacher
+from trainers.prompting.deep_prompts import VLPromptCLIP, VLPromptLearner, gpa_weights
+from trainers.prompting.templates import IMAGENET_TEMPLATES
+from trainers.promptsrc import PROMPTSRC_TEMPLATES, PromptSRC
 
 EPOCHS, GPA_MEAN, GPA_STD = 2, 2.0, 1.0
 TEXT_W, IMAGE_W = 25.0, 10.0

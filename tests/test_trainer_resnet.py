@@ -17,7 +17,7 @@ from tests.helpers_clip import make_resnet_openclip, reference_encode_text
 from tests.helpers_datasets import write_tree
 from tests.helpers_petr import petr_argv, write_eurosat
 from tests.helpers_run import train_argv
-from trainers.templates import single_template
+from trainers.prompting.templates import single_template
 
 
 @pytest.fixture(scope="module")

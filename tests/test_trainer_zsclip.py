@@ -15,7 +15,7 @@ import train
 from clip.classifier import zeroshot_text_features
 from tests.helpers_datasets import write_tree
 from tests.helpers_run import train_argv
-from trainers.templates import (
+from trainers.prompting.templates import (
     CUSTOM_TEMPLATES,
     ENSEMBLE_TEMPLATES,
     IMAGENET_TEMPLATES,

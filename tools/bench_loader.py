@@ -48,7 +48,7 @@ from tools.benchmark_train import (
     write_jpeg_tree,
 )
 from trainers.config import extend_cfg
-from trainers.teacher_cache import CachedViewDataset, ViewBuildDataset, ViewTransform
+from trainers.distillation.teacher_cache import CachedViewDataset, ViewBuildDataset, ViewTransform
 
 SIZES = ("64x64", "224x224", "500x375", "800x600", "1600x1200")
 """Image sizes of the per-core table (width x height): EuroSAT's, the 224 px of the old measurement, ImageNet's

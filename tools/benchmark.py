@@ -2,8 +2,8 @@
 
 * inference: GFLOPs per image (torch.utils.flop_counter), latency (median of --iters runs after --warmup) and
   images/s at batch 1 and --batch for PromptKD (one student branch), PETR two-pass (two student forwards) and PETR
-  batched (both branches in one CLIP forward, trainers.student.batched_features); PETR includes its router, whose
-  share of the PETR forward is reported separately (Mahalanobis router fitted on random logits of width 2C).
+  batched (both branches in one CLIP forward, trainers.distillation.student.batched_features); PETR includes its router,
+  whose share of the PETR forward is reported separately (Mahalanobis router fitted on random logits of width 2C).
 * train: one PromptKD student step (ViT-B/16-shaped student, ViT-L/14-shaped prompted teacher) with the teacher's
   text features computed once (ours) vs recomputed for all C classes every batch (upstream PromptKD), both on our
   trimmed text tokens and on the full 77-token context as upstream runs them; then (tools/benchmark_train.py)
@@ -49,11 +49,11 @@ from tools.bench_models import (  # noqa: F401 (public names)
     time_calls,
 )
 from tools.benchmark_train import train_parts
-from trainers.losses import kd_loss
-from trainers.promptsrc import VLPromptLearner
-from trainers.routing import MahalanobisRouter
-from trainers.student import VisualPromptStudent, batched_features
-from trainers.teacher import Teacher
+from trainers.distillation.losses import kd_loss
+from trainers.distillation.student import VisualPromptStudent, batched_features
+from trainers.distillation.teacher import Teacher
+from trainers.prompting.deep_prompts import VLPromptLearner
+from trainers.routing.routers import MahalanobisRouter
 
 TRAIN_MODES = {
     "once": "ours: teacher text features computed once",

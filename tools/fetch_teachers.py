@@ -31,9 +31,10 @@ from gdown.exceptions import DownloadError
 from engine.archives import archive_stem, name_key, unpack
 from engine.errors import UserError
 from engine.runs import POINTER_FILE
-from trainers.promptsrc import MODEL_NAME
-from trainers.teacher import read_teacher_prompts, resolve_teacher_file
-from trainers.upstream_teacher import FOLDER_TO_DATASET
+from trainers.distillation.teacher import resolve_teacher_file
+from trainers.prompting.deep_prompts import MODEL_NAME
+from trainers.prompting.prompt_files import read_deep_prompts
+from trainers.prompting.upstream_prompts import FOLDER_TO_DATASET
 
 FOLDER_ID = "1OdQ9WauZmYAzVSUTTw7tIKKChyECIS5B"
 """The Google Drive folder of PromptKD's released teachers (it holds some of them; PromptKD's other mirrors need a
@@ -74,7 +75,7 @@ def teacher_of(path: str) -> str | None:
 def verify_teacher(folder: str, name: str) -> str:
     """Load the checkpoint of a teacher folder with the restricted loader and map its keys; returns a summary."""
     path = resolve_teacher_file(folder)
-    sizes = read_teacher_prompts(path).describe()
+    sizes = read_deep_prompts(path).describe()
     return (f"{os.path.relpath(path, folder)}: {sizes['depth_text']} text x {sizes['n_ctx_text']} and "
             f"{sizes['depth_vision']} vision x {sizes['n_ctx_vision']} prompt tokens (widths {sizes['text_width']} / "
             f"{sizes['vision_width']})")

@@ -4,8 +4,8 @@ PromptKD's released teachers (``teacher_model/<Dataset>/VLPromptLearner/model-be
 ``VLPromptLearner_large/model.pth.tar-20``) are torch zip archives whose pickle also references non-tensor globals
 (the Dassl scheduler object). By default the file is read with ``engine.restricted_pickle`` (no pickled code runs);
 ``--trust`` switches to a plain ``torch.load(weights_only=False)`` for a file you trust. The key mapping is
-``trainers/upstream_teacher.py``'s; students also read upstream teacher files directly (TEACHER_CKPT / TEACHER_DIR),
-so importing is optional: it writes a small prompts-only file. Output:
+``trainers/prompting/upstream_prompts.py``'s; students also read upstream teacher files directly (TEACHER_CKPT /
+TEACHER_DIR), so importing is optional: it writes a small prompts-only file. Output:
 ``<output-dir>/VLPromptLearner/model.pth.tar-<epoch>`` + ``checkpoint`` (Dassl layout, atomic), which
 ``build_teacher`` / ``TEACHER_CKPT=<output-dir>`` read.
 
@@ -29,9 +29,9 @@ import clip
 from clip.clip import _is_torchscript
 from engine.checkpoint import load_checkpoint, save_checkpoint
 from engine.restricted_pickle import restricted_load
-from trainers.promptsrc import MODEL_NAME
-from trainers.teacher import check_teacher_fits
-from trainers.upstream_teacher import check_frozen_shapes, upstream_teacher_prompts
+from trainers.prompting.deep_prompts import MODEL_NAME
+from trainers.prompting.prompt_files import check_prompts_fit
+from trainers.prompting.upstream_prompts import check_frozen_shapes, upstream_teacher_prompts
 
 
 def read_upstream_checkpoint(path: str, trust: bool = False) -> object:
@@ -66,7 +66,7 @@ def import_teacher(src: str, clip_name: str, output_dir: str, dataset: str = "",
     print(f"Loading CLIP {clip_name} to check the teacher's size")
     clip_model = clip.load_model(clip_name, "cpu")
     check_frozen_shapes(state, clip_model, clip_name, src, "--clip")
-    check_teacher_fits(prompts, clip_model, clip_name, src, setting="--clip")
+    check_prompts_fit(prompts, clip_model, clip_name, src, setting="--clip")
     sizes = prompts.describe()
     print(f"Teacher: text prompts {sizes['depth_text']} layers x {sizes['n_ctx_text']} tokens (width "
           f"{sizes['text_width']}), vision prompts {sizes['depth_vision']} x {sizes['n_ctx_vision']} (width "

@@ -27,7 +27,7 @@ from analysis.errors import ResultsError
 from analysis.layout import AVERAGE, dataset_sort_key
 from analysis.tables import FORMATS, render_table
 from engine.utils import write_json
-from trainers.routing import MahalanobisRouter, load_q_dump
+from trainers.routing.routers import MahalanobisRouter, load_q_dump
 
 DEFAULT_LAMBDAS = (0.6, 1.0, 1.4, 1.8)
 

@@ -29,7 +29,7 @@ import matplotlib.pyplot as plt
 from analysis.dumps import DumpUnit, find_units, unit_scores
 from analysis.errors import ResultsError
 from analysis.figures import score_histogram
-from trainers.routing import ROUTERS
+from trainers.routing.routers import ROUTERS
 
 SCORE_ROUTERS = tuple(name for name, cls in ROUTERS.items() if cls.routes and not cls.needs_truth)
 

@@ -1,4 +1,4 @@
-"""Routing ablation from saved logits: every router of trainers/routing.py on every dataset, no model needed.
+"""Routing ablation from saved logits: every router of trainers/routing/routers.py on every dataset, no model needed.
 
 Usage (from the repository root):
   python -m tools.router_ablation output/base2new [DIR ...] [--routers mahalanobis lof ...] [--lam L]
@@ -6,8 +6,8 @@ Usage (from the repository root):
 
 DIR may be an output root (``train_base/`` + ``test_new/`` run folders are paired by dataset and seed), a method
 folder, or a run folder holding both dumps. Each router is fitted on ``router_fit_logits.pt`` (seen train logits)
-and applied to every ``logits_<split>.pt`` of the dataset/seed (dump contract: trainers/routing.py). Reported per
-dataset (mean over seeds) and averaged over datasets: routing accuracy on the base (seen) and novel (unseen) test
+and applied to every ``logits_<split>.pt`` of the dataset/seed (dump contract: trainers/routing/routers.py). Reported
+per dataset (mean over seeds) and averaged over datasets: routing accuracy on the base (seen) and novel (unseen) test
 samples, Base / Novel accuracy of the routed prediction (argmax restricted to each dump's ``eval_labels``) and HM.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from analysis.layout import AVERAGE, dataset_sort_key
 from analysis.stats import harmonic_mean, nanmean
 from analysis.tables import FORMATS, render_table
 from engine.utils import write_json
-from trainers.routing import ROUTERS, build_router, load_q_dump, restricted_argmax, routing_metrics
+from trainers.routing.routers import ROUTERS, build_router, load_q_dump, restricted_argmax, routing_metrics
 
 METRIC_KEYS = ("route_base", "route_novel", "base", "novel")
 

@@ -13,7 +13,7 @@ import os
 import torch
 
 from tools.bench_models import ModelSpec, random_clip
-from trainers.promptsrc import VLPromptLearner
+from trainers.prompting.deep_prompts import VLPromptLearner
 
 STUDENT_FILE = os.path.join("clip", "ViT-B-16.pt")
 TEACHER_FILE = os.path.join("clip", "ViT-L-14.pt")

@@ -1,2 +1,3 @@
-"""Trainers of the project. Importing the package registers nothing: ``trainers.catalog`` lists the trainers and
-registers them on demand (``register_trainers()``)."""
+"""The methods, one module each (``coop``, ``petr``, ...), listed by ``trainers.catalog``; the parts they share live
+in ``prompting``, ``routing`` and ``distillation``. Importing the package registers nothing: ``trainers.catalog``
+registers the trainers on demand (``register_trainers()``)."""

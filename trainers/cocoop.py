@@ -36,10 +36,10 @@ from engine.errors import ConfigError
 from engine.precision import PREC_RULE
 from engine.schema import Int, KeyTable, Text
 
-from .backbone import Autocast, ClipWeightsCheck, load_backbone
 from .coop import context_init
-from .learner_state import learner_state
-from .scoring import ClassScorer, ClassScoring, PromptedCLIP, checkpoint_context
+from .prompting.backbone import Autocast, ClipWeightsCheck, load_backbone
+from .prompting.learner_state import learner_state
+from .prompting.scoring import ClassScorer, ClassScoring, PromptedCLIP, checkpoint_context
 
 MODEL_NAME = "prompt_learner"
 TEXT_ROWS = 4096
@@ -118,7 +118,7 @@ class CoCoOpCLIP(PromptedCLIP):
     prompt_learner: CoCoOpPromptLearner
 
     @classmethod
-    def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast) -> CoCoOpCLIP:
+    def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast, ns: str) -> CoCoOpCLIP:
         """A finished CoCoOp run's learner (ours or upstream's), frozen; the context length is read off ``ctx``.
         The prompt's words are placeholders: the context replaces them, so the logits are the run's whatever its
         CTX_INIT."""
@@ -151,6 +151,7 @@ class CoCoOp(ClassScoring, ClipWeightsCheck, TrainerX):
     }
     PROMPTED = CoCoOpCLIP
     RECORDED_KEYS = ("N_CTX", "CTX_INIT")
+    TUNED_MODEL = MODEL_NAME
 
     def build_model(self) -> None:
         cfg, opts = self.cfg, self.ns

@@ -31,10 +31,11 @@ from engine.errors import ConfigError, InvalidInputError
 from engine.precision import PREC_RULE
 from engine.schema import Bool, Choice, Int, KeyTable, Text
 
-from .backbone import Autocast, ClipWeightsCheck, cosine_logits, load_backbone
-from .scoring import ClassScorer, CrossEntropyStep
-from .tuned_run import TunedRun, recorded_settings
+from .prompting.backbone import Autocast, ClipWeightsCheck, cosine_logits, load_backbone
+from .prompting.scoring import ClassScorer, CrossEntropyStep
+from .prompting.tuned_run import TunedRun, recorded_settings
 
+MODEL_NAME = "prompt_learner"
 CLASS_TOKEN_POSITIONS = ("end", "middle", "front")
 # Buffers that upstream CoOp checkpoints also contain; they are rebuilt from the class names instead.
 _UPSTREAM_BUFFERS = ("token_prefix", "token_suffix")
@@ -63,24 +64,24 @@ class CoOpPromptLearner(nn.Module):
     """
 
     def __init__(self, clip_model: CLIP, classnames: Sequence[str], n_ctx: int = 16, ctx_init: str = "",
-                 csc: bool = False, class_token_position: str = "end"):
+                 csc: bool = False, class_token_position: str = "end", setting: str = "TRAINER.COOP"):
         super().__init__()
         if class_token_position not in CLASS_TOKEN_POSITIONS:
-            raise ConfigError(f"TRAINER.COOP.CLASS_TOKEN_POSITION is {class_token_position!r}; choose one of "
+            raise ConfigError(f"{setting}.CLASS_TOKEN_POSITION is {class_token_position!r}; choose one of "
                               f"{', '.join(CLASS_TOKEN_POSITIONS)}")
         weight = clip_model.token_embedding.weight
         names = [name.replace("_", " ") for name in classnames]
         ctx_init = ctx_init.replace("_", " ").strip()
         if ctx_init:
-            ctx = context_init(clip_model, ctx_init, "TRAINER.COOP.CTX_INIT")
+            ctx = context_init(clip_model, ctx_init, f"{setting}.CTX_INIT")
             n_ctx = ctx.shape[0]
             if csc:
-                print("Note: TRAINER.COOP.CSC is ignored with CTX_INIT (as in CoOp): one generic context "
+                print(f"Note: {setting}.CSC is ignored with CTX_INIT (as in CoOp): one generic context "
                       f"initialised from {ctx_init!r}")
             csc, prefix_text = False, ctx_init
         else:
             if n_ctx < 1:
-                raise ConfigError(f"TRAINER.COOP.N_CTX is {n_ctx}; use at least 1 context token")
+                raise ConfigError(f"{setting}.N_CTX is {n_ctx}; use at least 1 context token")
             shape = (len(names), n_ctx, clip_model.text_width) if csc else (n_ctx, clip_model.text_width)
             ctx = torch.empty(shape, dtype=weight.dtype, device=weight.device).normal_(std=0.02)
             prefix_text = " ".join(["X"] * n_ctx)
@@ -88,10 +89,10 @@ class CoOpPromptLearner(nn.Module):
               f"at the {class_token_position}")
         self.ctx = nn.Parameter(ctx)
         self.n_ctx, self.csc, self.class_token_position = n_ctx, csc, class_token_position
-        self.classnames = list(classnames)
+        self.classnames, self.setting = list(classnames), setting
         self.name_lens = [len(encode(name)) for name in names]
-        setting = f"TRAINER.COOP.CTX_INIT {ctx_init!r}" if ctx_init else f"TRAINER.COOP.N_CTX is {n_ctx}"
-        prompts = fitting_class_prompts(names, n_ctx, prefix_text, clip_model.context_length, setting)
+        fits = f"{setting}.CTX_INIT {ctx_init!r}" if ctx_init else f"{setting}.N_CTX is {n_ctx}"
+        prompts = fitting_class_prompts(names, n_ctx, prefix_text, clip_model.context_length, fits)
         tokens = clip.tokenize(prompts, context_length=clip_model.context_length).to(weight.device)
         with torch.no_grad():
             embedding = clip_model.token_embedding(tokens)
@@ -135,7 +136,7 @@ class CoOpPromptLearner(nn.Module):
         if "ctx" in state and tuple(state["ctx"].shape) != tuple(self.ctx.shape):
             saved, wanted = tuple(state["ctx"].shape), tuple(self.ctx.shape)
             hint = ("a class-specific (CSC) context only fits the classes it was trained on; train with "
-                    "TRAINER.COOP.CSC False to evaluate on other classes" if len(saved) == 3 else
+                    f"{self.setting}.CSC False to evaluate on other classes" if len(saved) == 3 else
                     "use the N_CTX / CTX_INIT / CSC settings the context was trained with")
             raise InvalidInputError(f"CoOp checkpoint 'ctx' is a {_describe_ctx(saved)}, but this run builds a "
                                     f"{_describe_ctx(wanted)}; {hint}")
@@ -170,14 +171,15 @@ class CoOpTuned:
     """A finished CoOp context as PETR+X's seen branch (a ``ClassScoringModel``): the same generic context around
     any class names, scored against plain CLIP image features."""
 
-    def __init__(self, clip_model: CLIP, ctx: torch.Tensor, class_token_position: str, autocast: Autocast):
+    def __init__(self, clip_model: CLIP, ctx: torch.Tensor, class_token_position: str, autocast: Autocast,
+                 setting: str = "TRAINER.COOP"):
         self.clip_model, self.ctx, self.autocast = clip_model, ctx, autocast
-        self.class_token_position = class_token_position
+        self.class_token_position, self.setting = class_token_position, setting
 
     @classmethod
-    def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast) -> CoOpTuned:
-        """The context of a CoOp checkpoint (ours or upstream's); its length is read off the tensor, the class token
-        position is the one the run records, else this config's TRAINER.COOP.CLASS_TOKEN_POSITION."""
+    def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast, ns: str = "COOP") -> CoOpTuned:
+        """The context of a checkpoint of CoOp or a variant of namespace ``TRAINER.<ns>`` (ours or upstream's); its
+        length is read off the tensor, the class token position is the one the run records, else this config's."""
         state = load_checkpoint(path).get("state_dict", {})
         ctx = state.get("ctx")
         if not torch.is_tensor(ctx) or ctx.dim() not in (2, 3):
@@ -185,18 +187,18 @@ class CoOpTuned:
                                     "folder of a CoOp run")
         if ctx.dim() == 3:
             raise InvalidInputError(f"{path} holds a {_describe_ctx(ctx.shape)}, which only fits the classes it was "
-                                    "trained on; train CoOp with TRAINER.COOP.CSC False to score the other classes")
-        settings, note = recorded_settings(TunedRun.of_checkpoint(path), "COOP",
-                                           {"CLASS_TOKEN_POSITION": cfg.TRAINER.COOP.CLASS_TOKEN_POSITION})
+                                    f"trained on; train with TRAINER.{ns}.CSC False to score the other classes")
+        settings, note = recorded_settings(TunedRun.of_checkpoint(path), ns,
+                                           {"CLASS_TOKEN_POSITION": cfg.TRAINER[ns].CLASS_TOKEN_POSITION})
         if note:
             print(note)
-        return cls(clip_model, ctx, settings["CLASS_TOKEN_POSITION"], autocast)
+        return cls(clip_model, ctx, settings["CLASS_TOKEN_POSITION"], autocast, f"TRAINER.{ns}")
 
     def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
         """The context's text features of ``classnames`` (computed here, once) against each image's CLIP features."""
         device = self.clip_model.token_embedding.weight.device
         learner = CoOpPromptLearner(self.clip_model, classnames, self.ctx.shape[0], "", False,
-                                    self.class_token_position).to(device)
+                                    self.class_token_position, self.setting).to(device)
         learner.load_state_dict({"ctx": self.ctx})
         with torch.no_grad(), self.autocast():
             text = coop_text_features(self.clip_model, learner)
@@ -213,7 +215,9 @@ class CoOpTuned:
 class CoOp(CrossEntropyStep, ClipWeightsCheck, TrainerX):
     """CoOp (Zhou et al., IJCV 2022): only ``prompt_learner.ctx`` is trained, with cross-entropy on the labels.
 
-    ``eval_classifier`` holds ``text_classifier()`` while an evaluation runs (the context is fixed then).
+    Written against its own namespace (``TRAINER.<NS>``), so a variant (KgCoOp) subclasses it with its ``NS`` and its
+    users' messages name the keys they set. ``eval_classifier`` holds ``text_classifier()`` while an evaluation runs
+    (the context is fixed then).
     """
 
     NS = "COOP"
@@ -226,20 +230,39 @@ class CoOp(CrossEntropyStep, ClipWeightsCheck, TrainerX):
         "CLASS_TOKEN_POSITION": ("end", Choice(CLASS_TOKEN_POSITIONS)),
     }
     RECORDED_KEYS = ("N_CTX", "CSC", "CTX_INIT", "CLASS_TOKEN_POSITION")
+    LEARNER_NS = ""
+    """The namespace holding the prompt learner's settings (RECORDED_KEYS); empty: the trainer's own ``NS``."""
+    TUNED_MODEL = MODEL_NAME
+    TUNED_BORROWS = ("CLASS_TOKEN_POSITION",)
+    """PETR+X reads a finished run's ``TUNED_MODEL`` checkpoint with ``tuned_model``, which takes these keys of the
+    trainer's namespace from the config (the context's length comes from its tensor)."""
     eval_classifier: torch.Tensor | None = None
 
+    @classmethod
+    def tuned_model(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast) -> CoOpTuned:
+        """A finished run's context as PETR+X's seen branch."""
+        return CoOpTuned.from_checkpoint(clip_model, cfg, path, autocast, cls.NS)
+
     def build_model(self) -> None:
-        cfg, opts = self.cfg, self.cfg.TRAINER.COOP
+        cfg = self.cfg
         self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
-        print("Building the CoOp prompt learner")
-        self.prompt_learner = CoOpPromptLearner(self.clip_model, self.dm.dataset.classnames, opts.N_CTX,
-                                                opts.CTX_INIT, opts.CSC, opts.CLASS_TOKEN_POSITION).to(self.device)
+        print(f"Building the {type(self).__name__} prompt learner")
+        self.prompt_learner = self.context_learner(self.dm.dataset.classnames)
         if cfg.MODEL.INIT_WEIGHTS:
             load_pretrained_weights(self.prompt_learner, cfg.MODEL.INIT_WEIGHTS)
         print(f"Trainable parameters: {count_num_param(self.prompt_learner):,} (the CLIP weights are frozen)")
         self.optim = build_optimizer(self.prompt_learner, cfg.OPTIM)
         self.sched = build_lr_scheduler(self.optim, cfg.OPTIM)
-        self.register_model("prompt_learner", self.prompt_learner, self.optim, self.sched)
+        self.register_model(MODEL_NAME, self.prompt_learner, self.optim, self.sched)
+
+    def context_learner(self, classnames: Sequence[str], csc: bool | None = None) -> CoOpPromptLearner:
+        """A CoOp prompt learner over ``classnames`` with the settings of ``TRAINER.<LEARNER_NS or NS>`` (``csc``
+        overrides its CSC), on the run's device."""
+        ns = self.LEARNER_NS or self.NS
+        opts = self.cfg.TRAINER[ns]
+        return CoOpPromptLearner(self.clip_model, classnames, opts.N_CTX, opts.CTX_INIT,
+                                 opts.CSC if csc is None else csc, opts.CLASS_TOKEN_POSITION,
+                                 f"TRAINER.{ns}").to(self.device)
 
     def text_classifier(self) -> torch.Tensor:
         """The class text features of the current context (``coop_text_features``, in the run's precision)."""
@@ -251,7 +274,6 @@ class CoOp(CrossEntropyStep, ClipWeightsCheck, TrainerX):
         with self.autocast():
             image = self.clip_model.encode_image(images)
         return cosine_logits(self.clip_model, image, text)
-
 
     def before_test(self) -> None:
         """Compute the classifier once for the whole evaluation."""

@@ -31,10 +31,10 @@ from engine.errors import ConfigError
 from engine.precision import PREC_RULE
 from engine.schema import Int, KeyTable, Text
 
-from .backbone import Autocast, ClipWeightsCheck, load_backbone
-from .learner_state import learner_state
-from .scoring import ClassScorer, ClassScoring, PromptedCLIP, checkpoint_context
-from .tuned_run import TunedRun, recorded_settings
+from .prompting.backbone import Autocast, ClipWeightsCheck, load_backbone
+from .prompting.learner_state import learner_state
+from .prompting.scoring import ClassScorer, ClassScoring, PromptedCLIP, checkpoint_context
+from .prompting.tuned_run import TunedRun, recorded_settings
 
 MODEL_NAME = "MultiModalPromptLearner"
 UPSTREAM_PREFIX = "prompt_learner."
@@ -104,16 +104,16 @@ class MaPLeCLIP(PromptedCLIP):
     prompt_learner: MultiModalPromptLearner
 
     @classmethod
-    def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast) -> MaPLeCLIP:
+    def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast, ns: str) -> MaPLeCLIP:
         """A finished MaPLe run's prompts (ours or upstream's), frozen; N_CTX and PROMPT_DEPTH are read off the
         tensors (and must be what the run records), the prompt's words are the CTX_INIT the run records, else this
-        config's TRAINER.MAPLE.CTX_INIT (the words after the context stay in the prompt)."""
+        config's TRAINER.<ns>.CTX_INIT (the words after the context stay in the prompt)."""
         state = load_checkpoint(path).get("state_dict", {})
         own = {k.removeprefix(UPSTREAM_PREFIX): v for k, v in state.items()}
         n_ctx = checkpoint_context(own, path, "MaPLe").shape[0]
         depth = 1 + sum(k.startswith("compound_prompts_text.") for k in own)
         run = TunedRun.of_checkpoint(path)
-        settings, note = recorded_settings(run, "MAPLE", {"CTX_INIT": cfg.TRAINER.MAPLE.CTX_INIT},
+        settings, note = recorded_settings(run, ns, {"CTX_INIT": cfg.TRAINER[ns].CTX_INIT},
                                            {"N_CTX": n_ctx, "PROMPT_DEPTH": depth}, path)
         if note:
             print(note)
@@ -152,6 +152,8 @@ class MaPLe(ClassScoring, ClipWeightsCheck, TrainerX):
     }
     PROMPTED = MaPLeCLIP
     RECORDED_KEYS = ("N_CTX", "CTX_INIT", "PROMPT_DEPTH")
+    TUNED_MODEL = MODEL_NAME
+    TUNED_BORROWS = ("CTX_INIT",)
 
     def build_model(self) -> None:
         cfg, opts = self.cfg, self.ns

@@ -10,8 +10,8 @@ Protocols (docs/ARCHITECTURE.md, "Data roles"): base2novel — ``train_x`` = bas
 classes, CE over all classes (``CE_SCOPE all``) or the base columns (``base``). cross/dg — ``train_x`` = labelled
 source (ImageNet) images whose KD and CE use the source classes' teacher text features; ``train_u`` = target
 images, KD over the target classes.
-The router is the trainer's ``routing`` component (trainers/routed.py): fitted when the run deploys, stored in the
-run folder, applied at every evaluation.
+The router is the trainer's ``routing`` component (trainers/routing/routed.py): fitted when the run deploys, stored in
+the run folder, applied at every evaluation.
 """
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from engine.errors import ConfigError
 from engine.precision import PREC_RULE
 from engine.schema import NON_NEGATIVE, Choice, Int, KeyTable
 
-from .distill import TEACHER_KEYS, DistillMixin
-from .routed import ROUTER_KEYS, BranchScorer, RoutedTrainerMixin
-from .student import batched_features
+from .distillation.distill import TEACHER_KEYS, DistillMixin
+from .distillation.student import batched_features
+from .routing.routed import ROUTER_KEYS, BranchScorer, RoutedTrainerMixin
 
 CE_SCOPES = ("all", "base")
 """The cross-entropy on the seen branch (``CE_SCOPE``): over all classes or the base classes only."""

@@ -8,7 +8,7 @@ existing CoOp run directory (``TRAINER.PETRCOOP.COOP_MODEL_DIR``): the training-
 context into its run folder, trains zero epochs and deploys like a trained run (router fit, final test). PETR+X
 (trainers/petr_x.py) is the same plug-in for any prompt learner. Prompt-learner settings come from
 ``TRAINER.COOP`` (N_CTX, CTX_INIT, CLASS_TOKEN_POSITION); the context must be generic (CSC False) to reach classes it
-was not trained on. The router is the trainer's ``routing`` component (trainers/routed.py).
+was not trained on. The router is the trainer's ``routing`` component (trainers/routing/routed.py).
 """
 from __future__ import annotations
 
@@ -21,13 +21,11 @@ from engine.errors import ConfigError
 from engine.precision import PREC_RULE
 from engine.schema import Int, KeyTable, Text
 
-from .backbone import cosine_logits, load_backbone
-from .coop import CoOp, CoOpPromptLearner, coop_text_features
-from .routed import ROUTER_KEYS, BranchScorer, RoutedTrainerMixin
-from .tuned import TUNED_METHODS, run_checkpoint
+from .coop import MODEL_NAME, CoOp, coop_text_features
+from .prompting.backbone import cosine_logits, load_backbone
+from .routing.routed import ROUTER_KEYS, BranchScorer, RoutedTrainerMixin
+from .routing.tuned import run_checkpoint
 from .zeroshot import ensemble_classifier
-
-MODEL_NAME = TUNED_METHODS["CoOp"].model_name
 
 
 def coop_checkpoint_path(run_dir: str, epoch: int = 0) -> str:
@@ -49,11 +47,12 @@ class PETRCoOp(RoutedTrainerMixin, CoOp):
         **ROUTER_KEYS,
     }
     RECORDED_KEYS = ()  # its CoOp branch's settings are CoOp's keys (borrowed), not of its namespace
+    LEARNER_NS = CoOp.NS
 
     @classmethod
     def borrowed_keys(cls, cfg) -> tuple[str, ...]:
         """The CoOp prompt learner's settings, read from CoOp's namespace."""
-        return tuple(f"TRAINER.COOP.{key}" for key in ("N_CTX", "CSC", "CTX_INIT", "CLASS_TOKEN_POSITION"))
+        return tuple(f"TRAINER.{cls.LEARNER_NS}.{key}" for key in CoOp.RECORDED_KEYS)
 
     def check_cfg(self, cfg) -> None:
         super().check_cfg(cfg)
@@ -62,17 +61,15 @@ class PETRCoOp(RoutedTrainerMixin, CoOp):
                               "context has no rows for the novel or target classes the router also scores")
 
     def build_model(self) -> None:
-        cfg, coop, ns = self.cfg, self.cfg.TRAINER.COOP, self.ns
+        cfg, ns = self.cfg, self.ns
         ds = self.dm.dataset
         self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
         train_names = self._training_classes()
         print(f"Seen branch θ_s: a CoOp context learned on {len(train_names)} seen classes")
-        self.prompt_learner = CoOpPromptLearner(self.clip_model, train_names, coop.N_CTX, coop.CTX_INIT, False,
-                                                coop.CLASS_TOKEN_POSITION).to(self.device)
+        self.prompt_learner = self.context_learner(train_names, csc=False)
         self.task_learner = self.prompt_learner
         if train_names != list(ds.classnames):  # the same context around every class name of the task
-            self.task_learner = CoOpPromptLearner(self.clip_model, ds.classnames, coop.N_CTX, coop.CTX_INIT, False,
-                                                  coop.CLASS_TOKEN_POSITION).to(self.device)
+            self.task_learner = self.context_learner(ds.classnames, csc=False)
             self.task_learner.ctx = self.prompt_learner.ctx
         with self.autocast():
             self.templates, self.ensemble_text = ensemble_classifier(self.clip_model, cfg.DATASET.NAME, ds.classnames,

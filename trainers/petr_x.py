@@ -1,29 +1,31 @@
 """PETR+X: PETR's training-free routing on a finished run of any prompt learner X (``TRAINER.PETRX.TUNED_TRAINER``).
 
-θ_s is X's prediction with its learned prompts over every class of the task (``trainers/tuned.py``: CoOp, CoCoOp,
-MaPLe, IVLP or PromptSRC), θ_u the dataset's hand-crafted template ensemble on the frozen CLIP, and the router sees
-``q̃ = [q_s, q_u]``. Nothing is trained: the run reads X's checkpoint from ``TUNED_MODEL_DIR`` (ours or upstream's,
-Dassl layout, through the engine's restricted loader), fits the router on ``router_x`` when it deploys, and
-evaluates. ``router_x`` holds X's training images when NUM_SHOTS and SEED are those of X's run (the base classes'
-few-shot images in base2novel, the source's in cross/dg), as PETR+CoOp's. An eval-only run (``--model-dir`` = that
-run's folder) reads its router, checked to have been fitted on the same X checkpoint (sha256 in ``router.json``);
-θ_s is read from ``TUNED_MODEL_DIR`` again. X's run is checked against what it records (``trainers/tuned_run.py``):
-another trainer, dataset or CLIP is refused, an unfinished run or one that records neither is noted.
+θ_s is X's prediction with its learned prompts over every class of the task (X's trainer reads its run:
+``tuned_model``, ``trainers/routing/tuned.py``; the catalog's routable rows: CoOp, CoCoOp, MaPLe, IVLP, PromptSRC,
+...), θ_u the dataset's hand-crafted template ensemble on the frozen CLIP, and the router sees ``q̃ = [q_s, q_u]``.
+Nothing is trained: the run reads X's checkpoint from ``TUNED_MODEL_DIR`` (ours or upstream's, Dassl layout, through
+the engine's restricted loader), fits the router on ``router_x`` when it deploys, and evaluates. ``router_x`` holds
+X's training images when NUM_SHOTS and SEED are those of X's run (the base classes' few-shot images in base2novel,
+the source's in cross/dg), as PETR+CoOp's. An eval-only run (``--model-dir`` = that run's folder) reads its router,
+checked to have been fitted on the same X checkpoint (sha256 in ``router.json``); θ_s is read from
+``TUNED_MODEL_DIR`` again. X's run is checked against what it records (``trainers/prompting/tuned_run.py``): another
+trainer, dataset or CLIP is refused, an unfinished run or one that records neither is noted.
 """
 from __future__ import annotations
 
 import torch
 
-from engine import TRAINER_REGISTRY, TrainerX, check_availability
+from engine import TRAINER_REGISTRY, TrainerX
 from engine.digests import file_digest
 from engine.errors import ConfigError
 from engine.precision import PREC_RULE
-from engine.schema import Int, KeyTable, Text
+from engine.schema import Choice, Int, KeyTable, Text
 
-from .backbone import ClipWeightsCheck, cosine_logits, load_backbone
-from .routed import ROUTER_KEYS, BranchScorer, RoutedTrainerMixin
-from .tuned import TUNED_METHODS, run_checkpoint
-from .tuned_run import TunedRun
+from .catalog import TUNED_TRAINERS
+from .prompting.backbone import ClipWeightsCheck, cosine_logits, load_backbone
+from .prompting.tuned_run import TunedRun
+from .routing.routed import ROUTER_KEYS, BranchScorer, RoutedTrainerMixin
+from .routing.tuned import borrowed_keys, run_checkpoint, tuned_trainer
 from .zeroshot import ensemble_classifier
 
 
@@ -34,7 +36,7 @@ class PETRX(RoutedTrainerMixin, ClipWeightsCheck, TrainerX):
     DATA_ROLE = "seen_unseen"
     NS = "PETRX"
     CONFIG_KEYS: KeyTable = {
-        "TUNED_TRAINER": ("CoOp", Text()),  # checked against trainers/tuned.py TUNED_METHODS by check_cfg
+        "TUNED_TRAINER": ("CoOp", Choice(TUNED_TRAINERS)),  # the catalog's routable trainers
         "TUNED_MODEL_DIR": ("", Text()),  # the tuned run's folder (its <model>/checkpoint names the file)
         "TUNED_LOAD_EPOCH": (0, Int(0, note="0: the last saved epoch")),
         "PREC": ("fp16", PREC_RULE),
@@ -43,14 +45,13 @@ class PETRX(RoutedTrainerMixin, ClipWeightsCheck, TrainerX):
 
     @classmethod
     def borrowed_keys(cls, cfg) -> tuple[str, ...]:
-        """The keys of the tuned trainer's namespace that its loader reads (``TunedMethod.borrowed``)."""
-        method = TUNED_METHODS.get(cfg.TRAINER.PETRX.TUNED_TRAINER)
-        return method.borrowed if method is not None else ()
+        """The keys of the tuned trainer's namespace that its loader reads (its ``TUNED_BORROWS``)."""
+        return borrowed_keys(cfg.TRAINER.PETRX.TUNED_TRAINER)
 
     def check_cfg(self, cfg) -> None:
         super().check_cfg(cfg)
         ns = cfg.TRAINER.PETRX
-        check_availability(ns.TUNED_TRAINER, TUNED_METHODS, kind="tuned trainer (TRAINER.PETRX.TUNED_TRAINER)")
+        tuned_trainer(ns.TUNED_TRAINER)
         if not ns.TUNED_MODEL_DIR:
             raise ConfigError(f"TRAINER.PETRX.TUNED_MODEL_DIR is empty: give the folder of a finished "
                               f"{ns.TUNED_TRAINER} run (PETR+X trains nothing; see scripts/petr_x/)")
@@ -59,8 +60,8 @@ class PETRX(RoutedTrainerMixin, ClipWeightsCheck, TrainerX):
         cfg, ns = self.cfg, self.ns
         classnames = self.dm.dataset.classnames
         self.clip_model = load_backbone(cfg.MODEL.BACKBONE.NAME, self.device, self.prec)
-        method = TUNED_METHODS[ns.TUNED_TRAINER]
-        self.plugin_source = run_checkpoint(ns.TUNED_MODEL_DIR, method.model_name, ns.TUNED_LOAD_EPOCH,
+        tuned = tuned_trainer(ns.TUNED_TRAINER)
+        self.plugin_source = run_checkpoint(ns.TUNED_MODEL_DIR, tuned.TUNED_MODEL, ns.TUNED_LOAD_EPOCH,
                                             ns.TUNED_TRAINER, "TRAINER.PETRX.TUNED_MODEL_DIR",
                                             "TRAINER.PETRX.TUNED_LOAD_EPOCH")
         print(f"Seen branch θ_s: {ns.TUNED_TRAINER} of {self.plugin_source} over all {len(classnames)} classes")
@@ -68,8 +69,8 @@ class PETRX(RoutedTrainerMixin, ClipWeightsCheck, TrainerX):
         notes = tuned_run.check(cfg, ns.TUNED_TRAINER)
         for note in notes:
             print(f"Note: {note}")
-        tuned = method.load(self.clip_model, cfg, self.plugin_source, self.autocast)
-        self.tuned_scorer = tuned.class_scorer(classnames)
+        model = tuned.tuned_model(self.clip_model, cfg, self.plugin_source, self.autocast)
+        self.tuned_scorer = model.class_scorer(classnames)
         with self.autocast():
             self.templates, self.ensemble_text = ensemble_classifier(self.clip_model, cfg.DATASET.NAME, classnames,
                                                                      self.device)

@@ -13,9 +13,9 @@ import torch
 from engine import TRAINER_REGISTRY, TrainerX
 from engine.schema import NON_NEGATIVE, Int, KeyTable
 
-from .distill import TEACHER_KEYS, DistillMixin
-from .evaluation import restrict_to_labels
-from .promptsrc import VL_PROMPT_KEYS
+from .distillation.distill import TEACHER_KEYS, DistillMixin
+from .prompting.deep_prompts import VL_PROMPT_KEYS
+from .routing.evaluation import restrict_to_labels
 
 INERT_KEYS = {
     "PROJECT_LAYER": "upstream never reads it; the projector is two 1x1 convs, as upstream's",

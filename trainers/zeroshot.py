@@ -13,8 +13,8 @@ from engine import TRAINER_REGISTRY, TrainerX
 from engine.precision import PREC_RULE
 from engine.schema import Choice, KeyTable
 
-from .backbone import ClipWeightsCheck, cosine_logits, load_backbone
-from .templates import ensemble_templates, select_templates, single_template
+from .prompting.backbone import ClipWeightsCheck, cosine_logits, load_backbone
+from .prompting.templates import ensemble_templates, select_templates, single_template
 
 TEMPLATE_MODES = ("single", "ensemble", "select")
 

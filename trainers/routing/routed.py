@@ -10,7 +10,7 @@ built, before any data is read. It holds a :class:`Routing` (``self.routing``) a
   transform) and save it in the run folder (``router.pth.tar`` tensors only + ``router.json``) with the fit dumps;
 - ``load_model``: an eval-only run reads the router saved beside the loaded weights, at its first evaluation;
 - ``evaluate_split``: route each sample, answer with the argmax of the chosen branch over the evaluated classes, log
-  Dassl's accuracy block and the routing table, dump the logits (trainers/routing.py docstring);
+  Dassl's accuracy block and the routing table, dump the logits (trainers/routing/routers.py docstring);
 - ``extra_results``: the routing fields of ``results.json``.
 
 A plug-in run (``plugin_source``: θ_s read from a finished run) goes through the same lifecycle with zero epochs:
@@ -36,7 +36,7 @@ from engine.schema import POSITIVE, Bool, Choice, Int, KeyTable, Number
 from engine.utils import write_json
 
 from .evaluation import json_safe, route_and_score, routing_table, seen_mask
-from .routing import (
+from .routers import (
     DEFAULT_LAMBDA,
     DEFAULT_PERCENTILE,
     FIT_DUMP_NAME,
@@ -53,7 +53,7 @@ from .routing import (
 )
 
 ROUTER_KEYS: KeyTable = {
-    "ROUTER": ("mahalanobis", Choice(ROUTERS)),  # trainers/routing.py ROUTERS
+    "ROUTER": ("mahalanobis", Choice(ROUTERS)),  # trainers/routing/routers.py ROUTERS
     "LAMBDA": (DEFAULT_LAMBDA, POSITIVE),  # Mahalanobis threshold = λ · percentile of the fit distances
     "PERCENTILE": (DEFAULT_PERCENTILE, Number(0, 100, low_open=True)),
     "REFIT_ROUTER": (False, Bool()),  # eval-only runs: fit a new router instead of reading the run's router.pth.tar
@@ -89,13 +89,13 @@ class Routing:
         name = type(trainer).__name__
         if not isinstance(trainer, RoutedTrainer):
             raise TypeError(f"{name} cannot be routed: it lacks branch_scorer(), the function images -> (q_s, q_u) "
-                            "over all classes of the task (trainers/routed.py RoutedTrainer)")
+                            "over all classes of the task (trainers/routing/routed.py RoutedTrainer)")
         ns = trainer.NS
         opts = cfg.TRAINER.get(ns) if ns else None
         missing = [key for key in ROUTER_KEYS if opts is None or key not in opts]
         if missing:
             raise ConfigError(f"{name}: TRAINER.{ns or '<NS>'} lacks the router keys {missing}; declare them with "
-                              "ROUTER_KEYS in its CONFIG_KEYS (trainers/routed.py)")
+                              "ROUTER_KEYS in its CONFIG_KEYS (trainers/routing/routed.py)")
         check_availability(opts.ROUTER, ROUTERS, kind=f"router (TRAINER.{ns}.ROUTER)")
         self.trainer, self.ns, self.opts = trainer, ns, opts
         self.router: Router | None = None

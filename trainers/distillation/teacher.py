@@ -2,9 +2,9 @@
 
 Teacher files are PromptSRC checkpoints of this project (``<run>/VLPromptLearner/model.pth.tar-<E>``, Dassl
 layout, tensors and plain values only), files written by ``tools/import_promptkd_teacher.py`` in the same layout, or
-upstream PromptKD's released files (read with the restricted unpickler, keys mapped by ``upstream_teacher``).
-Only the prompts are read from them: the frozen CLIP comes from ``TEACHER_NAME`` (``clip.load_model``).
-``deep_prompt_run`` reads these files (and IVLP's) as PETR+X's seen branch (trainers/tuned.py), on the run's CLIP.
+upstream PromptKD's released files (read with the restricted unpickler, keys mapped by
+``trainers.prompting.upstream_prompts``; ``trainers.prompting.prompt_files`` reads them). Only the prompts are read
+from them: the frozen CLIP comes from ``TEACHER_NAME`` (``clip.load_model``).
 """
 from __future__ import annotations
 
@@ -19,18 +19,16 @@ from tabulate import tabulate
 from torch import nn
 
 import clip
-from clip.classifier import class_prompts, prompted_text_features, zeroshot_text_features
+from clip.classifier import prompted_text_features, zeroshot_text_features
 from clip.model import CLIP, require_vit
-from engine.checkpoint import POINTER_FILE, checkpoint_epoch, load_checkpoint, pointed_checkpoint
+from engine.checkpoint import POINTER_FILE, checkpoint_epoch, pointed_checkpoint
 from engine.digests import file_digest
 from engine.errors import InvalidInputError
 from engine.published import read_record
 
-from .backbone import Autocast
-from .promptsrc import MODEL_NAME, VLPromptCLIP, VLPromptLearner, is_upstream_layout
-from .templates import single_template
-from .tuned_run import TunedRun, deep_prompt_words
-from .upstream_teacher import upstream_teacher_prompts
+from ..prompting.deep_prompts import MODEL_NAME, VLPromptLearner
+from ..prompting.prompt_files import check_prompts_fit, read_deep_prompts
+from ..prompting.templates import single_template
 
 HOW_TO_GET = ("train one with `bash scripts/teacher/base2new_train.sh <dataset> <seed>` or point TEACHER_CKPT at "
               "PromptKD's released teacher (teacher_model/<Dataset>/VLPromptLearner/model-best.pth.tar)")
@@ -121,45 +119,6 @@ def resolve_teacher_file(ckpt: str) -> str:
                             f"run?); {HOW_TO_GET}")
 
 
-def read_teacher_prompts(path: str, role: str = "teacher") -> VLPromptLearner:
-    """The frozen prompts (and training metadata) of a teacher file: ours, or upstream PromptKD/PromptSRC's (read
-    without running its pickled objects and mapped onto our prompt keys); read through the inputs ledger as
-    ``role``."""
-    checkpoint = load_checkpoint(path, role=role)
-    state = checkpoint.get("state_dict", checkpoint) if isinstance(checkpoint, dict) else None
-    if not isinstance(state, dict):
-        raise InvalidInputError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dict; {HOW_TO_GET}")
-    if is_upstream_layout(state):
-        prompts, _, rows, ignored = upstream_teacher_prompts(checkpoint, path)
-        print(f"Upstream teacher {path}: {len(rows)} prompt tensors mapped onto ours; ignored "
-              + ", ".join(f"{count} {why}" for why, count in sorted(ignored.items())))
-        return prompts
-    prompts = VLPromptLearner.from_state_dict(state, path)
-    prompts.requires_grad_(False)
-    return prompts
-
-
-def check_teacher_fits(prompts: VLPromptLearner, clip_model: CLIP, name: str, path: str,
-                       setting: str = "TEACHER_NAME", what: str = "teacher") -> None:
-    """Raise a clear error when the prompts were learned on a CLIP of another size than ``name`` (``setting``);
-    ``what`` names the checkpoint's role in the messages."""
-    sizes, trained_on = prompts.describe(), prompts.meta.get("backbone", "")
-    hint = f" (it was trained on {trained_on})" if trained_on else ""
-    for tower, width, layers, depth in (
-            ("vision", clip_model.vision_width, clip_model.vision_layers, sizes["depth_vision"]),
-            ("text", clip_model.text_width, clip_model.text_layers, sizes["depth_text"])):
-        if sizes[f"{tower}_width"] != width:
-            raise InvalidInputError(f"{what} checkpoint {path} was trained on a CLIP with {tower} width "
-                             f"{sizes[f'{tower}_width']}, but {setting}={name} has {width}; set {setting} to the "
-                             f"{what}'s backbone{hint}")
-        if depth > layers:
-            raise InvalidInputError(f"{what} checkpoint {path} has {depth} {tower} prompt layers, but {setting}={name} "
-                             f"has only {layers} {tower} blocks; set {setting} to the {what}'s backbone{hint}")
-    if trained_on and trained_on != name:
-        print(f"Note: {what} {path} was trained with backbone {trained_on!r}; {setting} is {name!r} "
-              "(same widths, so it loads; make sure they are the same CLIP)")
-
-
 def check_teacher_record(path: str, name: str) -> None:
     """Refuse the teacher file ``path`` when what its folder records (``engine.published``: a published teacher's
     ``teacher.json``, or its run's ``run.json``) names another CLIP than ``TEACHER_NAME`` ``name`` by content."""
@@ -206,7 +165,7 @@ def build_teacher(name: str, ckpt: str, classnames: Sequence[str], device: torch
     prompts, path = None, ""
     if ckpt:
         path = resolve_teacher_file(ckpt)
-        prompts = read_teacher_prompts(path)
+        prompts = read_deep_prompts(path)
     print(f"Loading teacher CLIP (TEACHER_NAME: {name})")
     clip_model = clip.load_model(name, device, dtype)
     if prompts is not None:
@@ -218,7 +177,7 @@ def build_teacher(name: str, ckpt: str, classnames: Sequence[str], device: torch
         teacher = Teacher(clip_model, classnames, template=template)
     else:
         check_teacher_record(path, name)
-        check_teacher_fits(prompts, clip_model, name, path)
+        check_prompts_fit(prompts, clip_model, name, path)
         check_teacher_classes(prompts.meta, classnames, dataset_name, path)
         teacher = Teacher(clip_model, classnames, prompts=prompts.to(device), source=path)
         sizes = prompts.describe()
@@ -226,17 +185,3 @@ def build_teacher(name: str, ckpt: str, classnames: Sequence[str], device: torch
                          f"{sizes['depth_vision']} x {sizes['n_ctx_vision']}", len(classnames), teacher.embed_dim]],
                        headers=["teacher", "CLIP", "text prompts", "vision prompts", "classes", "embed dim"]))
     return teacher.to(device)
-
-
-def deep_prompt_run(clip_model: CLIP, cfg, path: str, autocast: Autocast, ns: str) -> VLPromptCLIP:
-    """A finished PromptSRC or IVLP run (ours or upstream's, read as a teacher file is; its options in ``TRAINER.<ns>``)
-    on the run's frozen CLIP, as PETR+X's seen branch; the prompts are checked against MODEL.BACKBONE.NAME and the
-    class prompts hold the words the run's recorded config says (``<run>/<model folder>/<file>``: ``path``)."""
-    prompts = read_teacher_prompts(path, role="checkpoint")
-    check_teacher_fits(prompts, clip_model, cfg.MODEL.BACKBONE.NAME, path, "MODEL.BACKBONE.NAME", "tuned model")
-    run = TunedRun.of_checkpoint(path)
-    prompts.prompt_prefix = deep_prompt_words(run, ns, prompts.describe(), path)
-    n_ctx = prompts.text_prompts.n_ctx
-    print(f"{path}: class prompt {class_prompts(['{}'], n_ctx, prompts.prompt_prefix)[0]!r}, its first {n_ctx} "
-          f"tokens learned ({run.config_source or 'no recorded config'})")
-    return VLPromptCLIP.frozen(clip_model, prompts, autocast)

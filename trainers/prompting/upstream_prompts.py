@@ -15,7 +15,7 @@ import torch
 
 from engine.errors import InvalidInputError
 
-from .promptsrc import VLPromptLearner, map_upstream_state
+from .deep_prompts import VLPromptLearner, map_upstream_state
 
 # PromptKD's teacher_model/README.md spells two folder names differently from DATASET.NAME.
 FOLDER_TO_DATASET = {"ImageNet-xd": "ImageNet", "FGVCaircraft": "FGVCAircraft", "StandfordCars": "StanfordCars"}

@@ -15,7 +15,7 @@ from engine.precision import weight_dtype
 from engine.run_lock import launched_world_size
 from engine.schema import NON_NEGATIVE, POSITIVE, Bool, Choice, Int, KeyTable, Text
 
-from .backbone import ClipWeightsCheck, load_backbone
+from ..prompting.backbone import ClipWeightsCheck, load_backbone
 from .losses import kd_loss
 from .student import VisualPromptStudent
 from .teacher import build_teacher
@@ -33,7 +33,7 @@ TEACHER_KEYS: KeyTable = {
     "TEACHER_CKPT": ("", Text()),
     "KD_WEIGHT": (1.0, NON_NEGATIVE),
     "TEMPERATURE": (1.0, POSITIVE),
-    # Teacher feature cache (trainers/teacher_cache.py): none (online teacher) | fixed | views (K stored crops).
+    # Teacher feature cache (distillation/teacher_cache.py): none (online teacher) | fixed | views (K stored crops).
     "TEACHER_CACHE": ("none", Choice(CACHE_MODES)),
     "TEACHER_CACHE_VIEWS": (4, Int(1)),
     "TEACHER_CACHE_DIR": ("", Text()),  # "" = <OUTPUT_DIR>/teacher_cache; share one folder across runs
@@ -50,8 +50,8 @@ class DistillMixin(ClipWeightsCheck):
     features of the task's classes, [C, D], float32, computed once) and ``self.logit_scale`` (the student CLIP's
     exp'd scale, as PromptKD); both CLIPs in the run's precision. With ``TEACHER_CACHE`` fixed or views,
     ``before_train`` loads or builds the teacher cache and swaps the train loaders for ones yielding the stored views
-    (``trainers/teacher_cache.py``; decoded once and stored with ``TEACHER_CACHE_IMAGES``). ``TRAIN.COMPILE``
-    compiles both frozen CLIPs (``engine/compile.py``).
+    (``trainers/distillation/teacher_cache.py``; decoded once and stored with ``TEACHER_CACHE_IMAGES``).
+    ``TRAIN.COMPILE`` compiles both frozen CLIPs (``engine/compile.py``).
     """
 
     def clip_weight_names(self, cfg) -> list[str]:

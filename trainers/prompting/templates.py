@@ -264,7 +264,8 @@ ENSEMBLE_TEMPLATES: dict[str, list[str]] = {
 def single_template(dataset_name: str) -> str:
     """CoOp's template for ``dataset_name``; "a photo of a {}." (with a printed note) for unlisted datasets."""
     if dataset_name not in CUSTOM_TEMPLATES:
-        print(f"Note: no prompt template for dataset {dataset_name!r} in trainers/templates.py; using {_PHOTO!r}")
+        print(f"Note: no prompt template for dataset {dataset_name!r} in trainers/prompting/templates.py; using "
+              f"{_PHOTO!r}")
     return CUSTOM_TEMPLATES.get(dataset_name, _PHOTO)
 
 
@@ -278,7 +279,7 @@ def select_templates(dataset_name: str) -> list[str]:
 def ensemble_templates(dataset_name: str) -> list[str]:
     """CLIP's template list for ``dataset_name``; unlisted datasets fall back to :func:`select_templates` (noted)."""
     if dataset_name not in ENSEMBLE_TEMPLATES:
-        print(f"Note: no CLIP template list for dataset {dataset_name!r} in trainers/templates.py; using the 7 "
-              "IMAGENET_TEMPLATES_SELECT templates plus its single template")
+        print(f"Note: no CLIP template list for dataset {dataset_name!r} in trainers/prompting/templates.py; using the "
+              "7 IMAGENET_TEMPLATES_SELECT templates plus its single template")
         return select_templates(dataset_name)
     return list(ENSEMBLE_TEMPLATES[dataset_name])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from tabulate import tabulate
 
-from .routing import Router, restricted_argmax, routing_metrics
+from .routers import Router, restricted_argmax, routing_metrics
 
 
 def restrict_to_labels(logits: torch.Tensor, eval_labels) -> torch.Tensor:

@@ -25,7 +25,7 @@ ClassScorer = Callable[[torch.Tensor], torch.Tensor]
 
 class ClassScoringModel(Protocol):
     """A model that scores images over any class-name list: a prompt-learner trainer, its ``PromptedCLIP``, or a
-    finished run read by PETR+X (trainers/tuned.py)."""
+    finished run read by PETR+X (trainers/routing/tuned.py)."""
 
     def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
         """images [B, 3, H, W] -> float32 logits [B, len(classnames)], classifying among ``classnames``.
@@ -38,7 +38,7 @@ class ClassScoringModel(Protocol):
 
 class PromptedCLIP:
     """A prompt learner on its frozen CLIP, scoring any class list: the one scoring path of a prompt-learner trainer
-    (its ``scoring``) and of that method's finished run as PETR+X's seen branch (trainers/tuned.py).
+    (its ``scoring``) and of that method's finished run as PETR+X's seen branch (trainers/routing/tuned.py).
 
     A method subclasses it with ``prompt_tokens`` and ``class_scorer``; gradients flow to the learner whenever they
     are enabled (a finished run's learner is frozen by its loader).
@@ -71,6 +71,13 @@ class PromptedCLIP:
         """The function giving logits of images over ``classnames`` with the current prompts (class side computed
         now)."""
         raise NotImplementedError(f"{type(self).__name__} must implement class_scorer(classnames)")
+
+    @classmethod
+    def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast, ns: str) -> PromptedCLIP:
+        """A finished run's learner read from its checkpoint file ``path`` (ours or upstream's) and frozen on
+        ``clip_model``; what the tensors do not say comes from the run's record, else from ``cfg``'s
+        ``TRAINER.<ns>``."""
+        raise NotImplementedError(f"{cls.__name__} must implement from_checkpoint to be read as PETR+X's seen branch")
 
 
 class CrossEntropyStep:
@@ -114,8 +121,18 @@ class ClassScoring(CrossEntropyStep):
     """
 
     PROMPTED: type[PromptedCLIP] = PromptedCLIP
+    TUNED_MODEL = ""
+    """The model folder of its runs that PETR+X reads a checkpoint from (``<run>/<TUNED_MODEL>/model.pth.tar-<E>``)."""
+    TUNED_BORROWS: tuple[str, ...] = ()
+    """The keys of its namespace that ``tuned_model`` takes from the config (the rest come from the checkpoint's
+    tensors and the run's record)."""
     eval_scorer: ClassScorer | None = None
     _scoring: PromptedCLIP | None = None
+
+    @classmethod
+    def tuned_model(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast) -> PromptedCLIP:
+        """A finished run's checkpoint ``path`` as PETR+X's seen branch: ``PROMPTED.from_checkpoint``."""
+        return cls.PROMPTED.from_checkpoint(clip_model, cfg, path, autocast, cls.NS)
 
     @property
     def scoring(self) -> PromptedCLIP:
