@@ -2,6 +2,7 @@
 and a sandbox that runs a command as a user pastes it, from the repository root, without the network."""
 from __future__ import annotations
 
+import ast
 import glob
 import os
 import re
@@ -139,3 +140,14 @@ def run_as_written(command: str, env: dict[str, str], cwd: str = REPO) -> subpro
     together, in order."""
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=HANG_GUARD_S)
+
+
+def node_exists(node: str) -> bool:
+    """Whether ``node`` (``tests/<file>.py::<function>``) names a test function of that file."""
+    path, _, name = node.partition("::")
+    full = os.path.join(REPO, path)
+    if not os.path.isfile(full):
+        return False
+    with open(full, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    return any(isinstance(n, ast.FunctionDef) and n.name == name for n in tree.body)
