@@ -131,10 +131,10 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
         "Data root /data (counts: found / published where they differ)",
         "ImageNet: /data/imagenet: dataset folder missing; put ImageNet there (see DATASETS.md#imagenet)"),
         absent=("/data",))),
-    ("python -m tools.fetch_teachers --dir teachers all",
-     Run(2, teacher_lines("Caltech101", "ImageNet-xd"), absent=("{repo}/teachers",))),
+    ("python -m tools.fetch_teachers --dir teachers all",  # slow: torch's imports, 4-5 s of CPU each
+     Run(2, teacher_lines("Caltech101", "ImageNet-xd"), absent=("{repo}/teachers",), slow=True)),
     ("python -m tools.fetch_teachers --dir teachers EuroSAT ImageNet-xd",
-     Run(2, teacher_lines("EuroSAT", "ImageNet-xd"), absent=("{repo}/teachers",))),
+     Run(2, teacher_lines("EuroSAT", "ImageNet-xd"), absent=("{repo}/teachers",), slow=True)),
     ("python -m runner base2new --data /data --dry-run",
      Run(2, (PLAN + "PETR PromptKD CoOp PETR+CoOp ZeroshotCLIP; profile paper", *PREFLIGHT_STOPS), errors_last=True,
          absent=("/data",))),
