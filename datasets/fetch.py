@@ -6,8 +6,9 @@ The repository's files are listed through the hub's API and picked per dataset b
 ``eurosat/`` for EuroSAT, whose folder is ``eurosat/``; case, ``-`` and ``_`` are ignored). Each file is downloaded
 with ``huggingface_hub`` (resumable, into ``$DATA/.downloads``), checked against the checksum the hub lists for it,
 unpacked into a temporary folder beside the dataset's and renamed into place, so a failed fetch leaves no dataset
-folder behind. ImageNet is not in the copy: its manual steps are printed. Offline, each dataset gets one line: what,
-from where, to where and how to place it by hand (exit status 2).
+folder behind. ImageNet is not in the copy: its manual steps are printed. Offline (``PETR_OFFLINE=1`` or
+``HF_HUB_OFFLINE=1``, or the hub does not answer one quick probe), one ``error:`` line says so and each dataset gets
+one line: what, from where, to where and how to place it by hand (exit status 2).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from engine.archives import archive_stem, name_key, safe_parts, unpack
 from engine.digests import sha256_of
 from engine.errors import CorruptFileError, InvalidInputError, UserError
+from engine.offline import unreachable
 
 from . import check
 from .layouts import LAYOUTS, PAPER_DATASETS
@@ -119,7 +121,8 @@ class HubSource:
         self.repo_id, self.repo_type, self.revision = repo_id, repo_type, revision
         self.api = HfApi()
         prefix = "" if repo_type == "model" else f"{repo_type}s/"
-        self.url = f"{constants.ENDPOINT}/{prefix}{repo_id}/tree/{revision or 'main'}"
+        self.endpoint = constants.ENDPOINT
+        self.url = f"{self.endpoint}/{prefix}{repo_id}/tree/{revision or 'main'}"
         self.entries: dict = {}
 
     def list_files(self) -> list[str]:
@@ -171,6 +174,16 @@ def by_hand(target: Target, source: HubSource, root: str) -> str:
             f"DATASETS.md#{target.name.lower()}")
 
 
+def cannot_list(source: HubSource, pending: list[Target], root: str, why: str) -> int:
+    """The repository cannot be listed (offline, no answer): one ``error:`` line, then what each dataset would
+    fetch, from where, to where and how to place it by hand; the exit status."""
+    print(f"error: cannot list {source.url} ({why}); what each dataset would fetch, and how to place it by hand:",
+          file=sys.stderr)
+    for target in pending:
+        print(by_hand(target, source, root), file=sys.stderr)
+    return EXIT_USER_ERROR
+
+
 def imagenet_steps(root: str) -> list[str]:
     """The manual steps for ImageNet, one line each."""
     folder = os.path.join(root, "imagenet")
@@ -201,17 +214,16 @@ def fetch(root: str, requested: list[str], source: HubSource, dry_run: bool = Fa
         return status
     from huggingface_hub.errors import HTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
+    why = unreachable(source.endpoint)  # an offline node says so at once, not after the hub client's retries
+    if why:
+        return cannot_list(source, pending, root, why)
     try:
         paths = source.list_files()
     except (RepositoryNotFoundError, RevisionNotFoundError) as e:
         raise UserError(f"{source.url} not found ({type(e).__name__}); check --repo {source.repo_id}, "
                         f"--repo-type {source.repo_type} and --revision") from None
     except (OSError, HTTPError) as e:
-        print(f"error: cannot list {source.url} ({type(e).__name__}: {str(e).splitlines()[0][:160]})",
-              file=sys.stderr)
-        for target in pending:
-            print(by_hand(target, source, root), file=sys.stderr)
-        return EXIT_USER_ERROR
+        return cannot_list(source, pending, root, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
     placed = []
     for target in pending:
         picked = files_of(target, paths)

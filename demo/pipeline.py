@@ -40,6 +40,7 @@ from demo import report
 from demo.figure import report_figure
 from demo.pretrain import PRETRAIN_THREADS, SHIPPED, PretrainParams, default_params, default_path, pretrained_path
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
+from engine.errors import UserError, first_line
 from runner.local import LocalExecutor
 from runner.protocols import Planner, Sweep, merge_plans
 from runner.schedule import Report, run_plan
@@ -301,7 +302,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     size = FULL if args.full else QUICK if args.quick else DEMO
     if args.seeds:
         size = replace(size, seeds=tuple(args.seeds))
-    return 0 if Demo(size, paths, args.threads, args.jobs).run() else 1
+    try:
+        return 0 if Demo(size, paths, args.threads, args.jobs).run() else 1
+    except UserError as e:  # a missing, damaged or swapped tiny CLIP file, ...: one line, as every user error
+        print(f"error: {first_line(e)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

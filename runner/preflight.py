@@ -23,6 +23,7 @@ from tabulate import tabulate
 from clip.weights import MODELS, candidate_paths, find_weights
 from datasets.check import check_dataset
 from datasets.sizes import PUBLISHED_SIZES
+from engine.offline import PROBE_TIMEOUT_S, offline
 from engine.published import TEACHER_RECORD
 from runner.jobs import Job, dependents, publication_differences, published_folder
 from runner.protocols import Sweep
@@ -31,10 +32,6 @@ from units.call import UnitCall
 from units.facts import REPO
 from units.planned import planned_config
 
-OFFLINE_KNOBS = ("PETR_OFFLINE", "HF_HUB_OFFLINE")
-"""Either set to 1 (or true / yes) says this node cannot download: no network probe, missing weights are missing."""
-PROBE_TIMEOUT_S = 5.0
-"""How long the one HEAD request per missing weight file waits for OpenAI's server before calling the node offline."""
 DEFAULT_TEACHER = "ViT-L/14"
 """A distilled student's TEACHER_NAME when nothing sets it (``trainers.distillation.distill.TEACHER_KEYS``' default; a
 test checks that they agree)."""
@@ -83,11 +80,6 @@ class Preflight:
         items = sorted(self.inputs.values(), key=lambda item: KINDS.index(item.kind))
         rows = [[item.kind, item.name, item.status, len(item.jobs)] for item in items]
         return tabulate(rows, headers=["input", "name", "status", "jobs"])
-
-
-def offline() -> bool:
-    """Whether an offline knob (:data:`OFFLINE_KNOBS`) is set."""
-    return any(os.environ.get(k, "").lower() in ("1", "true", "yes") for k in OFFLINE_KNOBS)
 
 
 def reachable(url: str) -> bool:

@@ -18,8 +18,9 @@ from datasets.catalog import register_datasets
 from engine.archives import unpack
 from engine.dataset_base import build_dataset
 from engine.errors import CorruptFileError, InvalidInputError
+from engine.offline import OFFLINE_KNOBS
 from tests.helpers_datasets import make_cfg, write_tree
-from tests.helpers_fetch import HubRepo, serve, tree_files
+from tests.helpers_fetch import OFFLINE_URL, HubRepo, serve, tree_files
 from tests.helpers_run import HANG_GUARD_S, REPO
 
 REPO_ID = "someone/prompt_learning_dataset"
@@ -34,8 +35,10 @@ def zipped(files: dict[str, bytes], prefix: str = "") -> bytes:
 
 
 def run_fetch(root, hub_url: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-    """``python -m datasets.fetch --root ROOT --repo REPO_ID ARGS`` with the hub at ``hub_url`` and its own HF_HOME."""
-    environment = {**os.environ, "HF_ENDPOINT": hub_url, "HF_HOME": str(root) + "-hf-home", "NO_PROXY": "127.0.0.1",
+    """``python -m datasets.fetch --root ROOT --repo REPO_ID ARGS`` with the hub at ``hub_url`` and its own HF_HOME,
+    online (no offline knob) unless ``env`` sets one."""
+    online = {k: v for k, v in os.environ.items() if k not in OFFLINE_KNOBS}
+    environment = {**online, "HF_ENDPOINT": hub_url, "HF_HOME": str(root) + "-hf-home", "NO_PROXY": "127.0.0.1",
                    "no_proxy": "127.0.0.1", "HF_HUB_DISABLE_TELEMETRY": "1", **env}
     return subprocess.run([sys.executable, "-m", "datasets.fetch", "--root", str(root), "--repo", REPO_ID, *args],
                           cwd=REPO, env=environment, capture_output=True, text=True, timeout=HANG_GUARD_S)
@@ -102,12 +105,18 @@ def test_corrupt_download_places_nothing(tmp_path, sources):
     assert [f for f in tree_files(data / ".downloads") if not f.startswith(".cache/")] == []
 
 
-def test_unexpected_layout_offline_and_dry_run_say_what_to_do(tmp_path):
+def by_hand_lines(data, url: str, *datasets: tuple[str, str]) -> list[str]:
+    """The lines saying what each (DATASET.NAME, folder) would fetch from ``url``, to where, and how by hand."""
+    return [f"{name}: the files named like '{folder}' in {url} -> {data / folder}; by hand: download them on a "
+            f"machine with internet and unpack them so that {data / folder} has the layout of "
+            f"DATASETS.md#{name.lower()}" for name, folder in datasets]
+
+
+def test_unexpected_layout_and_dry_run_say_what_to_do(tmp_path):
     repo = HubRepo(REPO_ID, {"part1.tar": b"x" * 10, "README.md": b"hi\n", "oxford_pets.zip": zipped({"a": b"b"})})
     data = tmp_path / "data"
     with serve(repo.handler()) as hub_url:
         result = run_fetch(data, hub_url, "eurosat", "oxford_pets", "--dry-run")
-        offline = run_fetch(data, hub_url, "eurosat", "ucf101", HF_HUB_OFFLINE="1")
     assert result.returncode == 2
     assert result.stderr.strip() == (
         f"error: EuroSAT: {hub_url}/{REPO_ID}/tree/main has no file named like 'eurosat' (an archive eurosat.zip or a "
@@ -117,20 +126,44 @@ def test_unexpected_layout_offline_and_dry_run_say_what_to_do(tmp_path):
     pets = data / "oxford_pets"
     assert result.stdout == f"OxfordPets: oxford_pets.zip from {hub_url}/{REPO_ID}/tree/main -> {pets}\n"
     assert not [r for r in repo.requests if "/resolve/" in r]  # a dry run downloads nothing
-    assert offline.returncode == 2 and not data.exists()
-    lines = offline.stderr.strip().splitlines()
-    assert lines[0].startswith(f"error: cannot list {hub_url}/{REPO_ID}/tree/main (OfflineModeIsEnabled")
-    assert lines[1:] == [
-        f"{name}: the files named like '{folder}' in {hub_url}/{REPO_ID}/tree/main -> {data / folder}; by hand: "
-        f"download them on a machine with internet and unpack them so that {data / folder} has the layout of "
-        f"DATASETS.md#{name.lower()}" for name, folder in (("EuroSAT", "eurosat"), ("UCF101", "ucf101"))]
+
+
+@pytest.mark.parametrize("knob", OFFLINE_KNOBS)
+def test_an_offline_knob_asks_no_server_and_says_what_to_do(tmp_path, knob):
+    """``PETR_OFFLINE=1`` or ``HF_HUB_OFFLINE=1``: no request reaches the hub; one error line, then one line per
+    dataset (what, from where, to where, by hand), dry run or not."""
+    repo = HubRepo(REPO_ID, {"eurosat.zip": b"x"})
+    data = tmp_path / "data"
+    with serve(repo.handler()) as hub_url:
+        runs = [run_fetch(data, hub_url, "eurosat", "ucf101", *dry, **{knob: "1"}) for dry in ((), ("--dry-run",))]
+    url = f"{hub_url}/{REPO_ID}/tree/main"
+    for result in runs:
+        assert result.returncode == 2 and result.stdout == "" and not data.exists()
+        assert result.stderr.splitlines() == [
+            f"error: cannot list {url} ({knob}=1 is set: this node does not download); what each dataset would "
+            "fetch, and how to place it by hand:",
+            *by_hand_lines(data, url, ("EuroSAT", "eurosat"), ("UCF101", "ucf101"))]
+    assert repo.requests == []
+
+
+def test_a_hub_that_does_not_answer_is_said_at_once(tmp_path):
+    """No offline knob and nothing listening at the hub's address: one probe, no retries of the hub client (it
+    retried for about 24 s before naming anything), then the same lines as offline."""
+    data = tmp_path / "data"
+    result = run_fetch(data, OFFLINE_URL, "eurosat", "--dry-run")
+    url = f"{OFFLINE_URL}/{REPO_ID}/tree/main"
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2 and result.stdout == "" and not data.exists()
+    assert lines[0].startswith(f"error: cannot list {url} ({OFFLINE_URL} does not answer: ")
+    assert lines[0].endswith("); what each dataset would fetch, and how to place it by hand:")
+    assert lines[1:] == by_hand_lines(data, url, ("EuroSAT", "eurosat"))
 
 
 def test_imagenet_is_manual_and_unknown_names_are_one_line(tmp_path):
-    result = run_fetch(tmp_path / "data", "http://127.0.0.1:9", "imagenet")
+    result = run_fetch(tmp_path / "data", OFFLINE_URL, "imagenet")
     assert result.returncode == 2 and "ImageNet is not in the Hugging Face copy" in result.stdout
     assert f"{tmp_path / 'data' / 'imagenet'}/images/val/<wnid>/" in result.stdout
-    unknown = run_fetch(tmp_path / "data", "http://127.0.0.1:9", "eurosat", "mnist")
+    unknown = run_fetch(tmp_path / "data", OFFLINE_URL, "eurosat", "mnist")
     assert unknown.returncode == 2 and unknown.stderr.startswith(
         "error: unknown dataset(s) mnist; known: imagenet (ImageNet), caltech-101 (Caltech101), oxford_pets ")
 
@@ -168,7 +201,7 @@ def test_dataset_repositories_are_listed_under_datasets(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"EuroSAT: eurosat.zip from {hub_url}/datasets/{REPO_ID}/tree/main -> " \
                             f"{tmp_path / 'data' / 'eurosat'}\n"
-    assert repo.requests == [f"GET /api/datasets/{REPO_ID}/tree/main"]
+    assert repo.requests == ["HEAD /", f"GET /api/datasets/{REPO_ID}/tree/main"]  # one probe, then the listing
 
 
 def test_a_listed_file_name_leaving_the_data_root_is_one_line(tmp_path, sources):

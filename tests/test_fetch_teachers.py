@@ -13,6 +13,7 @@ import zipfile
 import pytest
 import torch
 
+from engine.offline import OFFLINE_KNOBS
 from tests.helpers_fetch import serve, serve_folder, tree_files
 from tests.helpers_upstream import fp16_prompts, promptkd_checkpoint
 from tools import fetch_teachers as ft
@@ -125,16 +126,22 @@ def test_dry_run_downloads_nothing(tmp_path, drive, capsys):
     assert not (tmp_path / "teachers").exists()
 
 
-def test_offline_lines_say_how_to_place_by_hand(tmp_path, monkeypatch, capsys):
-    for var in ("no_proxy", "NO_PROXY"):
+@pytest.mark.parametrize("knob", ["PETR_OFFLINE", ""])
+def test_offline_lines_say_how_to_place_by_hand(tmp_path, monkeypatch, capsys, knob):
+    """An offline knob, or a Drive that does not answer one probe (no knob): one error line naming why, then one
+    line per teacher."""
+    for var in ("no_proxy", "NO_PROXY", *OFFLINE_KNOBS):
         monkeypatch.delenv(var, raising=False)
     for var in ("https_proxy", "HTTPS_PROXY"):
         monkeypatch.setenv(var, "http://127.0.0.1:9")  # nothing listens there: the folder cannot be listed
+    if knob:
+        monkeypatch.setenv(knob, "1")
     teachers = tmp_path / "teachers"
     assert ft.main(["--dir", str(teachers), "eurosat", "imagenet-xd", "--folder", "FOLDER"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     source = "https://drive.google.com/drive/folders/FOLDER"
-    assert lines[0].startswith(f"error: cannot list {source} (")
+    why = f"{knob}=1 is set: this node does not download" if knob else f"{source} does not answer: "
+    assert lines[0].startswith(f"error: cannot list {source} ({why}")
     assert lines[1:] == [
         f"{name}: the file named like '{name}' in {source} -> {teachers / name}; by hand: download it on a machine "
         f"with internet, unpack it so that {teachers / name / checkpoint} exists, then run this command again to "

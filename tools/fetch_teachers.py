@@ -8,8 +8,9 @@ there, and its checkpoint (``<Teacher>/VLPromptLearner*/model-best.pth.tar`` or 
 loading it with the restricted loader (no pickled code runs) and mapping its prompt keys; only then is it placed as
 ``<dir>/<Teacher>/VLPromptLearner/<file>`` with the ``checkpoint`` pointer naming it (the layout of a teacher trained
 here and published), where the student scripts and the runner find it (``TEACHER_DIR``). A failed, partial or
-refused download is one line and leaves nothing in ``--dir``. Offline, each teacher gets one line: what, from where,
-to where, and how to place it by hand. Teachers already in ``--dir`` are verified the same way.
+refused download is one line and leaves nothing in ``--dir``. Offline (``PETR_OFFLINE=1`` or ``HF_HUB_OFFLINE=1``,
+or Google Drive does not answer one quick probe), each teacher gets one line: what, from where, to where, and how to
+place it by hand. Teachers already in ``--dir`` are verified the same way.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from gdown.exceptions import DownloadError
 
 from engine.archives import archive_stem, name_key, unpack
 from engine.errors import UserError
+from engine.offline import unreachable
 from engine.runs import POINTER_FILE
 from trainers.distillation.teacher import resolve_teacher_file
 from trainers.prompting.deep_prompts import MODEL_NAME
@@ -214,12 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
-    try:
-        files = list_folder(args.folder)
-    except (DownloadError, OSError) as e:
-        print(f"error: cannot list {source} ({type(e).__name__}: {str(e).strip().splitlines()[0][:160]})",
-              file=sys.stderr)
-        files = None
+    files, why = None, unreachable(source)  # an offline node says so at once, without asking Google Drive
+    if not why:
+        try:
+            files = list_folder(args.folder)
+        except (DownloadError, OSError) as e:
+            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160]}"
+    if why:
+        print(f"error: cannot list {source} ({why})", file=sys.stderr)
     return fetch_teachers(teachers_dir, names, files, source, args.dry_run)
 
 
