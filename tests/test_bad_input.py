@@ -141,6 +141,26 @@ def _open_clip_siglip(tmp, data, tree, clip_file, mp):
             "(`python -m clip.openclip` lists them)")
 
 
+def _mean_against_the_backbone(tmp, data, tree, clip_file, mp):
+    return (coop_argv(data, tmp / "run", clip_file, "MODEL.BACKBONE.NAME", "open_clip:ViT-L-14/laion2b_s32b_b82k",
+                      "INPUT.PIXEL_MEAN", "[0.48145466, 0.4578275, 0.40821073]"),
+            "error: command-line opts: INPUT.PIXEL_MEAN is [0.48145466, 0.4578275, 0.40821073], but "
+            "MODEL.BACKBONE.NAME open_clip:ViT-L-14/laion2b_s32b_b82k was trained on images normalised with [0.5, "
+            "0.5, 0.5]: leave INPUT.PIXEL_MEAN out (it follows the backbone)")
+
+
+def _teacher_normalised_otherwise(tmp, data, tree, clip_file, mp):
+    from tests.helpers_clip import OPENCLIP_CFG, make_local_dir
+
+    make_local_dir(tmp / "teacher", OPENCLIP_CFG, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+    teacher = f"open_clip:local-dir:{tmp / 'teacher'}"
+    return (promptkd_argv(data, tmp / "run", clip_file, "TRAINER.PROMPTKD.TEACHER_NAME", teacher),
+            f"error: the CLIP {teacher} was trained on images normalised with mean [0.5, 0.5, 0.5], std [0.5, 0.5, "
+            "0.5], but this run's are normalised with INPUT.PIXEL_MEAN [0.48145466, 0.4578275, 0.40821073], "
+            "INPUT.PIXEL_STD [0.26862954, 0.26130258, 0.27577711] (those of MODEL.BACKBONE.NAME): give it a CLIP of "
+            "the same normalisation")
+
+
 def _truncated_checkpoint(tmp, data, tree, clip_file, mp):
     ckpt = tmp / "trained" / "prompt_learner" / "model.pth.tar-1"
     ckpt.parent.mkdir(parents=True)
@@ -531,7 +551,9 @@ CASES = {
     "corrupt image (loader worker)": (_corrupt_image_worker, ["log.txt", "run.json"], False),
     "CLIP weights offline": (_clip_offline, ["log.txt"], False),
     "open_clip tag offline": (_open_clip_offline, ["log.txt"], False),
-    "open_clip SigLIP backbone": (_open_clip_siglip, ["log.txt"], False),
+    "open_clip SigLIP backbone": (_open_clip_siglip, [], False),
+    "INPUT.PIXEL_MEAN against the backbone's": (_mean_against_the_backbone, [], False),
+    "teacher CLIP normalised otherwise": (_teacher_normalised_otherwise, ["log.txt"], False),
     "truncated checkpoint": (_truncated_checkpoint, ["log.txt", "run.json"], True),
     "truncated resume state": (_truncated_resume_state, ["log.txt", "resume.pth.tar", "run.json"], True),
     "unknown protocol": (_unknown_protocol, ["log.txt"], False),

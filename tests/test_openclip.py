@@ -3,7 +3,7 @@ open_clip's own forward (``open_clip.create_model('local-dir:...')`` on the same
 of every supported architecture, GELU and QuickGELU; deep prompts equal hand-made prompting on open_clip's modules;
 the prompt learners' sizes follow the backbone's widths; the names, and what is refused; the registry module against
 open_clip's registry; the hub cache lookup against huggingface_hub's; the download through open_clip from a hub
-stand-in; the offline line of a real tag."""
+stand-in; the offline line of a real tag; the image normalisation that follows the backbone."""
 from __future__ import annotations
 
 import hashlib
@@ -307,3 +307,20 @@ def test_the_preflight_resolves_open_clip_names_without_torch(offline, tiny_open
     code = "import sys, runner.preflight, clip.weights; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                           timeout=HANG_GUARD_S).stdout == "False\n"
+
+
+def test_the_image_normalisation_follows_the_backbone(tmp_path, capsys):
+    folder = tmp_path / "half"
+    make_local_dir(folder, OPENCLIP_CFG, seed=5, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+    write_eurosat(tmp_path / "data")
+    name = f"open_clip:local-dir:{folder}"
+    trainer = train.main(train_argv("ZeroshotCLIP", "demo", tmp_path / "data", tmp_path / "run", backbone=name,
+                                    tiny=False))
+    assert list(trainer.cfg.INPUT.PIXEL_MEAN) == [0.5] * 3 and list(trainer.cfg.INPUT.PIXEL_STD) == [0.25] * 3
+    assert (trainer.clip_model.image_mean, trainer.clip_model.image_std) == ((0.5,) * 3, (0.25,) * 3)
+    normalize = clip.load(name)[1].transforms[-1]  # OpenAI's entry point: the preprocessing of the CLIP's own
+    assert (normalize.mean, normalize.std) == ((0.5,) * 3, (0.25,) * 3)
+    config = json.loads((tmp_path / "run" / "run.json").read_text())["config"]
+    assert config["INPUT.PIXEL_MEAN"] == [0.5] * 3 and config["INPUT.PIXEL_STD"] == [0.25] * 3
+    assert (f"Note: INPUT.PIXEL_MEAN {list(OPENAI_MEAN)} -> [0.5, 0.5, 0.5], INPUT.PIXEL_STD {list(OPENAI_STD)} -> "
+            f"[0.25, 0.25, 0.25], the normalisation of {name}") in capsys.readouterr().out
