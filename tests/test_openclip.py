@@ -70,7 +70,7 @@ def test_features_and_logits_equal_open_clips_own_forward(tmp_path, architecture
     assert max(max_diffs(model, reference, size)) < 1e-5
     other = "gelu" if activation == "quick_gelu" else "quick_gelu"  # the check can fail: the activation matters
     swapped = build_sized({**openclip.model_dims(cfg), "activation": other}, dict(model.state_dict()), "it")
-    assert min(max_diffs(swapped, reference, size)[::2]) > 1e-4
+    assert min(max_diffs(swapped, reference, size)) > 1e-4
 
 
 def test_deep_prompts_on_an_open_clip_model_equal_prompting_its_modules(tmp_path):
