@@ -185,11 +185,12 @@ def register_project() -> None:
 
 
 def setup_cfg(args: argparse.Namespace):
-    """default → extend_cfg → dataset yaml → trainer yaml → CLI → opts → freeze; then a key of another trainer's
+    """default → extend_cfg → dataset yaml → trainer yaml → CLI → opts → the backbone's image normalisation
+    (``trainers.config.follow_backbone``) → freeze; then a key of another trainer's
     namespace that a file or the opts set and the running trainer would ignore is refused
     (``trainers.config.check_namespaces``)."""
     from engine import get_cfg_default
-    from trainers.config import check_namespaces, extend_cfg
+    from trainers.config import check_namespaces, extend_cfg, follow_backbone
 
     cfg = get_cfg_default()
     extend_cfg(cfg)
@@ -200,8 +201,12 @@ def setup_cfg(args: argparse.Namespace):
     reset_cfg(cfg, args)
     opts = args.opts or []
     _merge(cfg, "command-line opts", lambda: cfg.merge_from_list(opts))
+    given = command_keys(args)
+    note = follow_backbone(cfg, given)
+    if note:
+        print(note)
     cfg.freeze()
-    check_namespaces(cfg, command_keys(args))
+    check_namespaces(cfg, given)
     return cfg
 
 

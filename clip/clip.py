@@ -1,5 +1,8 @@
 """OpenAI-compatible CLIP entry points: available_models, load (``(model, preprocess)`` as OpenAI's package),
-load_model (the frozen model alone, what the trainers use; local files first, then download), tokenize."""
+load_model (the frozen model alone, what the trainers use; local files first, then download), tokenize.
+
+Besides OpenAI's names and weight files, every entry point takes open_clip's CLIPs by an ``open_clip:`` name
+(``clip/weights.py``; built by ``clip/openclip.py``)."""
 from __future__ import annotations
 
 import hashlib
@@ -12,9 +15,11 @@ import warnings
 import zipfile
 from typing import BinaryIO
 
+import safetensors.torch
 import torch
 import torchvision.transforms as T
 from PIL import Image
+from safetensors import SafetensorError
 from tqdm import tqdm
 
 from engine.errors import ConfigError, CorruptFileError, InputNotFoundError, InvalidInputError, UserError, first_line
@@ -23,7 +28,17 @@ from engine.inputs import open_input
 from .model import CLIP, build_model
 from .tokenizer import EOT_TOKEN, SOT_TOKEN, encode
 from .weights import MODELS as _MODELS
-from .weights import cache_dir, candidate_paths, find_weights, url_sha256
+from .weights import (
+    NAME_FORMS,
+    OPENAI_MEAN,
+    OPENAI_STD,
+    cache_dir,
+    candidate_paths,
+    find_weights,
+    open_clip_by_hand,
+    open_clip_name,
+    url_sha256,
+)
 
 __all__ = ["available_models", "build_model", "load", "load_model", "preprocess_for", "tokenize", "weights_path"]
 
@@ -63,13 +78,20 @@ def download(url: str, root: str) -> str:
 
 def weights_path(name_or_path: str, download_root: str | None = None) -> str:
     """Path of the weight file for a file path or a model name, downloading into ``download_root`` (default
-    ~/.cache/clip) when needed."""
+    ~/.cache/clip; for an open_clip tag, the Hugging Face hub cache) when needed."""
     found = find_weights(name_or_path, download_root)
     if found:
         return found
+    spec = open_clip_name(name_or_path)
+    if spec is not None and spec.pretrained is not None:
+        from . import openclip
+
+        return openclip.download(spec, download_root)
+    if spec is not None:
+        raise InputNotFoundError(f"CLIP weights of {name_or_path} not found: {open_clip_by_hand(spec)}")
     if name_or_path not in _MODELS:
         raise ConfigError(f"CLIP weights '{name_or_path}' are neither a file nor a known model; "
-                           f"available models: {', '.join(available_models())}")
+                           f"available models: {', '.join(available_models())}, or {NAME_FORMS}")
     tried = candidate_paths(name_or_path, download_root)
     url = _MODELS[name_or_path]
     try:
@@ -84,7 +106,7 @@ def weights_path(name_or_path: str, download_root: str | None = None) -> str:
 
 
 _WEIGHTS_FIX = ("point MODEL.BACKBONE.NAME (or the teacher's TEACHER_NAME) to CLIP weights: a model name such as "
-                "ViT-B/16, or an OpenAI-format weight file")
+                "ViT-B/16 or open_clip:ViT-B-16/laion2b_s34b_b88k, or an OpenAI-format weight file")
 
 
 def _is_torchscript(f: BinaryIO) -> bool:
@@ -100,11 +122,20 @@ def _is_torchscript(f: BinaryIO) -> bool:
         f.seek(0)
 
 
+def _is_safetensors(f: BinaryIO) -> bool:
+    """True for a safetensors file (an 8-byte header length, then its JSON header); ``f`` is left at its start."""
+    head = f.read(9)
+    f.seek(0)
+    return len(head) == 9 and head[8:] == b"{"
+
+
 def _read_state_dict(path: str) -> dict:
-    """State dict from a TorchScript archive or a plain (possibly {'state_dict': ...}-wrapped) torch.save file, read
-    through the inputs ledger (``engine.inputs``: role ``clip``)."""
+    """State dict from a TorchScript archive, a plain (possibly {'state_dict': ...}-wrapped) torch.save file or a
+    safetensors file, read through the inputs ledger (``engine.inputs``: role ``clip``)."""
     try:
         with open_input(path, "clip") as f:
+            if _is_safetensors(f):
+                return safetensors.torch.load(f.read())
             if _is_torchscript(f):
                 with warnings.catch_warnings():  # torch.jit's deprecation notice is no use to someone loading weights
                     warnings.simplefilter("ignore", FutureWarning)
@@ -115,7 +146,7 @@ def _read_state_dict(path: str) -> dict:
     except pickle.UnpicklingError:  # no torch file at all (a text file, say), or one that pickles objects
         raise CorruptFileError(f"cannot read CLIP weights from {path}: it is no torch weight file (or it pickles "
                                f"objects, which are never loaded); {_WEIGHTS_FIX}") from None
-    except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile) as e:
+    except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, SafetensorError) as e:
         raise CorruptFileError(f"cannot read CLIP weights from {path} ({type(e).__name__}: {first_line(e)[:160]}); "
                                "the file may be incomplete or corrupt: delete it and obtain it again") from None
     if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
@@ -129,13 +160,21 @@ def load_model(name_or_path: str, device: str | torch.device = "cpu", dtype: tor
     """Frozen CLIP from a model name (see available_models) or a weight file, on ``device``, cast once to ``dtype``
     (None = float32).
 
-    Names are looked up in ./clip/, $CLIP_WEIGHTS_DIR and ~/.cache/clip, then downloaded (SHA-256 checked).
+    Names are looked up in ./clip/, $CLIP_WEIGHTS_DIR and ~/.cache/clip, then downloaded (SHA-256 checked); an
+    open_clip tag in the Hugging Face hub cache first, then downloaded through open_clip (``clip/openclip.py``).
     """
-    return _build(weights_path(name_or_path)).to(device=device, dtype=dtype or torch.float32)
+    return _build(name_or_path, weights_path(name_or_path)).to(device=device, dtype=dtype or torch.float32)
 
 
-def _build(path: str) -> CLIP:
+def _build(name: str, path: str) -> CLIP:
+    """The frozen CLIP of ``name`` from its weight file ``path``: OpenAI's format, or an open_clip name's model."""
+    spec = open_clip_name(name)
     try:
+        if spec is not None:
+            from . import openclip
+
+            config = openclip.model_config(spec)  # a config that does not fit is refused before the weights are read
+            return openclip.build(spec, config, _read_state_dict(path))
         return build_model(_read_state_dict(path))
     except UserError:
         raise
@@ -149,14 +188,16 @@ def _to_rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
-def preprocess_for(n_px: int) -> T.Compose:
-    """OpenAI's image preprocessing: bicubic resize of the short side, center crop, RGB, tensor, CLIP mean/std."""
+def preprocess_for(n_px: int, mean: tuple[float, ...] = OPENAI_MEAN, std: tuple[float, ...] = OPENAI_STD
+                   ) -> T.Compose:
+    """OpenAI's image preprocessing: bicubic resize of the short side, center crop, RGB, tensor, the CLIP's mean/std
+    (default OpenAI's)."""
     return T.Compose([
         T.Resize(n_px, interpolation=T.InterpolationMode.BICUBIC),
         T.CenterCrop(n_px),
         _to_rgb,
         T.ToTensor(),
-        T.Normalize((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)),
+        T.Normalize(mean, std),
     ])
 
 
@@ -171,8 +212,8 @@ def load(name: str, device: str | torch.device = "cpu", jit: bool = False,
     if jit:
         raise ValueError("jit=True is not supported: the prompt-aware CLIP runs as a Python model; use jit=False")
     dtype = torch.float16 if torch.device(device).type == "cuda" else torch.float32
-    model = _build(weights_path(name, download_root)).to(device=device, dtype=dtype).requires_grad_(True)
-    return model, preprocess_for(model.visual.input_resolution)
+    model = _build(name, weights_path(name, download_root)).to(device=device, dtype=dtype).requires_grad_(True)
+    return model, preprocess_for(model.visual.input_resolution, model.image_mean, model.image_std)
 
 
 def tokenize(texts: str | list[str], context_length: int = 77, truncate: bool = False) -> torch.LongTensor:

@@ -1,6 +1,8 @@
 """Prompt-aware OpenAI CLIP: OpenAI's architecture and parameter names, deep prompts passed in at call time (ViT).
 
-ResNet CLIPs (RN50, ...; image tower in ``clip/resnet.py``) load too; they take no visual prompts.
+ResNet CLIPs (RN50, ...; image tower in ``clip/resnet.py``) load too; they take no visual prompts. open_clip's ViT
+CLIPs of OpenAI's structure build the same model with their own activation, head counts, MLP widths and image
+normalisation (``clip/openclip.py``).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from torch import nn
 from engine.errors import ConfigError
 
 from .resnet import ModifiedResNet, resnet_dims
+from .weights import OPENAI_MEAN, OPENAI_STD
 
 Prompts = Sequence[torch.Tensor] | None
 
@@ -39,6 +42,10 @@ class QuickGELU(nn.Module):
         return x * torch.sigmoid(1.702 * x)
 
 
+ACTIVATIONS = {"quick_gelu": QuickGELU, "gelu": nn.GELU}
+"""The MLP activations of the supported towers: OpenAI's QuickGELU, and the exact GELU most open_clip CLIPs use."""
+
+
 class Attention(nn.Module):
     """Multi-head self-attention with nn.MultiheadAttention's parameter names, computed by SDPA on [B, L, D]."""
 
@@ -58,16 +65,16 @@ class Attention(nn.Module):
 
 
 class ResidualAttentionBlock(nn.Module):
-    """Pre-norm transformer block (attention + QuickGELU MLP), as in OpenAI CLIP."""
+    """Pre-norm transformer block (attention + MLP with ``activation``, :data:`ACTIVATIONS`), as in OpenAI CLIP."""
 
-    def __init__(self, width: int, heads: int):
+    def __init__(self, width: int, heads: int, mlp_width: int, activation: str = "quick_gelu"):
         super().__init__()
         self.attn = Attention(width, heads)
         self.ln_1 = LayerNorm(width)
         self.mlp = nn.Sequential(OrderedDict([
-            ("c_fc", nn.Linear(width, width * 4)),
-            ("gelu", QuickGELU()),
-            ("c_proj", nn.Linear(width * 4, width)),
+            ("c_fc", nn.Linear(width, mlp_width)),
+            ("gelu", ACTIVATIONS[activation]()),
+            ("c_proj", nn.Linear(mlp_width, width)),
         ]))
         self.ln_2 = LayerNorm(width)
 
@@ -79,12 +86,14 @@ class ResidualAttentionBlock(nn.Module):
 class Transformer(nn.Module):
     """Stack of blocks on batch-first tokens; replaces a fixed slot of tokens by deep prompts before blocks 1.."""
 
-    def __init__(self, width: int, layers: int, heads: int, causal: bool = False):
+    def __init__(self, width: int, layers: int, heads: int, causal: bool = False, mlp_width: int | None = None,
+                 activation: str = "quick_gelu"):
         super().__init__()
         self.width = width
         self.layers = layers
         self.causal = causal
-        self.resblocks = nn.ModuleList([ResidualAttentionBlock(width, heads) for _ in range(layers)])
+        self.resblocks = nn.ModuleList([ResidualAttentionBlock(width, heads, mlp_width or 4 * width, activation)
+                                        for _ in range(layers)])
 
     def forward(self, x: torch.Tensor, deep_prompts: Sequence[torch.Tensor] = (), start: int = 0) -> torch.Tensor:
         """Run the blocks; before block l (1 <= l < len(deep_prompts)) tokens start..start+n_ctx become prompts[l]."""
@@ -134,7 +143,7 @@ class VisionTransformer(nn.Module):
     """CLIP's image tower: patch embedding, class token, transformer, projection of the class token."""
 
     def __init__(self, input_resolution: int, patch_size: int, width: int, layers: int, heads: int,
-                 output_dim: int):
+                 output_dim: int, mlp_width: int | None = None, activation: str = "quick_gelu"):
         super().__init__()
         self.input_resolution = input_resolution
         self.patch_size = patch_size
@@ -144,7 +153,7 @@ class VisionTransformer(nn.Module):
         self.class_embedding = nn.Parameter(torch.empty(width))
         self.positional_embedding = nn.Parameter(torch.empty(grid * grid + 1, width))
         self.ln_pre = LayerNorm(width)
-        self.transformer = Transformer(width, layers, heads)
+        self.transformer = Transformer(width, layers, heads, mlp_width=mlp_width, activation=activation)
         self.ln_post = LayerNorm(width)
         self.proj = nn.Parameter(torch.empty(width, output_dim))
 
@@ -168,12 +177,22 @@ class VisionTransformer(nn.Module):
 
 class CLIP(nn.Module):
     """OpenAI CLIP whose encoders take optional deep prompts (see encode_image / encode_text); a tuple of
-    ``vision_layers`` (blocks per stage) builds OpenAI's modified ResNet image tower instead of a ViT."""
+    ``vision_layers`` (blocks per stage) builds OpenAI's modified ResNet image tower instead of a ViT.
+
+    OpenAI's sizes by default (heads = width // 64, MLP 4 x width, QuickGELU); open_clip's ViTs give their own
+    ``vision_heads``, MLP widths and ``activation``. ``image_mean`` / ``image_std`` are the normalisation the images
+    it was trained on had (a fact of the weights, not used in the forward: the data pipeline normalises).
+    """
 
     def __init__(self, embed_dim: int, image_resolution: int, vision_layers: int | tuple[int, ...],
                  vision_width: int, vision_patch_size: int | None, context_length: int, vocab_size: int,
-                 transformer_width: int, transformer_heads: int, transformer_layers: int):
+                 transformer_width: int, transformer_heads: int, transformer_layers: int,
+                 vision_heads: int | None = None, vision_mlp_width: int | None = None,
+                 text_mlp_width: int | None = None, activation: str = "quick_gelu",
+                 image_mean: tuple[float, ...] = OPENAI_MEAN, image_std: tuple[float, ...] = OPENAI_STD):
         super().__init__()
+        self.activation = activation
+        self.image_mean, self.image_std = tuple(image_mean), tuple(image_std)
         self.embed_dim = embed_dim
         self.image_resolution = image_resolution
         self.vision_layers = vision_layers
@@ -188,8 +207,10 @@ class CLIP(nn.Module):
                                          vision_width)
         else:
             self.visual = VisionTransformer(image_resolution, vision_patch_size, vision_width, vision_layers,
-                                            vision_width // 64, embed_dim)
-        self.transformer = Transformer(transformer_width, transformer_layers, transformer_heads, causal=True)
+                                            vision_heads or vision_width // 64, embed_dim, vision_mlp_width,
+                                            activation)
+        self.transformer = Transformer(transformer_width, transformer_layers, transformer_heads, causal=True,
+                                       mlp_width=text_mlp_width, activation=activation)
         self.token_embedding = nn.Embedding(vocab_size, transformer_width)
         self.positional_embedding = nn.Parameter(torch.empty(context_length, transformer_width))
         self.ln_final = LayerNorm(transformer_width)
@@ -297,14 +318,24 @@ def build_model(state_dict: dict) -> CLIP:
     if text_width % 64:
         raise ValueError(f"transformer widths must be multiples of 64 (heads = width // 64, as OpenAI); "
                          f"got text {text_width}")
+    return build_sized(dims, sd, "an OpenAI CLIP of the inferred size")
+
+
+def build_sized(dims: dict, state_dict: dict, what: str) -> CLIP:
+    """A frozen float32 ``CLIP(**dims)`` holding ``state_dict``, whose keys and shapes must be exactly the model's
+    (ValueError naming the first that differ; ``what`` names the expected model in it)."""
     with torch.device("meta"):
         model = CLIP(**dims)
     model.to_empty(device="cpu")
-    expected = set(model.state_dict())
-    missing, unexpected = sorted(expected - set(sd)), sorted(set(sd) - expected)
+    expected = model.state_dict()
+    for key, tensor in expected.items():
+        if key in state_dict and tuple(state_dict[key].shape) != tuple(tensor.shape):
+            raise ValueError(f"state dict does not match {what}: {key} has shape {list(state_dict[key].shape)}, "
+                             f"the model's is {list(tensor.shape)}")
+    missing, unexpected = sorted(set(expected) - set(state_dict)), sorted(set(state_dict) - set(expected))
     if missing or unexpected:
-        raise ValueError(f"state dict does not match an OpenAI CLIP of the inferred size: missing keys "
-                         f"{missing[:8]}, unexpected keys {unexpected[:8]}")
-    model.load_state_dict(sd, strict=True)
+        raise ValueError(f"state dict does not match {what}: missing keys {missing[:8]}, unexpected keys "
+                         f"{unexpected[:8]}")
+    model.load_state_dict(state_dict, strict=True)
     model.requires_grad_(False)
     return model.eval()

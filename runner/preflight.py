@@ -2,7 +2,8 @@
 
 Per dataset the data-root check of ``datasets/check.py`` (split file, counts against the published ones, every listed
 image present, a fixed sample decoded; every image with ``--check-images``); per CLIP weight name, found as
-``clip.load_model`` looks it up (``cached``), ``will download here``, or ``missing (offline)``; per teacher,
+``clip.load_model`` looks it up (``cached``: OpenAI's names and open_clip's alike, without torch), ``will download
+here``, or ``missing (offline)``; per teacher,
 ``found``, ``trained by this sweep`` (a teacher job of the plan) or ``missing``. A table, then: everything present
 runs; a problem stops the sweep (exit 2, one line per problem) unless ``--skip-missing`` leaves out the jobs that
 lack an input, and those that need them. On SLURM the missing weights are fetched here, before any job is queued.
@@ -13,17 +14,16 @@ import argparse
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from clip.weights import MODELS, candidate_paths, find_weights
+from clip.weights import MODELS, candidate_paths, find_weights, open_clip_by_hand, open_clip_name
 from datasets.check import check_dataset
 from datasets.sizes import PUBLISHED_SIZES
-from engine.offline import PROBE_TIMEOUT_S, offline
+from engine.errors import ConfigError
+from engine.offline import unreachable
 from engine.published import TEACHER_RECORD
 from runner.jobs import Job, dependents, publication_differences, published_folder
 from runner.protocols import Sweep
@@ -82,15 +82,6 @@ class Preflight:
         return tabulate(rows, headers=["input", "name", "status", "jobs"])
 
 
-def reachable(url: str) -> bool:
-    """Whether ``url`` answers a HEAD request within :data:`PROBE_TIMEOUT_S`."""
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=PROBE_TIMEOUT_S):
-            return True
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
 def planned_settings(job: Job) -> list[dict]:
     """What each run of ``job`` will be configured with, read from its planned train.py command line as train.py
     merges it (``units.planned``: config files, arguments, knobs, EXTRA_OPTS); keys no command line sets keep their
@@ -113,27 +104,44 @@ def job_weights(job: Job) -> list[str]:
 
 
 def check_weights(item: Input) -> None:
-    """``cached`` (the file clip.load_model reads), ``will download here`` or ``missing (offline)``; ``no
-    backbone`` for an empty name (a config that names none, such as the demo's, without --backbone)."""
-    path = find_weights(item.name, cwd=REPO) if item.name else None
+    """``cached`` (the file clip.load_model reads), ``will download here`` or ``missing (offline)``; OpenAI's names,
+    weight files and open_clip's names (``clip.weights``) alike; ``no backbone`` for an empty name (a config that
+    names none, such as the demo's, without --backbone)."""
     if not item.name:
         item.status = "no backbone"
         item.problems.append("no CLIP named: the jobs' config names no MODEL.BACKBONE.NAME (as the demo configs do): "
                              "give one with --backbone NAME|FILE (and the distilled students' teacher CLIP with "
                              "--teacher-name)")
-    elif path:
+        return
+    try:
+        path, spec = find_weights(item.name, cwd=REPO), open_clip_name(item.name)
+    except ConfigError as e:
+        item.status = "missing"
+        item.problems.append(str(e))
+        return
+    if path:
         item.status = f"cached ({path})"
-    elif item.name not in MODELS:
+    elif spec is not None and spec.pretrained is None:
+        item.status = "missing"
+        item.problems.append(f"{item.name}: CLIP weights not found; {open_clip_by_hand(spec)}")
+    elif spec is None and item.name not in MODELS:
         item.status = "missing"
         item.problems.append(f"{item.name}: CLIP weights not found (neither a file nor a CLIP model name); fix "
                              "BACKBONE / TEACHER_NAME or MODEL.BACKBONE.NAME in --extra-opts or the config")
-    elif offline() or not reachable(MODELS[item.name]):
+    elif unreachable(MODELS[item.name] if spec is None else spec.pretrained.page()):
         item.status = "missing (offline)"
-        item.problems.append(f"{candidate_paths(item.name, cwd=REPO)[-1]}: CLIP weights {item.name} missing and this "
-                             f"node cannot download them; download {MODELS[item.name]} into $CLIP_WEIGHTS_DIR or "
-                             "~/.cache/clip")
+        item.problems.append(cannot_download(item.name))
     else:
         item.status = "will download here"
+
+
+def cannot_download(name: str) -> str:
+    """The problem line of CLIP weights this node lacks and cannot download: where they go, how to place them."""
+    spec = open_clip_name(name)
+    if spec is not None:
+        return f"{name}: CLIP weights missing and this node cannot download them; {open_clip_by_hand(spec)}"
+    return (f"{candidate_paths(name, cwd=REPO)[-1]}: CLIP weights {name} missing and this node cannot download them; "
+            f"download {MODELS[name]} into $CLIP_WEIGHTS_DIR or ~/.cache/clip")
 
 
 def teacher_of(job: Job, jobs: dict[str, Job]) -> tuple[str, str] | None:
@@ -216,8 +224,7 @@ def fetch_weights(report: Preflight) -> None:
             item.status = "cached (fetched here)"
         else:
             item.status = "missing (download failed)"
-            item.problems.append(f"{item.name}: the download of the CLIP weights failed (see above); download "
-                            f"{MODELS[item.name]} into $CLIP_WEIGHTS_DIR or ~/.cache/clip")
+            item.problems.append(f"the download failed (see above): {cannot_download(item.name)}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny student/teacher CLIP weight files (OpenAI key names) built from open_clip, no downloads."""
+"""Shared fixtures: tiny student/teacher CLIP weight files (OpenAI key names) built from open_clip, and a tiny GELU
+open_clip CLIP in open_clip's own local-dir layout; no downloads."""
 from __future__ import annotations
 
 import os
@@ -70,3 +71,14 @@ def tiny_teacher_clip(tiny_teacher_clip_file):
     import clip
 
     return clip.load_model(tiny_teacher_clip_file)
+
+
+@pytest.fixture(scope="session")
+def tiny_openclip_name(tmp_path_factory) -> str:
+    """``open_clip:local-dir:`` name of a seeded tiny GELU open_clip CLIP (``helpers_clip.OPENCLIP_CFG``: widths,
+    head width and MLP ratio other than OpenAI's), in open_clip's local-dir layout; do not modify."""
+    from tests.helpers_clip import OPENCLIP_CFG, make_local_dir
+
+    folder = tmp_path_factory.mktemp("open_clip") / "tiny-gelu"
+    make_local_dir(folder, OPENCLIP_CFG, seed=2)
+    return f"open_clip:local-dir:{folder}"

@@ -9,6 +9,11 @@ IMAGE_SIZE = 32
 # Student: ViT-B/16-like roles at toy size; teacher: wider and deeper, like ViT-L/14 next to ViT-B/16.
 STUDENT_CFG = dict(embed_dim=32, vision_width=64, vision_layers=9, patch_size=8, text_width=64, text_layers=9)
 TEACHER_CFG = dict(embed_dim=64, vision_width=128, vision_layers=10, patch_size=16, text_width=128, text_layers=9)
+OPENCLIP_CFG = {"embed_dim": 48, "quick_gelu": False,
+                "vision_cfg": {"image_size": IMAGE_SIZE, "patch_size": 8, "width": 96, "layers": 9, "head_width": 32,
+                               "mlp_ratio": 2.0},
+                "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 9}}
+"""An open_clip model config of a tiny GELU CLIP whose sizes are not OpenAI's rules (heads of 32, MLP 2 x width)."""
 
 
 def make_tiny_openclip(embed_dim: int, vision_width: int, vision_layers: int, patch_size: int, text_width: int,
@@ -100,3 +105,38 @@ def assert_matches_open_clip(model, reference, images: torch.Tensor, tokens: tor
 def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
     """max |a - e| / max |e|."""
     return float((actual - expected).abs().max() / expected.abs().max())
+
+
+def tiny_config(architecture: str, layers: int = 2, head_width: int = 8, embed_dim: int = 32) -> dict:
+    """open_clip's model config of the built-in ``architecture`` shrunk to ``layers`` blocks per tower and heads of
+    ``head_width`` (its head counts, MLP ratios, patch and image size, context length and activation kept)."""
+    cfg = open_clip.get_model_config(architecture)
+    vision, text = dict(cfg["vision_cfg"]), dict(cfg["text_cfg"])
+    vision_heads = vision["width"] // vision.get("head_width", 64)
+    vision.update(layers=layers, width=vision_heads * head_width, head_width=head_width)
+    text.update(layers=layers, width=text.get("heads", 8) * head_width)
+    return {**cfg, "embed_dim": embed_dim, "vision_cfg": vision, "text_cfg": text}
+
+
+def make_local_dir(folder, cfg: dict, seed: int = 0, mean=None, std=None) -> open_clip.CLIP:
+    """Write a seeded open_clip CLIP of model config ``cfg`` (LayerNorms and biases moved off their initial values)
+    in open_clip's local-dir layout (``open_clip_config.json`` + ``open_clip_model.safetensors``) into ``folder``;
+    returns the model as open_clip itself loads the folder (``create_model('local-dir:...')``)."""
+    import json
+    import os
+
+    from safetensors.torch import save_file
+
+    torch.manual_seed(seed)
+    model = open_clip.CLIP(**cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    os.makedirs(folder, exist_ok=True)
+    preprocess = {"mean": list(mean), "std": list(std)} if mean else {}
+    with open(os.path.join(folder, "open_clip_config.json"), "w") as f:
+        json.dump({"model_cfg": cfg, "preprocess_cfg": preprocess}, f)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()},
+              os.path.join(folder, "open_clip_model.safetensors"))
+    return open_clip.create_model(f"local-dir:{folder}").eval()

@@ -19,6 +19,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from huggingface_hub import constants as hub_constants
 from PIL import Image
 from tabulate import tabulate
 
@@ -148,6 +149,47 @@ def _clip_offline(tmp, data, tree, clip_file, mp):
     mp.setenv("HOME", str(tmp / "home"))
     return (coop_argv(data, tmp / "run", clip_file, "MODEL.BACKBONE.NAME", "ViT-B/16"),
             "error: CLIP weights for ViT-B/16 not found (tried ...")
+
+
+OPEN_CLIP_TAG = "open_clip:ViT-B-16/laion2b_s34b_b88k"
+
+
+def _open_clip_offline(tmp, data, tree, clip_file, mp):
+    mp.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    mp.setenv("HF_HUB_CACHE", str(tmp / "hub"))
+    mp.setenv("CLIP_WEIGHTS_DIR", str(tmp / "weights"))
+    return (coop_argv(data, tmp / "run", clip_file, "MODEL.BACKBONE.NAME", OPEN_CLIP_TAG),
+            f"error: {OPEN_CLIP_TAG}: open_clip weights not in the hub cache nor placed by hand, and they cannot be "
+            f"downloaded here (HF_HUB_OFFLINE is set); on a machine with internet run `python -m clip.download "
+            f"{OPEN_CLIP_TAG}` and copy {tmp / 'hub'}/models--laion--CLIP-ViT-B-16-laion2B-s34B-b88K to the same "
+            "place here, or download ...")
+
+
+def _open_clip_siglip(tmp, data, tree, clip_file, mp):
+    return (coop_argv(data, tmp / "run", clip_file, "MODEL.BACKBONE.NAME", "open_clip:ViT-B-16-SigLIP/webli"),
+            "error: open_clip:ViT-B-16-SigLIP/webli: open_clip model ViT-B-16-SigLIP does not fit the prompt-aware "
+            "CLIP: it is a SigLIP model (sigmoid loss with a logit bias); use an open_clip ViT of OpenAI's structure "
+            "(`python -m clip.openclip` lists them)")
+
+
+def _mean_against_the_backbone(tmp, data, tree, clip_file, mp):
+    return (coop_argv(data, tmp / "run", clip_file, "MODEL.BACKBONE.NAME", "open_clip:ViT-L-14/laion2b_s32b_b82k",
+                      "INPUT.PIXEL_MEAN", "[0.48145466, 0.4578275, 0.40821073]"),
+            "error: command-line opts: INPUT.PIXEL_MEAN is [0.48145466, 0.4578275, 0.40821073], but "
+            "MODEL.BACKBONE.NAME open_clip:ViT-L-14/laion2b_s32b_b82k was trained on images normalised with [0.5, "
+            "0.5, 0.5]: leave INPUT.PIXEL_MEAN out (it follows the backbone)")
+
+
+def _teacher_normalised_otherwise(tmp, data, tree, clip_file, mp):
+    from tests.helpers_clip import OPENCLIP_CFG, make_local_dir
+
+    make_local_dir(tmp / "teacher", OPENCLIP_CFG, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+    teacher = f"open_clip:local-dir:{tmp / 'teacher'}"
+    return (promptkd_argv(data, tmp / "run", clip_file, "TRAINER.PROMPTKD.TEACHER_NAME", teacher),
+            f"error: the CLIP {teacher} was trained on images normalised with mean [0.5, 0.5, 0.5], std [0.5, 0.5, "
+            "0.5], but this run's are normalised with INPUT.PIXEL_MEAN [0.48145466, 0.4578275, 0.40821073], "
+            "INPUT.PIXEL_STD [0.26862954, 0.26130258, 0.27577711] (those of MODEL.BACKBONE.NAME): give it a CLIP of "
+            "the same normalisation")
 
 
 def _truncated_checkpoint(tmp, data, tree, clip_file, mp):
@@ -519,7 +561,7 @@ def _baseline(trainer: str, config: str, *opts: str, expected: str):
 
 
 WEIGHTS_FIX = ("point MODEL.BACKBONE.NAME (or the teacher's TEACHER_NAME) to CLIP weights: a model name such as "
-               "ViT-B/16, or an OpenAI-format weight file")
+               "ViT-B/16 or open_clip:ViT-B-16/laion2b_s34b_b88k, or an OpenAI-format weight file")
 
 
 def _promptkd(*opts: str, expected: str):
@@ -559,6 +601,10 @@ CASES = {
     "corrupt image": (_corrupt_image, ["log.txt", "run.json"], False),
     "corrupt image (loader worker)": (_corrupt_image_worker, ["log.txt", "run.json"], False),
     "CLIP weights offline": (_clip_offline, ["log.txt"], False),
+    "open_clip tag offline": (_open_clip_offline, ["log.txt"], False),
+    "open_clip SigLIP backbone": (_open_clip_siglip, [], False),
+    "INPUT.PIXEL_MEAN against the backbone's": (_mean_against_the_backbone, [], False),
+    "teacher CLIP normalised otherwise": (_teacher_normalised_otherwise, ["log.txt"], False),
     "truncated checkpoint": (_truncated_checkpoint, ["log.txt", "run.json"], True),
     "truncated resume state": (_truncated_resume_state, ["log.txt", "resume.pth.tar", "run.json"], True),
     "unknown protocol": (_unknown_protocol, ["log.txt"], False),

@@ -72,7 +72,8 @@ def test_help_does_not_import_torch():
 
 def test_a_table_entry_its_module_does_not_register_is_refused():
     registry = Registry("TEST")
-    with pytest.raises(ImportError, match=r"^trainers\.prompting\.templates did not register 'Missing' in the TEST registry"):
+    with pytest.raises(ImportError, match=r"^trainers\.prompting\.templates did not register 'Missing' in the TEST "
+                                          r"registry"):
         registry.load({"Missing": "trainers.prompting.templates"})
 
 

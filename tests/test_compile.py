@@ -12,7 +12,7 @@ from torch._dynamo.utils import counters
 import clip
 import train
 from engine.compile import compile_clip
-from tests.helpers_clip import make_tiny_openclip
+from tests.helpers_clip import OPENCLIP_CFG, make_local_dir, make_tiny_openclip
 from tests.helpers_datasets import write_tree
 from tests.helpers_run import train_argv
 from tests.test_trainer_promptkd import promptkd_argv, write_colour_eurosat
@@ -36,11 +36,20 @@ def step_and_eval(clip_model, students, images, targets):
     return loss.detach(), grads, evaluated
 
 
-def test_compiled_clip_gives_the_eager_losses_gradients_and_eval_features():
-    # a 2-layer CLIP keeps inductor's CPU compilation short; LayerNorms and biases are not at their init values
-    openclip = make_tiny_openclip(embed_dim=32, vision_width=64, vision_layers=2, patch_size=8, text_width=64,
-                                  text_layers=1, seed=3)
-    clip_model = clip.build_model(openclip.state_dict())
+@pytest.mark.parametrize("activation", ["quick_gelu", pytest.param("gelu", marks=pytest.mark.slow)])
+def test_compiled_clip_gives_the_eager_losses_gradients_and_eval_features(tmp_path, activation):
+    # a 2-layer CLIP keeps inductor's CPU compilation short; LayerNorms and biases are not at their init values;
+    # "gelu": an open_clip CLIP (GELU, heads of 32, MLP 2 x width) read from open_clip's local-dir layout
+    if activation == "gelu":
+        cfg = {**OPENCLIP_CFG, "vision_cfg": {**OPENCLIP_CFG["vision_cfg"], "layers": 2},
+               "text_cfg": {**OPENCLIP_CFG["text_cfg"], "layers": 1}}
+        make_local_dir(tmp_path / "gelu", cfg, seed=3)
+        clip_model = clip.load_model(f"open_clip:local-dir:{tmp_path / 'gelu'}")
+    else:
+        openclip = make_tiny_openclip(embed_dim=32, vision_width=64, vision_layers=2, patch_size=8, text_width=64,
+                                      text_layers=1, seed=3)
+        clip_model = clip.build_model(openclip.state_dict())
+    assert clip_model.activation == activation
     torch.manual_seed(0)
     students = [VisualPromptStudent(clip_model, n_ctx=4, depth=2, out_dim=48) for _ in range(2)]
     for prompt in students[1].prompt.prompts:  # prompts of another scale than the first student's

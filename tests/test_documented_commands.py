@@ -236,7 +236,13 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
     ("CFG=vit_b16_c2_ep20_batch4_4+4ctx TEACHER_NAME=ViT-B/16 TEACHER_DIR=promptsrc_b16 bash "
      "scripts/teacher/base2new_train.sh eurosat 1", NotRun("data", "DATA")),
     ("bash scripts/teacher/xd_train.sh 1", NotRun("data", "DATA (ImageNet)")),
-    ("bash scripts/coop/base2new_train.sh eurosat 1", NotRun("data", "DATA")),
+    (re.compile(r"^bash scripts/\w+/base2new_(train|test)\.sh eurosat 1( && bash scripts/\w+/base2new_test\.sh eurosat "
+                r"1)?$"), NotRun("data", "DATA")),
+    ("python -m clip.openclip --write", Elsewhere(
+        "tests/test_openclip.py::test_the_registry_module_is_open_clips_registry",
+        "checks that the written table is what --write writes")),
+    (re.compile(r"^python -m clip\.download (--dry-run )?open_clip:"), NotRun("network", "the hub's weights")),
+    (re.compile(r"^python -m runner base2new .*--backbone open_clip:"), NotRun("data", "/data and the hub's weights")),
     ("python -m runner base2new --data /data", NotRun("data", "/data; without it the preflight stops, as --dry-run's")),
     ("python -m runner dg --data /data --profile fast", NotRun("data", "/data (ImageNet and its variants)")),
     ("python train.py --root DATA --seed 1 --trainer PETR --dataset-config-file configs/datasets/eurosat.yaml "

@@ -186,6 +186,19 @@ def test_every_trainer_reads_only_through_the_ledger(world, tiny_teacher_clip_fi
         len(LEARNERS) + 1 + 2 + len(PETR_X_LEARNERS)) + 6
 
 
+def test_an_open_clip_student_reads_only_through_the_ledger(world, tiny_openclip_name, tiny_teacher_clip_file):
+    """An ``open_clip:local-dir:`` student: its config file and weight file are read through the ledger (role clip),
+    beside the OpenAI-format teacher CLIP; nothing else of the folder is opened."""
+    _, run = world
+    folder = tiny_openclip_name.removeprefix("open_clip:local-dir:")
+    out, roles = run("PETR open_clip", "PETR", "demo", "MODEL.BACKBONE.NAME", tiny_openclip_name,
+                     "TRAINER.PETR.TEACHER_NAME", tiny_teacher_clip_file, "TRAINER.PETR.TEACHER_CKPT", "", shots="0")
+    inputs = json.loads((out / "run.json").read_text())["inputs"]
+    assert sorted(path for path, entry in inputs.items() if entry["role"] == "clip") == sorted(
+        [os.path.join(folder, "open_clip_config.json"), os.path.join(folder, "open_clip_model.safetensors"),
+         tiny_teacher_clip_file])
+
+
 def test_the_audit_sees_a_reader_that_bypasses_the_ledger(tmp_path):
     """The check itself can fail: a plain ``open`` of a file outside the repository during a run is caught."""
     stray = tmp_path / "stray.txt"

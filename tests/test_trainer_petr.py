@@ -2,6 +2,7 @@
 bad input, and a tiny cross-dataset run. References: hand-written formulas, NumPy Mahalanobis routing."""
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import clip
 import train
 from tests.helpers_datasets import write_tree
 from tests.helpers_petr import TRAIN_PER_CLASS, numpy_mahalanobis_route, petr_argv, write_eurosat
@@ -195,14 +197,19 @@ def test_cross_dataset_run(tmp_path, tiny_clip_file, tiny_teacher_clip_file):
     assert results["protocol"] == "cross" and results["route_acc_unseen"] == results["share_unseen"]
 
 
-def test_petr_distils_from_a_promptsrc_teacher_run(tmp_path, tiny_clip_file, tiny_teacher_clip_file):
+@pytest.mark.parametrize("student", ["openai", "open_clip"])
+def test_petr_distils_from_a_promptsrc_teacher_run(tmp_path, tiny_clip_file, tiny_teacher_clip_file,
+                                                   tiny_openclip_name, student):
+    """PETR end to end from a PromptSRC teacher on the OpenAI-format teacher CLIP; the student is an OpenAI-format
+    CLIP or an open_clip one (GELU, another family than the teacher), whose name and weight digest the run records."""
+    student_clip = tiny_clip_file if student == "openai" else tiny_openclip_name
     write_eurosat(tmp_path / "data", train_per_class=4)
     teacher_run = tmp_path / "teacher"
     train.main(train_argv("PromptSRC", None, tmp_path / "data", teacher_run, "DATALOADER.TRAIN_X.BATCH_SIZE", "4",
                           "DATASET.NUM_SHOTS", "2", "DATASET.SUBSAMPLE_CLASSES", "base", "OPTIM.MAX_EPOCH", "1",
                           "TRAINER.PROMPTSRC.PROMPT_DEPTH_TEXT", "3", "TRAINER.PROMPTSRC.PROMPT_DEPTH_VISION", "3",
                           "TEST.NO_TEST", "True", backbone=tiny_teacher_clip_file))
-    trainer = train.main(petr_argv(tmp_path / "data", tmp_path / "petr", tiny_clip_file, tiny_teacher_clip_file,
+    trainer = train.main(petr_argv(tmp_path / "data", tmp_path / "petr", student_clip, tiny_teacher_clip_file,
                                    "TRAINER.PETR.TEACHER_CKPT", str(teacher_run), "OPTIM.MAX_EPOCH", "1"))
     teacher = trainer.teacher
     assert teacher.prompts is not None and len(teacher.prompts.vision_prompts()) == 3
@@ -213,3 +220,9 @@ def test_petr_distils_from_a_promptsrc_teacher_run(tmp_path, tiny_clip_file, tin
     assert not torch.allclose(prompted, teacher.logit_scale * plain_features @ teacher.text_features.t())
     assert trainer.text_features.shape == (5, teacher.embed_dim)  # base and novel classes
     assert json.loads((tmp_path / "petr" / "results.json").read_text())["router"] == "mahalanobis"
+    identity = json.loads((tmp_path / "petr" / "run.json").read_text())
+    assert identity["config"]["MODEL.BACKBONE.NAME"] == student_clip
+    weights = clip.weights_path(student_clip)
+    assert identity["inputs"][weights] == {"role": "clip", "sha256": hashlib.sha256(open(weights, "rb").read())
+                                           .hexdigest()}
+    assert trainer.clip_model.activation == ("gelu" if student == "open_clip" else "quick_gelu")

@@ -1,6 +1,7 @@
 """Every trainer the project registers, through train.py on a tiny CLIP and a tiny EuroSAT tree: one epoch of
 training, save, reload into a fresh eval-only run, same weights and the same results (timm and open_clip
-parametrise the same way over their model lists)."""
+parametrise the same way over their model lists). Each runs on an OpenAI-format CLIP file and on an open_clip CLIP
+(``open_clip:local-dir:``, GELU); the distilled students' teacher is the OpenAI-format teacher file either way."""
 from __future__ import annotations
 
 import json
@@ -40,11 +41,13 @@ def smoke_argv(name: str, root, out, clip_file: str, teacher_file: str, *flags: 
     return train_argv(name, "demo", root, out, *opts, flags=flags, backbone=clip_file, tiny=False)
 
 
+@pytest.mark.parametrize("backbone", ["openai", "open_clip"])
 @pytest.mark.parametrize("name", [name for name in PROJECT_TRAINERS if name not in TRAINS_NOTHING])
-def test_train_save_reload(tmp_path, tiny_clip_file, tiny_teacher_clip_file, name):
+def test_train_save_reload(tmp_path, tiny_clip_file, tiny_teacher_clip_file, tiny_openclip_name, name, backbone):
     write_eurosat(tmp_path / "data")
     run = tmp_path / "run"
-    args = (tmp_path / "data", run, tiny_clip_file, tiny_teacher_clip_file)
+    student = tiny_clip_file if backbone == "openai" else tiny_openclip_name
+    args = (tmp_path / "data", run, student, tiny_teacher_clip_file)
     fresh = train.main(smoke_argv(name, *args[:1], tmp_path / "fresh", *args[2:], "--no-train"))
     trained = train.main(smoke_argv(name, *args))
     reloaded = train.main(smoke_argv(name, args[0], tmp_path / "eval", *args[2:], "--eval-only", "--model-dir",
@@ -63,3 +66,4 @@ def test_train_save_reload(tmp_path, tiny_clip_file, tiny_teacher_clip_file, nam
     result = json.loads((run / "results.json").read_text())
     assert json.loads((tmp_path / "eval" / "results.json").read_text()) == result
     assert result["trainer"] == name and 0.0 <= result["accuracy"] <= 100.0
+    assert json.loads((run / "run.json").read_text())["config"]["MODEL.BACKBONE.NAME"] == student

@@ -7,10 +7,12 @@ catalog trainer's defaults and ``config_schema()`` their rules, checked before a
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from yacs.config import CfgNode as CN
 
+from clip.weights import declared_normalisation
 from engine.config import ENGINE_SCHEMA, add_project_keys
 from engine.dataset_base import PROTOCOLS, SUBSAMPLES
 from engine.errors import ConfigError
@@ -106,6 +108,28 @@ def check_namespaces(cfg: CN, given: Mapping[str, str]) -> None:
         raise ConfigError(f"{source}: {dotted} is a key of {owners[parts[1]].__name__}, but {name} reads "
                           f"TRAINER.{running.NS or '<none>'} and would ignore it: {fix}, or run "
                           f"--trainer {owners[parts[1]].__name__}")
+
+
+def follow_backbone(cfg: CN, given: Mapping[str, str]) -> str:
+    """Set INPUT.PIXEL_MEAN / PIXEL_STD to the normalisation MODEL.BACKBONE.NAME was trained with, where its name
+    declares it (``clip.weights.declared_normalisation``: OpenAI's models, open_clip's names), whatever the config
+    files say: it is a fact of the weights. A command-line value that differs is refused (``given``: dotted key ->
+    the source that set it). Returns a note naming what changed ("" when nothing did)."""
+    declared = declared_normalisation(cfg.MODEL.BACKBONE.NAME)
+    if declared is None:
+        return ""
+    changed = []
+    for key, value in zip(("INPUT.PIXEL_MEAN", "INPUT.PIXEL_STD"), declared):
+        current = [float(v) for v in cfg.INPUT[key.split(".")[1]]]
+        if all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(current, value)):
+            continue
+        if given.get(key) == "command-line opts":
+            raise ConfigError(f"command-line opts: {key} is {current}, but MODEL.BACKBONE.NAME "
+                              f"{cfg.MODEL.BACKBONE.NAME} was trained on images normalised with {list(value)}: leave "
+                              f"{key} out (it follows the backbone)")
+        changed.append(f"{key} {current} -> {list(value)}")
+        cfg.INPUT[key.split(".")[1]] = list(value)
+    return f"Note: {', '.join(changed)}, the normalisation of {cfg.MODEL.BACKBONE.NAME}" if changed else ""
 
 
 def foreign_trainer_message(key: str) -> str:
