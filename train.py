@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _merge(cfg, source: str, merge) -> None:
     """Run one merge step; a bad key or value becomes a ConfigError naming ``source`` (one ``error:`` line)."""
     from engine.errors import ConfigError
-    from trainers.config import foreign_trainer_message
+    from trainers.config import foreign_trainer_message, own_key_hint
 
     try:
         merge()
@@ -82,8 +82,9 @@ def _merge(cfg, source: str, merge) -> None:
             message = foreign_trainer_message(key)
             if message:
                 raise ConfigError(f"{source}: {message}") from None
-            raise ConfigError(f"{source}: unknown config key '{key}' "
-                              "(declare it with its rule in its trainer's CONFIG_KEYS or fix the typo)") from None
+            hint = own_key_hint(cfg.TRAINER.NAME, key) or \
+                " (declare it with its rule in its trainer's CONFIG_KEYS or fix the typo)"
+            raise ConfigError(f"{source}: unknown config key '{key}'{hint}") from None
         raise ConfigError(f"{source}: {msg}") from None
 
 

@@ -1,5 +1,5 @@
-"""Test helpers for the CoCoOp, MaPLe and IVLP trainers: tiny runs of their shipped configs, a ViT-B/16-shaped CLIP
-without weights for parameter counts, and upstream's layout for their checkpoints."""
+"""Test helpers for the prompt learners (CoCoOp, MaPLe, IVLP, KgCoOp): tiny runs of their shipped configs, a
+ViT-B/16-shaped CLIP without weights for parameter counts, and upstream's layout for their checkpoints."""
 from __future__ import annotations
 
 import json
@@ -20,6 +20,7 @@ from tests.helpers_datasets import Tree, load_images, write_tree
 from tests.helpers_run import train_argv
 from tests.helpers_upstream import write_dassl_checkpoint
 from tools.bench_models import VIT_B16
+from trainers.catalog import METHODS
 
 BASE, NEW = [0, 1, 2], [3, 4]  # the tiny EuroSAT tree: 5 classes, base = the first ceil(5/2)
 SMALL_RUN = ["DATALOADER.TRAIN_X.BATCH_SIZE", "4", "DATALOADER.TEST.BATCH_SIZE", "8", "OPTIM.MAX_EPOCH", "1",
@@ -38,7 +39,7 @@ def shipped_options(trainer: str, config: str):
     args = train.build_parser().parse_args(["--trainer", trainer, "--config-file",
                                             f"configs/trainers/{trainer}/{config}.yaml"])
     cfg = train.setup_cfg(args)
-    return cfg, cfg.TRAINER[{"CoCoOp": "COCOOP", "MaPLe": "MAPLE", "IVLP": "IVLP"}[trainer]]
+    return cfg, cfg.TRAINER[next(m.ns for m in METHODS.values() if m.trainer == trainer)]
 
 
 def vit_b16_shell() -> CLIP:

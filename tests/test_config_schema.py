@@ -87,11 +87,10 @@ def test_each_trainer_declares_its_keys_next_to_its_class():
     trainer borrows from another namespace is a declared key there."""
     classes = catalog_trainers()
     assert sorted(cls.__name__ for cls in classes.values()) == sorted(catalog.TRAINERS)
-    assert {ns: cls.__name__ for ns, cls in classes.items()} == {
-        "ZSCLIP": "ZeroshotCLIP", "COOP": "CoOp", "COCOOP": "CoCoOp", "MAPLE": "MaPLe", "IVLP": "IVLP",
-        "PROMPTSRC": "PromptSRC", "PROMPTKD": "PromptKD", "PETR": "PETR", "PETRCOOP": "PETRCoOp", "PETRX": "PETRX"}
+    assert {ns: cls.__name__ for ns, cls in classes.items()} == {m.ns: m.trainer for m in catalog.METHODS.values()}
+    assert classes["ZSCLIP"].__name__ == "ZeroshotCLIP" and classes["PETRCOOP"].__name__ == "PETRCoOp"
     schema = config_schema()
-    for tuned in ("CoOp", "CoCoOp", "MaPLe", "IVLP", "PromptSRC"):
+    for tuned in catalog.TUNED_TRAINERS:
         cfg = _setup("--trainer", "PETRX", "TRAINER.PETRX.TUNED_TRAINER", tuned)
         assert all(key in schema for key in classes["PETRX"].borrowed_keys(cfg))
     assert classes["PETRCOOP"].borrowed_keys(None) == ("TRAINER.COOP.N_CTX", "TRAINER.COOP.CSC",

@@ -321,7 +321,7 @@ def test_the_plan_says_why_a_job_has_no_projection(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["base2new", "--methods", "PETRX"], "error: unknown method 'PETRX'; choose from ZeroshotCLIP, CoOp, CoCoOp"),
+    (["base2new", "--methods", "PETRX"], f"error: unknown method 'PETRX'; choose from {', '.join(METHODS)}\n"),
     (["xd", "--methods", "CoOp"], "error: CoOp: no xd scripts; the xd protocol runs ZeroshotCLIP, PromptKD and PETR"),
     (["base2new", "--datasets", "eurosatt"], "error: unknown dataset 'eurosatt'; use one of: caltech101"),
     (["xd", "--source", "demonet"], "error: no default cross-dataset targets for source 'demonet': name them"),

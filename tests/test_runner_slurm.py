@@ -264,8 +264,9 @@ def test_failed_slurm_job_skips_only_its_dependents(toy, cluster, slurm_run):
     assert "Jobs: 0 done, 5 finished before (skipped), 2 failed, 3 not run because a job they need failed" in out
     for failed, blocked in (("teacher demo_shapes", "PETR train demo_shapes seed1, PETR test demo_shapes seed1"),
                             ("CoOp train demo_shapes seed1", "PETR+CoOp plug-in demo_shapes seed1")):
-        found = re.search(rf"^FAILED {re.escape(failed)}: SLURM job \d+: exit status 2; log .*?(?=^FAILED|^\n)", out,
-                          re.MULTILINE | re.DOTALL)
+        # a failure's block: its line and the indented lines under it (the blocks come in the order the jobs ended)
+        found = re.search(rf"^FAILED {re.escape(failed)}: SLURM job \d+: exit status 2; log .*\n(?:[ ]+.*\n?)*", out,
+                          re.MULTILINE)
         assert found, out[-3000:]
         assert f"| error: Cannot read image {corrupt}" in found.group(0)  # the log's tail
         assert found.group(0).rstrip().splitlines()[-1] == f"  not run because of it: {blocked}"

@@ -26,9 +26,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOT_WRAPPERS = {"bench/gpu_step.sh", "bench/upstream_setup.sh", "bench/side_by_side.sh", "bench/gpu_costs.sh"}
 """The scripts/*/*.sh files that are no unit wrapper (written by hand)."""
 EXEC = re.compile(r'exec bash "\$\(dirname "\$0"\)/\.\./unit\.sh" "\$0" (\w+) (\w+) "\$@"')
-KGCOOP = Method("KgCoOp", "KgCoOp", "trainers.kgcoop", "learner", "kgcoop", "vit_b16_kg_ep5",
-                learner_xd_config="vit_b16_kg_xd", shots=8, learns="the knowledge-guided context")
-"""A CoCoOp-like prompt learner that the shipped catalog does not hold."""
+PROGRAD = Method("ProGrad", "ProGrad", "trainers.prograd", "learner", "prograd", "vit_b16_pg_ep5",
+                 learner_xd_config="vit_b16_pg_xd", shots=8, learns="the gradient-aligned context")
+"""A prompt learner that the shipped catalog does not hold (ProGrad, another CoOp variant)."""
 
 
 def sha256(path: str) -> str:
@@ -52,14 +52,15 @@ def test_the_checked_in_wrappers_are_the_rendered_ones():
     assert sorted(rendered) == sorted(set(on_disk) - NOT_WRAPPERS)
     assert {path: hashlib.sha256(text.encode()).hexdigest() for path, text in rendered.items()} == \
         {path: digest for path, digest in on_disk.items() if path not in NOT_WRAPPERS}
-    assert len(rendered) == 41
+    assert set(rendered) == {f"{m.scripts}/{command}.sh" for m in catalog.METHODS.values()
+                             for command in COMMANDS[m.commands]}  # every row's family's commands, no other
 
 
 def test_every_wrapper_execs_an_existing_family_command():
     """Each wrapper is a shebang, comment lines and one exec line naming its own folder and command, which its
     method's family has."""
     wrappers = sorted(set(scripts_files(REPO)) - NOT_WRAPPERS)
-    assert len(wrappers) == 41
+    assert {path.split("/")[0] for path in wrappers} == {m.scripts for m in catalog.METHODS.values()}
     for path in wrappers:
         with open(os.path.join(REPO, "scripts", path), encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -97,50 +98,52 @@ def test_check_names_each_wrapper_not_as_rendered_and_writing_repairs_them(tmp_p
 
 
 def test_a_new_row_of_the_learner_family_gets_its_wrappers_and_run_folders(tmp_path, monkeypatch):
-    scripts = render([KGCOOP])
-    assert sorted(scripts) == [f"kgcoop/{c}.sh" for c in
+    scripts = render([PROGRAD])
+    assert sorted(scripts) == [f"prograd/{c}.sh" for c in
                                ("base2new_test", "base2new_train", "dg_test", "xd_test", "xd_train")]
-    assert scripts["kgcoop/base2new_train.sh"] == (
+    assert scripts["prograd/base2new_train.sh"] == (
         "#!/usr/bin/env bash\n"
-        "# KgCoOp base-to-novel: learn the knowledge-guided context on the 8-shot base classes of DATASET (SEED), then "
-        "test them.\n"
-        "# Usage: DATA=/path/to/datasets bash scripts/kgcoop/base2new_train.sh eurosat 1\n"
-        "# Output: $OUTPUT_ROOT/base2new/train_base/<dataset>/shots_8/KgCoOp/<cfg>/seed<S> (finished runs are "
+        "# ProGrad base-to-novel: learn the gradient-aligned context on the 8-shot base classes of DATASET (SEED), "
+        "then test\n"
+        "# them.\n"
+        "# Usage: DATA=/path/to/datasets bash scripts/prograd/base2new_train.sh eurosat 1\n"
+        "# Output: $OUTPUT_ROOT/base2new/train_base/<dataset>/shots_8/ProGrad/<cfg>/seed<S> (finished runs are "
         "skipped,\n"
-        "# interrupted ones resume). CFG defaults to vit_b16_kg_ep5; other knobs: SHOTS, BACKBONE, EXTRA_OPTS "
+        "# interrupted ones resume). CFG defaults to vit_b16_pg_ep5; other knobs: SHOTS, BACKBONE, EXTRA_OPTS "
         "(docs/usage.md).\n"
-        'exec bash "$(dirname "$0")/../unit.sh" "$0" kgcoop base2new_train "$@"\n')
-    xd_train = " ".join(scripts["kgcoop/xd_train.sh"].replace("\n# ", " ").split())
-    assert "$OUTPUT_ROOT/xd/train/<source>/shots_8/KgCoOp/<cfg>/seed<S>. CFG defaults to vit_b16_kg_xd (its " \
-           "cross-dataset config; configs/trainers/KgCoOp/ has its settings)" in xd_train
-    assert KGCOOP.ns == "KGCOOP"
+        'exec bash "$(dirname "$0")/../unit.sh" "$0" prograd base2new_train "$@"\n')
+    xd_train = " ".join(scripts["prograd/xd_train.sh"].replace("\n# ", " ").split())
+    assert "$OUTPUT_ROOT/xd/train/<source>/shots_8/ProGrad/<cfg>/seed<S>. CFG defaults to vit_b16_pg_xd (its " \
+           "cross-dataset config; configs/trainers/ProGrad/ has its settings)" in xd_train
+    assert PROGRAD.ns == "PROGRAD"
 
     out = str(tmp_path / "out")
     knobs = {"OUTPUT_ROOT": out}
-    assert not UnitCall("kgcoop", "base2new_train", ("eurosat", "1"), knobs).known()
-    monkeypatch.setitem(catalog.METHODS, "KgCoOp", KGCOOP)
-    assert UnitCall("kgcoop", "base2new_train", ("eurosat", "1"), knobs).runs() == (
-        f"{out}/base2new/train_base/eurosat/shots_8/KgCoOp/vit_b16_kg_ep5/seed1",)
-    assert UnitCall("kgcoop", "base2new_test", ("eurosat", "1"), knobs).runs() == (
-        f"{out}/base2new/test_new/eurosat/shots_8/KgCoOp/vit_b16_kg_ep5/seed1",)
-    assert UnitCall("kgcoop", "xd_train", ("2",), knobs).runs() == (
-        f"{out}/xd/train/imagenet/shots_8/KgCoOp/vit_b16_kg_xd/seed2",)
-    assert UnitCall("kgcoop", "dg_test", ("imagenet_r", "2"), knobs).runs() == (
-        f"{out}/dg/test/imagenet_r/shots_8/KgCoOp/vit_b16_kg_xd/seed2",)
-    assert catalog.TRAINERS.get("KgCoOp") is None  # the test's row is not a shipped trainer
+    assert not UnitCall("prograd", "base2new_train", ("eurosat", "1"), knobs).known()
+    monkeypatch.setitem(catalog.METHODS, "ProGrad", PROGRAD)
+    assert UnitCall("prograd", "base2new_train", ("eurosat", "1"), knobs).runs() == (
+        f"{out}/base2new/train_base/eurosat/shots_8/ProGrad/vit_b16_pg_ep5/seed1",)
+    assert UnitCall("prograd", "base2new_test", ("eurosat", "1"), knobs).runs() == (
+        f"{out}/base2new/test_new/eurosat/shots_8/ProGrad/vit_b16_pg_ep5/seed1",)
+    assert UnitCall("prograd", "xd_train", ("2",), knobs).runs() == (
+        f"{out}/xd/train/imagenet/shots_8/ProGrad/vit_b16_pg_xd/seed2",)
+    assert UnitCall("prograd", "dg_test", ("imagenet_r", "2"), knobs).runs() == (
+        f"{out}/dg/test/imagenet_r/shots_8/ProGrad/vit_b16_pg_xd/seed2",)
+    assert catalog.TRAINERS.get("ProGrad") is None  # the test's row is not a shipped trainer
 
 
 def test_a_row_its_headers_cannot_describe_is_one_error_line(tmp_path, monkeypatch, capsys):
-    with pytest.raises(ValueError, match="KgCoOp kgcoop/base2new_train.sh: the header needs the catalog field "
+    with pytest.raises(ValueError, match="ProGrad prograd/base2new_train.sh: the header needs the catalog field "
                                          "'learns', which the row leaves empty"):
-        render([Method("KgCoOp", "KgCoOp", "trainers.kgcoop", "learner", "kgcoop", "vit_b16_kg_ep5")])
-    with pytest.raises(ValueError, match="scripts/kgcoop/xd_train.sh: two catalog rows of folder 'kgcoop' render it "
+        render([Method("ProGrad", "ProGrad", "trainers.prograd", "learner", "prograd", "vit_b16_pg_ep5")])
+    with pytest.raises(ValueError, match="scripts/prograd/xd_train.sh: two catalog rows of folder 'prograd' render it "
                                          "differently"):
-        render([KGCOOP, Method("KgCoOp", "KgCoOp", "trainers.kgcoop", "learner", "kgcoop", "vit_b16_kg_ep5",
-                               learner_xd_config="vit_b16_kg_ep5", shots=8, learns="the knowledge-guided context")])
-    monkeypatch.setitem(catalog.METHODS, "KgCoOp", Method("KgCoOp", "KgCoOp", "trainers.kgcoop", "kg", "kgcoop", "x"))
+        render([PROGRAD, Method("ProGrad", "ProGrad", "trainers.prograd", "learner", "prograd", "vit_b16_pg_ep5",
+                               learner_xd_config="vit_b16_pg_ep5", shots=8, learns="the gradient-aligned context")])
+    monkeypatch.setitem(catalog.METHODS, "ProGrad", Method("ProGrad", "ProGrad", "trainers.prograd", "kg", "prograd",
+                                                           "x"))
     assert main([], root=str(tmp_path)) == 2
-    assert capsys.readouterr() == ("", "error: KgCoOp: family 'kg' needs its commands in units/commands.py and one "
+    assert capsys.readouterr() == ("", "error: ProGrad: family 'kg' needs its commands in units/commands.py and one "
                                        "header per command in units/headers.py\n")
     assert os.listdir(tmp_path) == []
 
@@ -149,11 +152,11 @@ def test_an_unknown_command_lists_every_folder_and_its_commands():
     """The usage line of an unknown command, family by family (unchanged since the commands were keyed by folder)."""
     done = subprocess.run([sys.executable, "-m", "units", "petr", "no_such_command"], cwd=REPO, capture_output=True,
                           text=True, timeout=HANG_GUARD_S)
-    learner = "base2new_train base2new_test xd_train xd_test dg_test"
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == (
-        f"error: usage: python -m units [--print-argv] METHOD COMMAND ARGS (cocoop: {learner}; maple: {learner}; "
-        f"ivlp: {learner}; coop: base2new_train base2new_test main eval; promptkd: base2new_train base2new_test "
-        "xd_train xd_test; petr: base2new_train base2new_test xd_train xd_test dg_train dg_test reproduce_base2new; "
-        "teacher: base2new_train base2new_test xd_train; petr_coop: base2new_train base2new_test plugin; petr_x: "
-        "base2new xd dg; zsclip: base2new_test zeroshot)\n")
+    prefix = "error: usage: python -m units [--print-argv] METHOD COMMAND ARGS ("
+    assert done.stderr.startswith(prefix) and done.stderr.endswith(")\n")
+    listed = [part.split(": ") for part in done.stderr[len(prefix):-2].split("; ")]
+    assert len(listed) == len({folder for folder, _ in listed})
+    assert dict(listed) == {m.scripts: " ".join(COMMANDS[m.commands]) for m in catalog.METHODS.values()}
+    assert dict(listed)["petr_x"] == "base2new xd dg"
+    assert dict(listed)["coop"] == "base2new_train base2new_test main eval"

@@ -132,6 +132,17 @@ def follow_backbone(cfg: CN, given: Mapping[str, str]) -> str:
     return f"Note: {', '.join(changed)}, the normalisation of {cfg.MODEL.BACKBONE.NAME}" if changed else ""
 
 
+def own_key_hint(trainer: str, key: str) -> str:
+    """For an unknown ``TRAINER.<X>.<K>`` whose ``K`` the running ``trainer`` declares in its own namespace (an
+    upstream command of a variant that kept its parent's namespace: KgCoOp's ``TRAINER.COOP.W``): where to set it."""
+    parts = key.split(".")
+    if len(parts) != 3 or parts[0] != "TRAINER" or trainer not in TRAINER_REGISTRY:
+        return ""
+    running = TRAINER_REGISTRY.get(trainer)
+    return f"; {trainer} reads TRAINER.{running.NS}.{parts[2]}: set that instead" if parts[2] in running.CONFIG_KEYS \
+        else ""
+
+
 def foreign_trainer_message(key: str) -> str:
     """For an unknown ``TRAINER.<NS>.*`` key of an upstream trainer we lack, the error naming our trainers; else ""."""
     parts = key.split(".")

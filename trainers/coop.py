@@ -37,8 +37,6 @@ from .prompting.tuned_run import TunedRun, recorded_settings
 
 MODEL_NAME = "prompt_learner"
 CLASS_TOKEN_POSITIONS = ("end", "middle", "front")
-# Buffers that upstream CoOp checkpoints also contain; they are rebuilt from the class names instead.
-_UPSTREAM_BUFFERS = ("token_prefix", "token_suffix")
 
 
 def context_init(clip_model: CLIP, ctx_init: str, setting: str) -> torch.Tensor:
@@ -62,6 +60,10 @@ class CoOpPromptLearner(nn.Module):
     "<SOS> <name> ctx. <EOS>" (``front``). ``ctx_init`` (e.g. "a photo of a") sets n_ctx to its BPE token count
     and initialises a generic context from its token embeddings (CSC is then ignored, as in CoOp).
     """
+
+    UPSTREAM_KEYS: tuple[str, ...] = ("token_prefix", "token_suffix")
+    """Entries (or entry prefixes) of upstream checkpoints that are not loaded: CoOp's class-token buffers, rebuilt
+    from the class names instead."""
 
     def __init__(self, clip_model: CLIP, classnames: Sequence[str], n_ctx: int = 16, ctx_init: str = "",
                  csc: bool = False, class_token_position: str = "end", setting: str = "TRAINER.COOP"):
@@ -129,8 +131,13 @@ class CoOpPromptLearner(nn.Module):
         return torch.cat(rows, dim=0), self.tokens
 
     def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True, assign: bool = False):
-        """Load ``ctx`` only (upstream's token buffers are dropped); a shape mismatch raises one clear error."""
-        state = {k: v for k, v in state_dict.items() if k not in _UPSTREAM_BUFFERS}
+        """Load ``ctx`` only (upstream's ``UPSTREAM_KEYS`` are dropped); a shape mismatch raises one clear error."""
+        state = {k: v for k, v in state_dict.items()
+                 if not any(k == key or k.startswith(key + ".") for key in self.UPSTREAM_KEYS)}
+        unused = sorted(set(state_dict) - set(state) - set(CoOpPromptLearner.UPSTREAM_KEYS))
+        if unused:
+            print(f"{self.setting}: left out the checkpoint's {', '.join(unused)} (upstream entries this learner "
+                  "does not use)")
         if strict and set(state) != {"ctx"}:
             raise InvalidInputError(f"CoOp prompt-learner checkpoint has keys {sorted(state)}; expected only 'ctx'")
         if "ctx" in state and tuple(state["ctx"].shape) != tuple(self.ctx.shape):
@@ -230,6 +237,7 @@ class CoOp(CrossEntropyStep, ClipWeightsCheck, TrainerX):
         "CLASS_TOKEN_POSITION": ("end", Choice(CLASS_TOKEN_POSITIONS)),
     }
     RECORDED_KEYS = ("N_CTX", "CSC", "CTX_INIT", "CLASS_TOKEN_POSITION")
+    LEARNER = CoOpPromptLearner
     LEARNER_NS = ""
     """The namespace holding the prompt learner's settings (RECORDED_KEYS); empty: the trainer's own ``NS``."""
     TUNED_MODEL = MODEL_NAME
@@ -260,9 +268,8 @@ class CoOp(CrossEntropyStep, ClipWeightsCheck, TrainerX):
         overrides its CSC), on the run's device."""
         ns = self.LEARNER_NS or self.NS
         opts = self.cfg.TRAINER[ns]
-        return CoOpPromptLearner(self.clip_model, classnames, opts.N_CTX, opts.CTX_INIT,
-                                 opts.CSC if csc is None else csc, opts.CLASS_TOKEN_POSITION,
-                                 f"TRAINER.{ns}").to(self.device)
+        return self.LEARNER(self.clip_model, classnames, opts.N_CTX, opts.CTX_INIT, opts.CSC if csc is None else csc,
+                            opts.CLASS_TOKEN_POSITION, f"TRAINER.{ns}").to(self.device)
 
     def text_classifier(self) -> torch.Tensor:
         """The class text features of the current context (``coop_text_features``, in the run's precision)."""

@@ -256,15 +256,11 @@ PETR_X: dict[str, Header] = {
         "θ_s = X's prediction over all classes, θ_u = the dataset's hand-crafted prompt ensemble; the router is fitted "
         "on X's SHOTS-shot base train images (same SEED), then the base classes and the novel classes are evaluated. "
         "Nothing is trained.",
-        "Usage: DATA=/path/to/datasets bash scripts/{folder}/base2new.sh <{x_learners}> <dataset> "
-        "<seed>\n           [X_RUN_DIR]",
-        "X_RUN_DIR: the folder of X's run, ours or upstream's (Dassl checkpoints in prompt_learner/, "
-        "MultiModalPromptLearner/ or VLPromptLearner/); default: the folder of X's base-to-novel script, "
-        "$OUTPUT_ROOT/base2new/train_base/<dataset>/shots_{shots}/<X>/<X_CFG>/seed<S> with X_CFG vit_b16_ctxv1 for "
-        "coop (vit_b16_ep50_ctxv1 on imagenet; scripts/coop/base2new_train.sh), the default CFG of "
-        "scripts/<x>/base2new_train.sh for cocoop, maple and ivlp, and vit_b16_c2_ep20_batch4_4+4ctx for promptsrc "
-        "(scripts/teacher/base2new_train.sh with that CFG and TEACHER_NAME=ViT-B/16). TUNED_LOAD_EPOCH picks X's epoch "
-        "(default: the last saved).",
+        "Usage: DATA=/path/to/datasets bash scripts/{folder}/base2new.sh <x> <dataset> <seed> [X_RUN_DIR]",
+        "x: {x_learners}. X_RUN_DIR: the folder of X's run, ours or upstream's (Dassl checkpoints in X's model "
+        "folder); default: the folder of X's base-to-novel script, "
+        "$OUTPUT_ROOT/base2new/train_base/<dataset>/shots_{shots}/<X>/<X_CFG>/seed<S>, X_CFG by default: "
+        "{x_configs}. TUNED_LOAD_EPOCH picks X's epoch (default: the last saved).",
         "Outputs: $OUTPUT_ROOT/base2new/{{train_base,test_new}}/<dataset>/shots_{shots}/{trainer}/<CFG>_<x>/seed<S> "
         "(train.py skips a finished run of the same config). CFG (default {config}: one config for every X), SHOTS, "
         "BACKBONE and EXTRA_OPTS as in docs/usage.md.",
@@ -274,8 +270,8 @@ PETR_X: dict[str, Header] = {
         "source (ImageNet, SHOTS shots, all classes), evaluated on TARGET. θ_s = X's prediction over the target's "
         "classes, θ_u = the target's hand-crafted prompt ensemble; the router is fitted on X's training images (the "
         "source's SHOTS-shot train images of SEED) scored over the target's classes. Nothing is trained.",
-        "Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/{folder}/xd.sh "
-        "<{x_learners}> <target>\n           <seed> X_RUN_DIR",
+        "Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/{folder}/xd.sh <x> <target> <seed> X_RUN_DIR",
+        "x: {x_learners}.",
         "X_RUN_DIR: the folder of X's source run, ours or upstream's (e.g. CoOp's main.sh or upstream's "
         "output/imagenet/<X>/<cfg>_16shots/.../seed<S>); TUNED_LOAD_EPOCH picks its epoch (default: the last saved).",
         "Output: $OUTPUT_ROOT/xd/train/<target>/shots_<SHOTS>/{trainer}/<CFG>_<x>/seed<S> (skipped when finished); "
@@ -284,8 +280,8 @@ PETR_X: dict[str, Header] = {
     ),
     "dg": (
         "PETR+X domain generalisation: scripts/{folder}/xd.sh with TRAINER.MODAL dg on a DG target of SOURCE.",
-        "Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/{folder}/dg.sh <{x_learners}>"
-        "\n           <{imagenet_dg}> <seed> X_RUN_DIR",
+        "Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/{folder}/dg.sh <x> <target> <seed> X_RUN_DIR",
+        "x: {x_learners}; target (of imagenet): {imagenet_dg}.",
         "Output: $OUTPUT_ROOT/dg/train/<target>/shots_<SHOTS>/{trainer}/<CFG>_<x>/seed<S>.",
     ),
 }

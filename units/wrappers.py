@@ -18,7 +18,7 @@ from dataclasses import asdict
 from typing import IO
 
 from engine.atomic import atomic_write
-from trainers.catalog import METHODS, Method
+from trainers.catalog import METHODS, PETR_X_LEARNERS, Method
 from units.commands import COMMANDS, X_LEARNERS
 from units.facts import DG_TARGETS, REPO
 from units.headers import HEADERS, Header
@@ -31,16 +31,32 @@ UNIT_MARK = '"$(dirname "$0")/../unit.sh" "$0" '
 """What every wrapper's exec line holds (a ``scripts/*/*.sh`` file without it is no unit wrapper: scripts/bench)."""
 
 
+def x_configs() -> str:
+    """Per prompt learner PETR+X routes on, the config of the base-to-novel run it reads by default (and the script
+    that trains it where that is not the learner's own default)."""
+    described = []
+    for key, learner in PETR_X_LEARNERS.items():
+        text = f"{key} {learner.x_config('')}"
+        if learner.routed_config:
+            text += (f" (scripts/{learner.scripts}/base2new_train.sh with that CFG and the students' CLIP as "
+                     "TEACHER_NAME)")
+        elif learner.imagenet_config:
+            text += f" ({learner.imagenet_config} on imagenet)"
+        described.append(text)
+    return ", ".join(described)
+
+
 def fields(method: Method) -> dict[str, str]:
-    """The values a header may name: the row's fields, ``folder``, ``learner_xd_note`` and the lists the unit
-    commands check arguments against (``dg_targets``, ``imagenet_dg``, ``x_learners``)."""
+    """The values a header may name: the row's fields, ``folder``, ``learner_xd_note``, the lists the unit commands
+    check arguments against (``dg_targets``, ``imagenet_dg``, ``x_learners``) and PETR+X's default runs
+    (``x_configs``)."""
     note = ("the base-to-novel config: no separate cross-dataset config ships for it"
             if method.learner_xd_config == method.config else
             f"its cross-dataset config; configs/trainers/{method.trainer}/ has its settings")
     dg_targets = "; ".join(f"{source}: {', '.join(targets)}" for source, targets in DG_TARGETS.items())
     return {**{key: str(value) for key, value in asdict(method).items()}, "folder": method.scripts,
             "learner_xd_note": note, "dg_targets": dg_targets, "imagenet_dg": "|".join(DG_TARGETS["imagenet"]),
-            "x_learners": X_LEARNERS}
+            "x_learners": X_LEARNERS, "x_configs": x_configs()}
 
 
 def comment(header: Header, values: dict[str, str], where: str) -> str:

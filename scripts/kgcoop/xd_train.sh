@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# KgCoOp cross-dataset / domain generalisation, step 1: learn the context near the hand-crafted prompt on 16-shot SOURCE
+# (default imagenet), all classes; xd_test.sh / dg_test.sh then evaluate the model on other datasets without training.
+# Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/kgcoop/xd_train.sh 1
+# Output: $OUTPUT_ROOT/xd/train/<source>/shots_16/KgCoOp/<cfg>/seed<S>. CFG defaults to vit_b16_ep100_ctxv1 (the
+# base-to-novel config: no separate cross-dataset config ships for it); SHOTS, BACKBONE, EXTRA_OPTS as in docs/usage.md.
+exec bash "$(dirname "$0")/../unit.sh" "$0" kgcoop xd_train "$@"
