@@ -38,7 +38,8 @@ from analysis.layout import (
     seed_of,
 )
 from analysis.paper import METRICS, PAPER_FILE, load_paper, paper_as_summary, paper_rows
-from analysis.readers import RunRecord, left_out_empty
+from analysis.readers import RunRecord, left_out_empty, routed_method
+from trainers.catalog import method_trainer
 
 ZERO_SHOT_TRAINER = "ZeroshotCLIP"
 """Default Δ baseline when ``--methods`` does not name one: zero-shot CLIP, the training-free reference."""
@@ -67,6 +68,8 @@ class _Found:
     kd_novel: dict[str, float] = field(default_factory=dict)
     test_selected: bool = False
     """A run's results.json says its model was selected on the test split."""
+    routed_on: set[str] = field(default_factory=set)
+    """The trainers whose runs PETR+X runs record routing on (its method: ``PETR+<that method>``)."""
 
     def merged(self) -> SeedRuns:
         """train_base wins over test_base for the same seed; the PromptKD fallback only without test_new runs."""
@@ -76,12 +79,12 @@ class _Found:
 
 
 def label_trainer(label: str) -> str:
-    """The trainer of a method label (``[root:]trainer[/config[/shots]][#i]``)."""
-    return label.split(":")[-1].split("/")[0].split("#")[0]
+    """The trainer of a method label (``[root:]method[/config[/shots]][#i]``; ``PETR+KgCoOp`` -> ``PETRX``)."""
+    return method_trainer(label.split(":")[-1].split("/")[0].split("#")[0])
 
 
 def _unique_labels(keys: list[tuple[int, str, str, str]], roots: Sequence[str]) -> dict[tuple, str]:
-    """Shortest unique label per (root, trainer, config, shots): trainer, then +config, +shots, then root:."""
+    """Shortest unique label per (root, method, config, shots): method, then +config, +shots, then root:."""
     def build(key: tuple, depth: int) -> str:
         root, trainer, config, shots = key
         label = "/".join([trainer, config, shots][: min(depth, 2) + 1])
@@ -114,6 +117,8 @@ def _read_run_into(rp: RunPath, keyword: str, found: _Found) -> None:
             if val := record.val_values(keyword):
                 found.kd_base[seed] = max(val)
         return
+    if record.routed_on:
+        found.routed_on.add(record.routed_on)
     if value is not None:
         (found.test_base if rp.role == "test_base" else found.base if role == "base" else found.novel)[seed] = value
         found.test_selected |= record.selected_on == "test"
@@ -149,9 +154,13 @@ def collect_b2n(roots: Sequence[str], keyword: str = "accuracy", methods: Sequen
     if skipped:
         print(f"Note: skipped {skipped} run folder(s) outside the <train_base|test_new>/<dataset>/<shots>/<trainer>/"
               "<config>/<seed> layout", file=sys.stderr)
-    labels = _unique_labels(sorted(entries), roots)
-    return {labels[key]: {ds: found.merged() for ds, found in datasets.items()}
-            for key, datasets in sorted(entries.items())}
+    named = {}  # (root, method name, config, shots) -> (root, trainer, config, shots)
+    for (root, trainer, config, shots), datasets in entries.items():
+        method = routed_method(trainer, set().union(*(found.routed_on for found in datasets.values())))
+        named[(root, method, config, shots)] = (root, trainer, config, shots)
+    labels = _unique_labels(sorted(named), roots)
+    return {labels[name]: {ds: found.merged() for ds, found in entries[key].items()}
+            for name, key in sorted(named.items())}
 
 
 def order_methods(data: dict[str, Any], patterns: Sequence[str]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import yaml
 from analysis.errors import ResultsError
 from analysis.layout import LOG_FILE, RESULT_FILE, ROLE_DIRS, find_runs, parse_run_path, seed_of
 from engine.runs import FINISH_SIGNAL, RESULT_SIGNAL, has_identity, logged_config, logged_value, metric_pattern, run_log
+from trainers.catalog import method_name
 
 VAL_HEADER = "Evaluate on the *val* set"
 DATASET_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "datasets")
@@ -100,6 +101,12 @@ def _read_results(run_dir: str) -> dict | None:
     return record
 
 
+def routed_method(trainer: str, routed_on: set[str]) -> str:
+    """The method name of a trainer's runs (``trainers.catalog.method_name``): a PETR+X method's from the one
+    trainer its runs routed on; the trainer's name when they routed on several."""
+    return method_name(trainer, next(iter(routed_on)) if len(routed_on) == 1 else "")
+
+
 def classes_words(classes: str) -> str:
     """``the base classes``, ``the novel classes``, ``all classes`` (or the unknown value as it is)."""
     return "all classes" if classes == "all" else f"the {classes} classes"
@@ -139,6 +146,11 @@ class RunRecord:
     def val_values(self, keyword: str = "accuracy") -> list[float]:
         """``keyword`` of every validation block of the log (:func:`val_values_from_log`)."""
         return val_values_from_log(self.text, keyword)
+
+    @property
+    def routed_on(self) -> str:
+        """The trainer whose run a PETR+X run routed on, as its results.json records it ("" for other runs)."""
+        return (self.results or {}).get("tuned_trainer", "")
 
     @property
     def selected_on(self) -> str | None:

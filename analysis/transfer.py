@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from analysis import stats
 from analysis.errors import ResultsError
 from analysis.layout import is_run_dir, require_dir, seed_key, seed_of
-from analysis.readers import RunRecord, left_out_empty
+from analysis.readers import RunRecord, left_out_empty, routed_method
+from trainers.catalog import method_trainer
 
 ZERO_SHOT_TRAINER = "ZeroshotCLIP"
 SEARCH = {"xd": {"source": ("xd/train",), "target": ("xd/train", "xd/test")},
@@ -32,7 +33,7 @@ SEARCH = {"xd": {"source": ("xd/train",), "target": ("xd/train", "xd/test")},
 """Per protocol: the trees a source or target cell is read from, first match wins."""
 
 Values = dict[tuple[str, str, str], dict[str, dict[str, float]]]
-"""``{(trainer, config, shots): {dataset: {seed: value}}}``."""
+"""``{(method, config, shots): {dataset: {seed: value}}}`` (the method: ``trainers.catalog.method_name``)."""
 
 
 def _student_runs(root: str, tree: str, dataset: str) -> dict[tuple[str, str, str], dict[str, str]]:
@@ -69,9 +70,11 @@ def default_targets(root: str, protocol: str, source: str) -> list[str]:
 
 def collect_transfer(root: str, protocol: str, source: str, targets: Sequence[str], keyword: str = "accuracy",
                      methods: Sequence[str] | None = None) -> Values:
-    """Every method's values per dataset and seed (``methods``: trainer names or ``TRAINER/config`` globs)."""
+    """Every method's values per dataset and seed (``methods``: trainer names or ``TRAINER/config`` globs), keyed by
+    method name (PETR+X's runs by the learner they routed on: ``PETR+KgCoOp``)."""
     require_dir(root)
     values: Values = defaultdict(dict)
+    routed: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # the trainers PETR+X runs routed on
     for dataset in (source, *targets):
         role = "source" if dataset == source else "target"
         cells: dict[tuple[str, str, str], dict[str, str]] = {}
@@ -85,24 +88,24 @@ def collect_transfer(root: str, protocol: str, source: str, targets: Sequence[st
         for key, runs in cells.items():
             if methods and not any(fnmatch.fnmatch(n, p) for p in methods for n in (key[0], f"{key[0]}/{key[1]}")):
                 continue
-            read = {seed: _read_cell_run(path, dataset, key[0], keyword) for seed, path in runs.items()}
-            values[key][dataset] = {seed: v for seed, v in read.items() if v is not None}
+            read = {seed: _read_cell_run(path, dataset, key[0]) for seed, path in runs.items()}
+            values[key][dataset] = {seed: v for seed, r in read.items() if r and (v := r.value(keyword)) is not None}
+            routed[key] |= {r.routed_on for r in read.values() if r and r.routed_on}
     if not values:
         raise ResultsError(f"no {protocol} runs of source '{source}' under {root} (expected {root}/xd/train/{source}/"
                            "<shots>/<trainer>/<config>/<seed> and the target trees; see analysis/transfer.py)")
-    return values
+    return {(routed_method(trainer, routed[trainer, config, shots]), config, shots): cells
+            for (trainer, config, shots), cells in values.items()}
 
 
-def _read_cell_run(path: str, dataset: str, trainer: str, keyword: str) -> float | None:
-    """The value of the run in ``path`` (a run of ``trainer`` on every class of ``dataset``); None, with one warning
-    line, for a folder without a run's files or holding another run."""
+def _read_cell_run(path: str, dataset: str, trainer: str) -> RunRecord | None:
+    """The run in ``path`` (a run of ``trainer`` on every class of ``dataset``); None, with one warning line, for a
+    folder without a run's files or holding another run."""
     if not is_run_dir(path):
         left_out_empty(path)
         return None
     record = RunRecord.read(path)
-    if record.misfit(dataset, seed_of(os.path.basename(path)), trainer, "all"):
-        return None
-    return record.value(keyword)
+    return None if record.misfit(dataset, seed_of(os.path.basename(path)), trainer, "all") else record
 
 
 def labels(keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], str]:
@@ -123,7 +126,7 @@ def order(keys: Sequence[tuple[str, str, str]], methods: Sequence[str] | None) -
     """Keys in ``--methods`` order (the first pattern each matches), zero-shot first otherwise."""
     def rank(key: tuple[str, str, str]) -> tuple[int, tuple[str, str, str]]:
         if methods:
-            names = (key[0], f"{key[0]}/{key[1]}")
+            names = (key[0], method_trainer(key[0]), f"{key[0]}/{key[1]}")
             return next((i for i, p in enumerate(methods) if any(fnmatch.fnmatch(n, p) for n in names)),
                         len(methods)), key
         return (0 if key[0] == ZERO_SHOT_TRAINER else 1), key

@@ -18,34 +18,30 @@ from analysis.stats import harmonic_mean
 from analysis.transfer import collect_transfer
 from engine.runs import RESULTS_FILE, parse_run_path, seed_of
 from engine.utils import read_json
-from trainers.catalog import METHODS
+from trainers.catalog import METHODS, method_name
 
 Results = dict[str, dict]
 """``{"base": results.json, "novel": results.json}`` of one method and seed."""
 SeedRows = dict[str, Results]
-"""``{trainer: Results}`` of one seed."""
-ROUTING_ONLY = {m.trainer for m in METHODS.values() if m.commands == "petr_x"}
-"""The trainers that route on another method's runs (PETRX): a run of theirs is ``PETR+<the learner>``."""
+"""``{method: Results}`` of one seed."""
 
 
 def method_key(results: Mapping) -> str:
-    """The method of a run's results.json: its trainer, ``PETR+X`` for a run routing on X's run."""
-    trainer = results["trainer"]
-    return f"PETR+{results['tuned_trainer']}" if trainer in ROUTING_ONLY else trainer
+    """The method of a run's results.json (``trainers.catalog.method_name``: ``PETR+X`` for a run routing on X's)."""
+    return method_name(results["trainer"], results.get("tuned_trainer", ""))
 
 
-PLUGINS = {method_key({"trainer": m.trainer, "tuned_trainer": m.plugin_of}): METHODS[m.plugin_of].trainer
-           for m in METHODS.values() if m.plugin_of}
+PLUGINS = {m.name: m.plugin_of for m in METHODS.values() if m.plugin_of}
 """PETR's routing on a finished prompt learner (the catalog's plug-ins): the routed method -> the learner alone."""
-ROUTED = tuple(method_key({"trainer": m.trainer, "tuned_trainer": m.plugin_of}) for m in METHODS.values() if m.routes)
+ROUTED = tuple(m.name for m in METHODS.values() if m.routes)
 """The methods that route (their results record routing rates)."""
 PARTS = {"train_base": "base", "test_new": "novel"}
 """Base-to-novel run roles -> the half of the classes they evaluate."""
 
 
-DISPLAY = {"PETRCoOp": "PETR+CoOp", "PromptSRC": "PromptSRC teacher (wider CLIP)"}
-"""How the demo names a method where its trainer's name says less: PETR+CoOp's trainer, and the PromptSRC run, which
-is the students' teacher on the wider tiny CLIP."""
+DISPLAY = {"PromptSRC": "PromptSRC teacher (wider CLIP)"}
+"""How the demo names a method where its name says less: the PromptSRC run is the students' teacher on the wider
+tiny CLIP."""
 
 
 def display_name(method: str) -> str:

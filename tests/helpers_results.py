@@ -95,8 +95,9 @@ def run_dir(root: str, role: str, dataset: str, trainer: str, cfg: str, seed: in
 
 
 def make_b2n_tree(root: str, trainer: str, cfg: str, results: dict[str, tuple[list[float], list[float]]],
-                  fmt: str = "json", shots: str = "shots_16") -> None:
-    """train_base + test_new runs; ``results[dataset] = (base per seed, novel per seed)``, seeds 1..n.
+                  fmt: str = "json", shots: str = "shots_16", **record) -> None:
+    """train_base + test_new runs; ``results[dataset] = (base per seed, novel per seed)``, seeds 1..n; ``record``:
+    more results.json fields.
 
     ``fmt="json"``: results.json (ours); ``fmt="log"``: upstream CoOp logs (train log with ``Finish training`` for
     base, eval-only ``=> result`` log for novel).
@@ -106,8 +107,8 @@ def make_b2n_tree(root: str, trainer: str, cfg: str, results: dict[str, tuple[li
             base_dir = run_dir(root, "train_base", ds, trainer, cfg, seed, shots)
             new_dir = run_dir(root, "test_new", ds, trainer, cfg, seed, shots)
             if fmt == "json":
-                write_results_json(base_dir, b, dataset=ds, trainer=trainer, subsample_classes="base")
-                write_results_json(new_dir, n, dataset=ds, trainer=trainer, subsample_classes="new")
+                write_results_json(base_dir, b, dataset=ds, trainer=trainer, subsample_classes="base", **record)
+                write_results_json(new_dir, n, dataset=ds, trainer=trainer, subsample_classes="new", **record)
             else:
                 write_text(os.path.join(base_dir, "log.txt"), coop_train_log(b))
                 write_text(os.path.join(new_dir, "log.txt"), coop_test_log(n))

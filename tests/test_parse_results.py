@@ -26,7 +26,7 @@ from scipy import stats
 
 import parse_test_res as ptr
 from analysis import stats as st
-from analysis.b2n import collect_b2n, summarize_b2n, wilcoxon_test
+from analysis.b2n import collect_b2n, order_methods, summarize_b2n, wilcoxon_test
 from analysis.paper import load_paper, paper_rows
 from analysis.readers import val_values_from_log, value_from_log
 
@@ -567,3 +567,24 @@ def test_paper_file_spot_checks():
                 if "hm" in row and "hm_note" not in entry:  # published HM agrees with Base/Novel (rounding)
                     assert row["hm"] == pytest.approx(ref_hm(row["base"], row["novel"]), abs=0.02)
     json.dumps(paper)  # plain data
+
+
+def test_routed_rows_are_labelled_by_method(tmp_path, capsys):
+    """PETR+X runs are named by the learner their results.json says they routed on, PETRCoOp's by its method; the
+    --methods filter still takes trainer names, and a PETR+X folder that routed on two learners keeps the trainer."""
+    root = str(tmp_path)
+    scores = {"eurosat": ([80.0, 82.0], [60.0, 62.0])}
+    make_b2n_tree(root, "PETRX", "vit_b16_kgcoop", scores, tuned_trainer="KgCoOp")
+    make_b2n_tree(root, "PETRX", "vit_b16_cocoop", scores, tuned_trainer="CoCoOp")
+    make_b2n_tree(root, "PETRCoOp", "vit_b16_ctxv1", scores, tuned_trainer="CoOp")
+    make_b2n_tree(root, "KgCoOp", "vit_b16_ep100_ctxv1", scores)
+    assert set(collect_b2n([root])) == {"PETR+KgCoOp", "PETR+CoCoOp", "PETR+CoOp", "KgCoOp"}
+    assert list(order_methods(collect_b2n([root]), ["KgCoOp", "PETRX"])) == ["KgCoOp", "PETR+CoCoOp", "PETR+KgCoOp",
+                                                                             "PETR+CoOp"]
+    assert ptr.main(["b2n", root, "--methods", "PETRX", "KgCoOp"]) == 0
+    table = capsys.readouterr().out
+    assert "PETR+KgCoOp" in table and "PETR+CoCoOp" in table and "PETRX" not in table and "PETR+CoOp" not in table
+    other = tmp_path / "mixed"
+    make_b2n_tree(str(other), "PETRX", "vit_b16_x", {"eurosat": ([80.0], [60.0])}, tuned_trainer="KgCoOp")
+    make_b2n_tree(str(other), "PETRX", "vit_b16_x", {"dtd": ([80.0], [60.0])}, tuned_trainer="CoCoOp")
+    assert set(collect_b2n([str(other)])) == {"PETRX"}

@@ -100,3 +100,13 @@ def test_transfer_errors_are_one_line(tmp_path, capsys):
                                                "with --targets")
     assert parse_test_res.main(["dg", str(tmp_path / "none"), "--targets", "demonet_a"]) == 2
     assert "directory not found" in capsys.readouterr().err
+
+
+def test_petr_x_rows_are_named_by_the_learner_they_routed_on(tmp_path, capsys):
+    root = str(tmp_path)
+    for x, src, cool in (("kgcoop", 60.0, 40.0), ("maple", 58.0, 44.0)):
+        tuned = {"kgcoop": "KgCoOp", "maple": "MaPLe"}[x]
+        write(root, f"xd/train/demonet/shots_16/PETRX/vit_b16_{x}/seed1", src, tuned_trainer=tuned)
+        write(root, f"xd/train/democool/shots_16/PETRX/vit_b16_{x}/seed1", cool, tuned_trainer=tuned)
+    rows = table(capsys, "xd", root, "--source", "demonet", "--methods", "PETRX", "--format", "csv")
+    assert rows["PETR+KgCoOp"] == ["1", "60.00", "40.00", "40.00"] and rows["PETR+MaPLe"][1:3] == ["58.00", "44.00"]

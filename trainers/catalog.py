@@ -114,8 +114,10 @@ ROWS = (
 )
 """The methods, one row each (name, trainer, module, command family, scripts folder, base-to-novel config, ...), in
 the order of the tables: zero-shot CLIP, the prompt learners, the teacher, the distilled students, the plug-in."""
-PETR_X = tuple(Method(f"PETR+{x.name}", "PETRX", "trainers.petr_x", "petr_x", "petr_x", "vit_b16", shots=x.shots,
-                      plugin_of=x.name, plugin_script="base2new.sh", routes=True, demo=x.demo)
+PETR_X_TRAINER = "PETRX"
+"""The routing trainer of every PETR+X method (its rows are derived: :data:`PETR_X`)."""
+PETR_X = tuple(Method(f"PETR+{x.name}", PETR_X_TRAINER, "trainers.petr_x", "petr_x", "petr_x", "vit_b16",
+                      shots=x.shots, plugin_of=x.name, plugin_script="base2new.sh", routes=True, demo=x.demo)
                for x in ROWS if x.routable and x.commands == "learner")
 """PETR's routing on the finished runs of each routable prompt learner of the ``learner`` family (CoOp has its own
 routed method, PETR+CoOp; PromptSRC is the teacher, routed on through its scripts alone): one routing trainer,
@@ -134,6 +136,20 @@ PETR_X_LEARNERS = {(m.name.lower() if m.commands == "teacher" else m.scripts): m
 name, ``promptsrc``, last)."""
 TUNED_TRAINERS = tuple(dict.fromkeys(m.trainer for m in ROWS if m.routable))
 """The trainers whose runs PETR+X reads (``TRAINER.PETRX.TUNED_TRAINER``)."""
+
+
+def method_name(trainer: str, routed_on: str = "") -> str:
+    """The name of the method a run belongs to, from what it records: its trainer, and for PETR+X (``PETRX``) the
+    trainer whose run it routed on (``KgCoOp`` -> ``PETR+KgCoOp``); the trainer name for a trainer the catalog lacks."""
+    def name_of(t: str) -> str:
+        return next((m.name for m in ROWS if m.trainer == t), t)
+
+    return f"PETR+{name_of(routed_on)}" if routed_on and trainer == PETR_X_TRAINER else name_of(trainer)
+
+
+def method_trainer(name: str) -> str:
+    """The trainer of a method name (``PETR+KgCoOp`` -> ``PETRX``); other names are taken for trainer names."""
+    return METHODS[name].trainer if name in METHODS else PETR_X_TRAINER if name.startswith("PETR+") else name
 
 
 def find_method(name: str) -> Method:
