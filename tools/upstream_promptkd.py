@@ -138,12 +138,13 @@ def write_json(path: str, record: dict) -> None:
         raise
 
 
-def cpu_shim(torch) -> str:
-    """Make ``Module.cuda()`` / ``Tensor.cuda()`` return their object unchanged, for upstream's hard-coded calls."""
+def cpu_shim(torch, calls: str = "the student projector, the teacher's text encoder and its inputs") -> str:
+    """Make ``Module.cuda()`` / ``Tensor.cuda()`` return their object unchanged, for upstream's hard-coded calls on
+    ``calls``."""
     torch.nn.Module.cuda = lambda self, device=None: self
     torch.Tensor.cuda = lambda self, *args, **kwargs: self
-    return ("CPU dry run only: Module.cuda() and Tensor.cuda() return their object unchanged (upstream calls .cuda() "
-            "on the student projector, the teacher's text encoder and its inputs)")
+    return f"CPU dry run only: Module.cuda() and Tensor.cuda() return their object unchanged (upstream calls .cuda() " \
+           f"on {calls})"
 
 
 def scheduler_shim(torch) -> list[str]:
