@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 
 if __package__:
-    from .upstream_promptkd import UsageError, cpu_shim, scheduler_shim, upstream_head, write_json
+    from .upstream_promptkd import UsageError, cpu_shim, run_and_write, scheduler_shim, upstream_head
 else:  # run as `python tools/upstream_kgcoop.py`: the sibling module, not this repository's packages
-    from upstream_promptkd import UsageError, cpu_shim, scheduler_shim, upstream_head, write_json
+    from upstream_promptkd import UsageError, cpu_shim, run_and_write, scheduler_shim, upstream_head
 
 SETUP_COMMAND = "bash scripts/bench/upstream_setup.sh kgcoop"
 CODE, DASSL = "KgCoOp", "Dassl.ProGrad.pytorch"
@@ -181,20 +181,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse a missing checkout, dataset config or inputs file before anything is imported; make paths absolute."""
+    args.upstream, args.inputs = os.path.abspath(args.upstream), os.path.abspath(args.inputs)
+    check_paths(args.upstream, args.inputs, args.dataset)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry; returns the exit status (2: a user error, one line)."""
-    args = build_parser().parse_args(argv)
-    try:
-        args.upstream, args.inputs, args.json = map(os.path.abspath, (args.upstream, args.inputs, args.json))
-        check_paths(args.upstream, args.inputs, args.dataset)
-        if not os.path.isdir(os.path.dirname(args.json)):
-            raise UsageError(f"--json {args.json}: its folder does not exist")
-        record = run(args)
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    write_json(args.json, record)
-    return 0
+    return run_and_write(build_parser().parse_args(argv), check_args, run)
 
 
 if __name__ == "__main__":
