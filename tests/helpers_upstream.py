@@ -2,15 +2,20 @@
 the model's state dict, ``epoch``, the optimiser's state dict, and a ``scheduler`` entry that pickles objects (as
 Dassl's scheduler ``state_dict()`` does), one of them with a side effect when unpickled. Logs in Dassl's format: a
 finished training run, a finished ``--eval-only`` run, and a training run killed after its first validation. Upstream
-IVLP, MaPLe and CoOp runs (checkpoint and log) trained with settings other than this project's configs'."""
+IVLP, MaPLe and CoOp runs (checkpoint and log) trained with settings other than this project's configs'. Whether a
+checkout of upstream's code runs here (the tests that run it skip with the reason)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 import train
+from tests.helpers_run import HANG_GUARD_S
 from trainers.prompting.deep_prompts import VLPromptLearner
 
 DEPTH = 3
@@ -251,3 +256,16 @@ def upstream_coop_run(folder, clip_file: str, position: str) -> tuple[torch.Tens
     write_dassl_log(str(folder), cfg_of("CoOp", "DATASET.NAME", "EuroSAT", "MODEL.BACKBONE.NAME", clip_file,
                                         "TRAINER.COOP.N_CTX", "4", "TRAINER.COOP.CLASS_TOKEN_POSITION", position))
     return ctx, path
+
+
+def upstream_unavailable(name: str, checkout: str, marker: str, paths: Sequence[str], setup: str) -> str:
+    """Why upstream ``name``'s own code cannot run here ("" when it can): no checkout at ``checkout`` (its ``marker``
+    file is missing; the command ``setup`` puts one there), or its Dassl does not import with ``paths`` first on
+    ``sys.path`` (CI has neither)."""
+    if not os.path.isfile(os.path.join(checkout, marker)):
+        return f"no upstream {name} checkout at {checkout} ({setup} puts one there)"
+    probe = subprocess.run([sys.executable, "-c", "import sys; sys.path[:0] = sys.argv[1:]; import dassl.engine",
+                            *paths], capture_output=True, text=True, timeout=HANG_GUARD_S)
+    lines = probe.stderr.strip().splitlines()
+    return f"upstream's Dassl does not import here: {lines[-1]} ({setup} installs what it needs)" if probe.returncode \
+        else ""

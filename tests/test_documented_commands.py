@@ -191,6 +191,9 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
     (".venv/bin/python -m pytest -q tests/test_demo_pipeline.py", Elsewhere(
         "tests/test_demo_pipeline.py::test_quick_demo_shows_the_effects",
         "the tests it runs (make test-all runs them)")),
+    (".venv/bin/python -m pytest -q tests/test_upstream_kgcoop.py", Elsewhere(
+        "tests/test_upstream_kgcoop.py::test_one_batch_equals_upstreams_own_code",
+        "the tests it runs (the fast tier runs them; the comparisons skip without upstream's checkout)")),
     # not run
     ("python3 -m venv .venv && . .venv/bin/activate", NotRun("install")),
     ("make install && . .venv/bin/activate", NotRun("install")),
@@ -199,6 +202,8 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
     ("pip install -r requirements-dev.txt", NotRun("install")),
     ("export CLIP_WEIGHTS_DIR=/shared/clip", NotRun("install", "sets the shell's environment")),
     ("bash scripts/bench/upstream_setup.sh", NotRun("network", "clones upstream PromptKD and installs its packages")),
+    ("bash scripts/bench/upstream_setup.sh kgcoop", NotRun("network", "clones upstream KgCoOp and installs "
+                                                                      "tensorboard")),
     ("python -m clip.download ViT-B/16 ViT-L/14 --dir /shared/clip", NotRun(
         "network", "downloads 1 GB; offline it would create /shared/clip (its --dry-run: tests/test_fetch_clip.py)")),
     ("make test", NotRun("long", "the fast tier this module belongs to: 3–5 min on 2 cores")),

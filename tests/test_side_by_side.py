@@ -15,6 +15,7 @@ import torch
 
 from datasets.splits import split_class_folders
 from tests.helpers_run import HANG_GUARD_S, REPO
+from tests.helpers_upstream import upstream_unavailable
 from tools import side_by_side
 from tools.bench_models import SPECS
 from tools.benchmark_train import StepSetting, build_trainer, fixed_step, trainer_argv, tree_classes, write_jpeg_tree
@@ -255,20 +256,17 @@ def test_the_script_runs_the_dry_run_into_out_dir(tmp_path):
     assert result["model"] == "tiny_upstream" and result["device"].startswith("CPU")
 
 
-def upstream_unavailable() -> str:
+def upstream_child_unavailable() -> str:
     """Why the real upstream child cannot run here ("" when it can): CI has neither upstream's checkout nor Dassl."""
-    upstream = os.path.join(REPO, ".upstream", "PromptKD")
     if not os.path.isfile(side_by_side.CHILD):
         return f"no upstream child at {side_by_side.CHILD}"
-    if not os.path.isfile(os.path.join(upstream, "trainers", "promptkd.py")):
-        return f"no upstream PromptKD checkout at {upstream} (bash scripts/bench/upstream_setup.sh puts one there)"
-    probe = subprocess.run([sys.executable, "-c", "import sys; sys.path[:0] = sys.argv[1:]; import dassl.engine",
-                            upstream, os.path.join(upstream, "Dassl.pytorch")], capture_output=True, text=True,
-                           timeout=HANG_GUARD_S)
-    return f"upstream's Dassl does not import: {probe.stderr.strip().splitlines()[-1]}" if probe.returncode else ""
+    upstream = os.path.join(REPO, ".upstream", "PromptKD")
+    return upstream_unavailable("PromptKD", upstream, os.path.join("trainers", "promptkd.py"),
+                                [upstream, os.path.join(upstream, "Dassl.pytorch")],
+                                "bash scripts/bench/upstream_setup.sh")
 
 
-UPSTREAM_UNAVAILABLE = upstream_unavailable()
+UPSTREAM_UNAVAILABLE = upstream_child_unavailable()
 
 
 @pytest.mark.slow

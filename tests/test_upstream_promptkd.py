@@ -17,6 +17,7 @@ import torch
 import yaml
 
 from tests.helpers_run import HANG_GUARD_S
+from tests.helpers_upstream import upstream_unavailable
 from tools import upstream_promptkd as up
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -196,18 +197,10 @@ def test_setup_refuses_a_folder_that_is_no_checkout(tmp_path):
 
 # --- upstream's own code (needs .upstream/PromptKD) ----------------------------------------------------------------
 
-def _upstream_importable() -> str:
-    """Why upstream's code cannot run here ("" when it can)."""
-    if not os.path.isfile(os.path.join(UPSTREAM, "trainers", "promptkd.py")):
-        return f"no upstream PromptKD checkout at {UPSTREAM} (bash scripts/bench/upstream_setup.sh puts one there)"
-    probe = subprocess.run([sys.executable, "-c", "import sys; sys.path[:0] = sys.argv[1:]; import dassl.engine",
-                            UPSTREAM, os.path.join(UPSTREAM, "Dassl.pytorch")], capture_output=True, text=True,
-                           timeout=HANG_GUARD_S)
-    lines = probe.stderr.strip().splitlines()
-    return f"upstream's Dassl does not import here: {lines[-1]}" if probe.returncode else ""
-
-
-needs_upstream = pytest.mark.skipif(bool(_upstream_importable()), reason=_upstream_importable() or "-")
+UPSTREAM_UNAVAILABLE = upstream_unavailable("PromptKD", UPSTREAM, os.path.join("trainers", "promptkd.py"),
+                                           [UPSTREAM, os.path.join(UPSTREAM, "Dassl.pytorch")],
+                                           "bash scripts/bench/upstream_setup.sh")
+needs_upstream = pytest.mark.skipif(bool(UPSTREAM_UNAVAILABLE), reason=UPSTREAM_UNAVAILABLE or "-")
 
 
 @pytest.fixture(scope="module")

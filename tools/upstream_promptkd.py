@@ -138,12 +138,13 @@ def write_json(path: str, record: dict) -> None:
         raise
 
 
-def cpu_shim(torch) -> str:
-    """Make ``Module.cuda()`` / ``Tensor.cuda()`` return their object unchanged, for upstream's hard-coded calls."""
+def cpu_shim(torch, calls: str = "the student projector, the teacher's text encoder and its inputs") -> str:
+    """Make ``Module.cuda()`` / ``Tensor.cuda()`` return their object unchanged, for upstream's hard-coded calls on
+    ``calls``."""
     torch.nn.Module.cuda = lambda self, device=None: self
     torch.Tensor.cuda = lambda self, *args, **kwargs: self
-    return ("CPU dry run only: Module.cuda() and Tensor.cuda() return their object unchanged (upstream calls .cuda() "
-            "on the student projector, the teacher's text encoder and its inputs)")
+    return f"CPU dry run only: Module.cuda() and Tensor.cuda() return their object unchanged (upstream calls .cuda() " \
+           f"on {calls})"
 
 
 def scheduler_shim(torch) -> list[str]:
@@ -345,26 +346,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry; returns the exit status (2: a user error, one line)."""
-    args = build_parser().parse_args(argv)
+def run_and_write(args: argparse.Namespace, check: Callable[[argparse.Namespace], None],
+                  run_child: Callable[[argparse.Namespace], dict]) -> int:
+    """``check(args)``, then ``run_child(args)``'s record to ``args.json`` (whole or not at all); a ``UsageError`` on
+    the way is one ``error:`` line and exit status 2, nothing written. The command line of each upstream child."""
     try:
-        check_paths(args.upstream, args.inputs)
-        if args.prec in REFUSED_PRECISIONS:
-            raise UsageError(f"--prec {args.prec}: {REFUSED_PRECISIONS[args.prec]}; use --prec fp16 (upstream's "
-                             "default)")
-        if len(args.opts) % 2:
-            raise UsageError(f"--opts takes KEY VALUE pairs; got {len(args.opts)} words")
+        check(args)
         args.json = os.path.abspath(args.json)
         if not os.path.isdir(os.path.dirname(args.json)):
             raise UsageError(f"--json {args.json}: its folder does not exist")
-        args.upstream, args.inputs = os.path.abspath(args.upstream), os.path.abspath(args.inputs)
-        record = run(args)
+        record = run_child(args)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     write_json(args.json, record)
     return 0
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse what upstream cannot run before anything is imported; make the folders absolute."""
+    check_paths(args.upstream, args.inputs)
+    if args.prec in REFUSED_PRECISIONS:
+        raise UsageError(f"--prec {args.prec}: {REFUSED_PRECISIONS[args.prec]}; use --prec fp16 (upstream's default)")
+    if len(args.opts) % 2:
+        raise UsageError(f"--opts takes KEY VALUE pairs; got {len(args.opts)} words")
+    args.upstream, args.inputs = os.path.abspath(args.upstream), os.path.abspath(args.inputs)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry; returns the exit status (2: a user error, one line)."""
+    return run_and_write(build_parser().parse_args(argv), check_args, run)
 
 
 if __name__ == "__main__":
