@@ -24,6 +24,7 @@ from tabulate import tabulate
 
 from datasets.sizes import PUBLISHED_SIZES, Sizes
 from runner.jobs import Job
+from trainers.catalog import METHODS
 from units.facts import REPO
 
 
@@ -83,7 +84,8 @@ cores may be slower than a GPU host's: the projection errs towards the loader) n
 Pets, Food-101 (512 px at most) and DTD about 500 x 375; Flowers-102 (shorter side 500), Stanford Cars, SUN397 and
 FGVC-Aircraft (about 1000 x 700, so its rate is optimistic) about 800 x 600 or more)."""
 LOADED_PER_STEP = {"PETR": 2}
-"""Images a step loads per image of its batch: PETR loads a labelled and an unlabelled batch (others: 1)."""
+"""Images a step loads per image of its batch: PETR loads a labelled and an unlabelled batch (others: 1). Like the
+measured tables below, a fact of one trainer's step, kept by name."""
 
 TEACHER_TEXT_MS_PER_CLASS = 0.047
 """Estimate, not measured: the ViT-L/14 teacher's prompted text tower over one class name, the forward upstream
@@ -130,7 +132,8 @@ TEACHER_VIEW_MS = 0.57
 """Teacher (ViT-L/14) forward per image in bf16, derived from the docs/throughput.md GPU table: PromptKD at batch 64
 without and with the cache, (65.0 - 28.5) ms / 64 images. A ``views`` cache runs it on 4 views of every cached image."""
 CACHE_VIEWS = 4
-CACHED_TRAINERS = ("PETR", "PromptKD")
+CACHED_TRAINERS = {m.trainer for m in METHODS.values() if "teacher_cache" in m.fast}
+"""Trainers that build a teacher cache in the fast profile (their catalog rows' ``fast``)."""
 
 
 @cache
@@ -153,11 +156,15 @@ def base_fraction(size: Sizes) -> float:
     return math.ceil(size.classes / 2) / size.classes
 
 
+FEW_SHOT_TRAINERS = {m.trainer for m in METHODS.values() if m.shots}
+"""Trainers whose base-to-novel training reads SHOTS images per base class (their catalog rows' ``shots``)."""
+
+
 def train_images(job: Job, protocol: str, shots: int) -> int:
     """Images per epoch of the job's training loop (the loader that counts the iterations)."""
     size = PUBLISHED_SIZES[job.dataset]
     if protocol == "base2new":
-        if job.trainer in ("CoOp", "PromptSRC"):
+        if job.trainer in FEW_SHOT_TRAINERS:
             return shots * math.ceil(size.classes / 2)
         return size.train if job.trainer == "PromptKD" else round(size.train * base_fraction(size))
     if job.trainer == "PromptSRC":  # the source's teacher: shots per class of all its classes
