@@ -127,7 +127,8 @@ def check_petr_x_run(base, new, tree, model, seen_branch, trainer: str, checkpoi
     assert not os.path.exists(new / "router.pth.tar")
     for folder in (base, new):
         assert "epoch [" not in (folder / "log.txt").read_text()
-        assert not [d for d in os.listdir(folder) if os.path.isdir(folder / d)]  # no model folders: nothing copied
+        # no model folders: nothing copied (a tensorboard/ log folder appears where tensorboard is installed)
+        assert not [d for d in os.listdir(folder) if os.path.isdir(folder / d) and d != "tensorboard"]
     return result
 
 
@@ -147,16 +148,18 @@ def read_accuracy(folder) -> float:
     return json.loads((folder / "results.json").read_text())["accuracy"]
 
 
-def check_analyses(root, tmp_path, capsys, xs: tuple[str, ...], plain: tuple[tuple[str, str], ...] = ()) -> None:
+def check_analyses(root, tmp_path, capsys, xs: dict[str, str], plain: tuple[tuple[str, str], ...] = ()) -> None:
     """The router ablation, the λ sweep, the routing plots and ``parse_test_res.py b2n`` on the base-to-novel tree
-    under ``root/output``: PETR+X on each prompt learner of ``xs`` gives its runs' accuracies back (the routed answer
-    refitted from the dumps), a λ sweep recomputed here with NumPy and one plot; each ``plain`` (table label, run
-    folder of its train_base run relative to ``root``) has its Base, Novel and HM in the table and no dumps."""
+    under ``root/output``: PETR+X on each prompt learner of ``xs`` (its scripts name -> its label in the table) gives
+    its runs' accuracies back (the routed answer refitted from the dumps; the tools label it by folder,
+    ``PETRX/vit_b16_<x>``), a λ sweep recomputed here with NumPy and one plot; each ``plain`` (table label, run folder
+    of its train_base run relative to ``root``) has its Base, Novel and HM in the table and no dumps."""
     output = str(root / "output" / "base2new")
     accuracy = {f"PETRX/vit_b16_{x}": [read_accuracy(folder) for folder in petr_x_dirs(root, x)] for x in xs}
+    table = {xs[x]: accuracy[f"PETRX/vit_b16_{x}"] for x in xs}
     for label, base in plain:
         novel = str(base).replace("/train_base/", "/test_new/")
-        accuracy[label] = [read_accuracy(root / base), read_accuracy(root / novel)]
+        table[label] = [read_accuracy(root / base), read_accuracy(root / novel)]
 
     out_json = str(tmp_path / "ablation.json")
     assert router_ablation.main([output, "--routers", "mahalanobis", "--json", out_json]) == 0
@@ -192,7 +195,8 @@ def check_analyses(root, tmp_path, capsys, xs: tuple[str, ...], plain: tuple[tup
     assert parse_test_res.main(["b2n", output, "--format", "csv"]) == 0
     rows = {row["method"]: row for row in csv.DictReader(io.StringIO(capsys.readouterr().out))
             if row.get("dataset") == "eurosat"}
-    for method, (base_acc, novel_acc) in accuracy.items():
+    assert set(table) <= set(rows), sorted(rows)
+    for method, (base_acc, novel_acc) in table.items():
         row = rows[method]
         assert float(row["Base"]) == pytest.approx(base_acc, abs=0.01)
         assert float(row["Novel"]) == pytest.approx(novel_acc, abs=0.01)

@@ -139,12 +139,12 @@ TUNED_TRAINERS = tuple(dict.fromkeys(m.trainer for m in ROWS if m.routable))
 
 
 def method_name(trainer: str, routed_on: str = "") -> str:
-    """The name of the method a run belongs to, from what it records: its trainer, and for PETR+X (``PETRX``) the
-    trainer whose run it routed on (``KgCoOp`` -> ``PETR+KgCoOp``); the trainer name for a trainer the catalog lacks."""
-    def name_of(t: str) -> str:
-        return next((m.name for m in ROWS if m.trainer == t), t)
-
-    return f"PETR+{name_of(routed_on)}" if routed_on and trainer == PETR_X_TRAINER else name_of(trainer)
+    """The name of the method a run belongs to, from what it records: its trainer's row, and for PETR+X (``PETRX``)
+    the row of the learner whose run it routed on (``KgCoOp`` -> ``PETR+KgCoOp``); the trainer name where no row
+    names the run (PETRX on CoOp or the PromptSRC teacher, a trainer the catalog lacks)."""
+    if trainer == PETR_X_TRAINER:
+        return next((m.name for m in PETR_X if METHODS[m.plugin_of].trainer == routed_on), trainer)
+    return next((m.name for m in ROWS if m.trainer == trainer), trainer)
 
 
 def method_trainer(name: str) -> str:
