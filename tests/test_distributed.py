@@ -127,6 +127,7 @@ def one_process_run(tmp_path_factory, tiny_clip_file, tiny_teacher_clip_file):
     return tmp
 
 
+@pytest.mark.slow  # two torchrun launches and a resume: 15-20 s; the evaluation test keeps torchrun in the fast tier
 def test_two_processes_killed_and_resumed_equal_one_process(one_process_run, tiny_clip_file, tiny_teacher_clip_file):
     tmp = one_process_run
     out = tmp / "two"
@@ -186,6 +187,7 @@ def test_two_process_evaluation_equals_one_process(one_process_run, tiny_clip_fi
     assert second["threshold"] == pytest.approx(first["threshold"], rel=1e-5)
 
 
+@pytest.mark.slow  # three torchrun launches: 15 s
 def test_every_process_follows_rank_0_on_a_finished_or_busy_folder(one_process_run, tiny_clip_file,
                                                                      tiny_teacher_clip_file):
     """Only rank 0 claims the output folder; the others do what it decided: all skip the same finished run, or all

@@ -30,6 +30,7 @@ SMALL = ("INPUT.SIZE (32,32) OPTIM.MAX_EPOCH 1 DATALOADER.NUM_WORKERS 0 DATALOAD
 """Tiny runs of the shipped configs (as tests/test_petr_scripts.py)."""
 
 
+@pytest.mark.slow  # four tiny runs in warm workers: 13 s
 def test_train_py_and_a_unit_give_the_same_run_in_any_warm_worker(tmp_path, tiny_clip_file, monkeypatch):
     """All start in the repository root whatever the runner's working folder (the configs' paths are relative); the
     same train.py run in two slots' workers, and as a unit command (``scripts/zsclip/zeroshot.sh``, with its knobs),

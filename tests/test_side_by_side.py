@@ -241,6 +241,7 @@ def test_end_to_end_with_a_stand_in_child(tmp_path, capsys):
     assert result["table_text"] in capsys.readouterr().out
 
 
+@pytest.mark.slow  # the whole dry run in a child: 15 s; the stand-in child test keeps the script in the fast tier
 def test_the_script_runs_the_dry_run_into_out_dir(tmp_path):
     """scripts/bench/side_by_side.sh passes its knobs and extra options on and writes $OUT_DIR/side_by_side.json."""
     env = {**os.environ, "PYTHON": sys.executable, "DEVICE": "cpu", "MODEL": "tiny_upstream", "BATCHES": "2",
