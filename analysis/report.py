@@ -23,8 +23,10 @@ from analysis import stats
 from analysis.b2n import SeedRuns, collect_b2n, label_trainer
 from analysis.errors import ResultsError
 from analysis.layout import AVERAGE, dataset_sort_key
+from analysis.readers import RunRecord
 from analysis.transfer import collect_transfer, default_targets, labels, order
 from engine.atomic import atomic_write_text
+from trainers.catalog import method_name
 
 CONVENTION = "sample"
 """Spread over seeds: the sample standard deviation (ddof = 1)."""
@@ -140,7 +142,9 @@ def _routed_scores(root: str) -> tuple | None:
             base, novel, threshold = unit_scores(unit, "mahalanobis")
         except (ResultsError, FileNotFoundError):
             continue
-        return base, novel, threshold, f"{label_trainer(unit.method)}: Mahalanobis scores, {unit.label}"
+        record = RunRecord.read(unit.dirs[0])
+        method = method_name(label_trainer(unit.method), record.routed_on)
+        return base, novel, threshold, f"{method}'s Mahalanobis scores\n{unit.label} test split"
     return None
 
 
