@@ -14,6 +14,7 @@ import train
 from tests.helpers_baselines import (
     BASE,
     MARKER,
+    argv,
     built_trainer,
     check_upstream_accuracy,
     eval_only,
@@ -25,7 +26,7 @@ from tests.helpers_baselines import (
     vit_b16_shell,
 )
 from tests.helpers_clip import reference_encode_text
-from tests.helpers_datasets import load_images
+from tests.helpers_datasets import load_images, write_tree
 from trainers.kgcoop import KgCoOpPromptLearner
 
 CONFIG = "vit_b16_ep100_ctxv1"
@@ -85,9 +86,6 @@ def test_loss_is_cross_entropy_plus_w_times_the_distance_to_the_hand_crafted_pro
 
 
 def test_trained_run_records_w_and_logs_both_terms(tmp_path, tiny_clip_file):
-    from tests.helpers_baselines import argv
-    from tests.helpers_datasets import write_tree
-
     tree = write_tree("EuroSAT", tmp_path / "data", mode="json")
     out = tmp_path / "run"
     train.main(argv(tree.root, out, "KgCoOp", CONFIG, tiny_clip_file, "base", "TRAINER.KGCOOP.W", "2.5"))
@@ -121,8 +119,6 @@ def test_upstream_checkpoint_evaluates_with_eval_only(built, tmp_path, tiny_clip
 
 def test_upstreams_namespace_on_the_command_line_names_ours(tmp_path, tiny_clip_file, capsys):
     """Upstream KgCoOp's scripts set its keys under TRAINER.COOP; here each is refused in one line naming ours."""
-    from tests.helpers_baselines import argv
-
     for key, fix in (("TRAINER.COOP.W", "KgCoOp reads TRAINER.KGCOOP.W: set that instead"),
                      ("TRAINER.COOP.N_CTX", "set TRAINER.KGCOOP.N_CTX instead")):
         assert train.cli(argv(tmp_path / "data", tmp_path / "run", "KgCoOp", CONFIG, tiny_clip_file, "base", key,

@@ -149,7 +149,7 @@ def method_name(trainer: str, routed_on: str = "") -> str:
 
 def method_trainer(name: str) -> str:
     """The trainer of a method name (``PETR+KgCoOp`` -> ``PETRX``); other names are taken for trainer names."""
-    return METHODS[name].trainer if name in METHODS else PETR_X_TRAINER if name.startswith("PETR+") else name
+    return METHODS[name].trainer if name in METHODS else name
 
 
 def find_method(name: str) -> Method:
