@@ -2,9 +2,9 @@
 slots without a GPU.
 
 A slot pins its jobs to its GPUs with ``CUDA_VISIBLE_DEVICES``; CPU slots set ``OMP_NUM_THREADS`` (torch threads per
-job). A job's call (a unit command, ``python train.py``) runs in a warm worker process of its slot
-(:func:`runner.unit.run_job`), which imported torch and the project once (a new Python pays about 2 s of imports, as
-long as a small run); NPROC > 1 units start torchrun from there. The worker is started with the spawn method, so
+job, read when torch loads). A job's call (a unit command, ``python train.py``) runs in a warm worker process of its
+slot (:func:`runner.unit.run_job`), which keeps what its first run imported (torch and the project: a new Python pays
+about 2-4 s of imports, as long as a small run) for the runs after it; NPROC > 1 units start torchrun from there. The worker is started with the spawn method, so
 every run starts from the state a new process has (the engine reseeds per run). Each warm worker is a process group
 of its own: the signal that stops the runner (Ctrl-C, SIGTERM, SIGHUP) reaches it once, passed on by
 :meth:`LocalExecutor.stop`.
@@ -58,21 +58,16 @@ IDLE = threading.Event()
 
 def _warm_up(devices: str | None, threads: int | None) -> None:
     """Worker initializer: a process group of its own (the runner passes signals on), the repository root
-    (train.py's relative paths start there), the slot's GPUs and torch threads, train.py's imports paid once, and
-    the thread that ends the worker with the runner (:func:`_end_with_runner`)."""
+    (train.py's relative paths start there), the slot's GPUs and torch threads (``OMP_NUM_THREADS``, which torch reads
+    when the first run imports it, as do torchrun's processes), and the thread that ends the worker with the runner
+    (:func:`_end_with_runner`). Nothing heavy is imported here: the first run pays torch's imports, and the worker
+    keeps them for the next."""
     os.setpgrp()
     os.chdir(REPO)
     if devices is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = devices
     if threads:
-        os.environ["OMP_NUM_THREADS"] = str(threads)  # torchrun's processes (NPROC > 1)
-    import torch
-
-    if threads:
-        torch.set_num_threads(threads)
-    import train
-
-    train.register_project()
+        os.environ["OMP_NUM_THREADS"] = str(threads)
     IDLE.set()
     threading.Thread(target=_end_with_runner, name="end-with-runner", daemon=True).start()
 
