@@ -4,8 +4,9 @@ slots without a GPU.
 A slot pins its jobs to its GPUs with ``CUDA_VISIBLE_DEVICES``; CPU slots set ``OMP_NUM_THREADS`` (torch threads per
 job, read when torch loads). A job's call (a unit command, ``python train.py``) runs in a warm worker process of its
 slot (:func:`runner.unit.run_job`), which keeps what its first run imported (torch and the project: a new Python pays
-about 2-4 s of imports, as long as a small run) for the runs after it; NPROC > 1 units start torchrun from there. The worker is started with the spawn method, so
-every run starts from the state a new process has (the engine reseeds per run). Each warm worker is a process group
+about 2-4 s of imports, as long as a small run) for the runs after it; NPROC > 1 units start torchrun from there.
+The worker is started with the spawn method, so every run starts from the state a new process has (the engine
+reseeds per run). Each warm worker is a process group
 of its own: the signal that stops the runner (Ctrl-C, SIGTERM, SIGHUP) reaches it once, passed on by
 :meth:`LocalExecutor.stop`.
 
