@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import suppress
 from dataclasses import dataclass
@@ -144,6 +144,10 @@ class LocalExecutor:
                                             initargs=(slot.devices, self.threads))
         attempt = f"local {slot.devices or 'CPU'} slot, warm worker"
         return Running(slot, slot.warm.submit(_serve, job, log, attempt, self.has_bf16))
+
+    def wait(self, handles: Sequence[Running], timeout: float) -> None:
+        """Return as soon as a job's worker answers (a job ends the moment it does), or after ``timeout``."""
+        wait([run.future for run in handles], timeout, return_when=FIRST_COMPLETED)
 
     def poll(self, handles: Sequence[Running]) -> dict[Running, Outcome]:
         ended = {}

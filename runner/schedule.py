@@ -73,10 +73,13 @@ class Executor(Protocol):
     slots: int
     """Jobs running at once."""
     poll_s: float
-    """Seconds between two looks at the running jobs."""
+    """Seconds between two looks at the running jobs, at most."""
 
     def start(self, job: Job, log: str) -> Any:
         """Start ``job`` (output appended to ``log``); returns a handle for :meth:`poll`."""
+
+    def wait(self, handles: Sequence[Any], timeout: float) -> None:
+        """Return when one of ``handles`` may have ended, or after ``timeout`` seconds."""
 
     def poll(self, handles: Sequence[Any]) -> dict[Any, Outcome]:
         """The handles that ended since the last call, with how."""
@@ -257,8 +260,8 @@ def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
                 if pending:  # unreachable for a checked graph; guards against waiting forever
                     raise RuntimeError(f"jobs {[j.name for j in pending]} wait on jobs that never ran")
                 break
-            time.sleep(executor.poll_s)
             handles = list(running)
+            executor.wait(handles, executor.poll_s)
             for handle, outcome in executor.poll(handles).items():
                 job, start = running.pop(handle)
                 finish(job, outcome, time.monotonic() - start)

@@ -182,6 +182,10 @@ class SlurmExecutor:
         atomic_write_text(json.dumps(self.record, indent=1), self.record_path)
         return submitted
 
+    def wait(self, handles: Sequence[submitit.SlurmJob], timeout: float) -> None:
+        """SLURM says nothing by itself: the next look at the jobs is ``timeout`` seconds away."""
+        time.sleep(timeout)
+
     def poll(self, handles: Sequence[submitit.SlurmJob]) -> dict[submitit.SlurmJob, Outcome]:
         states = squeue_states()
         ended = {}

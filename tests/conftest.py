@@ -11,6 +11,9 @@ if os.environ.get("PETR_TEST_CUDA") != "1":
 # Idle OpenMP threads sleep instead of spinning, so processes sharing a busy machine do not burn each other's CPU time
 # while they wait; results are the same, only the waiting changes.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The tiny runs of the tests, in this process and in the processes it starts, use one torch thread: more cost more
+# than they bring and oversubscribe the machine (pytest-xdist already runs one worker per core).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # No test reaches the network: the runner's preflight calls missing CLIP weights missing instead of probing OpenAI's
 # server.
 os.environ["PETR_OFFLINE"] = "1"
