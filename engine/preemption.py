@@ -71,11 +71,17 @@ def signal_handlers(signals: Iterable[int], handler: Callable[[int, object], Non
             signal.signal(sig, old)
 
 
+def _repeat_ignored(signum: int, frame) -> None:
+    """The preemption signals' handler after a run stopped on one in a process that exits next: a repeat does
+    nothing. A Python handler rather than SIG_IGN, since a repeat that lands while the handlers change would find
+    SIG_IGN and be reported by CPython as "ignored due to race condition", with a traceback."""
+
+
 @contextlib.contextmanager
 def handle_signals() -> Iterator[None]:
     """Inside: the preemption signals are requests (see the module docstring); SIGINT raises KeyboardInterrupt even
     when the process started with it ignored (a background job). Previous handlers are restored afterwards (after a
-    preemption in a process that exits next, :func:`ignore_repeats_until_exit`, the preemption signals are ignored
+    preemption in a process that exits next, :func:`ignore_repeats_until_exit`, the preemption signals do nothing
     instead); outside the main thread no signal handler is installed. The exit handler for leftover workers stays
     for the process."""
     install_exit_handler()
@@ -91,7 +97,7 @@ def handle_signals() -> Iterator[None]:
         stopping = _State.exits_after and _State.signal_name is not None
         _State.stopped_by = _State.signal_name
         for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_IGN if stopping and sig in SIGNALS else handler)
+            signal.signal(sig, _repeat_ignored if stopping and sig in SIGNALS else handler)
         _State.signal_name, _State.deferring = None, 0
 
 
