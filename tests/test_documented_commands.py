@@ -207,7 +207,7 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
     ("python -m clip.download ViT-B/16 ViT-L/14 --dir /shared/clip", NotRun(
         "network", "downloads 1 GB; offline it would create /shared/clip (its --dry-run: tests/test_fetch_clip.py)")),
     ("make test", NotRun("long", "the fast tier this module belongs to: 3–5 min on 2 cores")),
-    ("make test-bench", NotRun("long", "the tests of bench/: 1–2 min on 2 cores")),
+    ("make test-bench", NotRun("long", "the tests of bench/: 1–3 min on 2 cores")),
     ("make test-all", NotRun("long", "every test: 11–16 min on 2 cores")),
     ("make demo-full", NotRun("long", "18–20 min on 2 cores")),
     ("make demo-pretrain", NotRun("long", "7–8 min on 2 cores; rewrites demo/weights")),
