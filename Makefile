@@ -1,5 +1,5 @@
 # Quick start: `make demo` runs the built-in demo (`make demo-full`: every method and protocol, seeds 1-3), `make test` the fast test tier; `make test-all` runs every test
-# (SLURM, demo, preemption and script runs too), as CI does.
+# (SLURM, demo, preemption and script runs too, and the bench tier), as CI does; `make test-bench` the tests of bench/ alone.
 # Both create .venv from requirements*.txt when needed, or use the virtual environment that is already active.
 
 ifdef VIRTUAL_ENV
@@ -13,7 +13,7 @@ SYSTEM_PYTHON ?= python3
 # pytest-xdist workers (auto: one per CPU core); each test file runs whole on one worker.
 TEST_WORKERS ?= auto
 
-.PHONY: demo demo-full demo-pretrain scripts test test-all lint install install-dev clean-venv
+.PHONY: demo demo-full demo-pretrain scripts test test-bench test-all lint install install-dev clean-venv
 
 $(PYTHON):
 	$(SYSTEM_PYTHON) -m venv $(ENV_DIR)
@@ -48,7 +48,12 @@ scripts: | $(PYTHON)
 	$(PYTHON) -m units.wrappers
 
 test: install-dev
-	$(PYTHON) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
+	$(PYTHON) -m pytest -q -m "not slow and not bench" -n $(TEST_WORKERS) --dist loadfile
+
+# The bench tier: the tests of bench/ (benchmarks, upstream parity harnesses, cost measurement, demo studies), marked
+# bench by tests/bench/conftest.py; the fast tier leaves them out, test-all runs them too.
+test-bench: install-dev
+	$(PYTHON) -m pytest -q -m bench -n $(TEST_WORKERS) --dist loadfile
 
 test-all: install-dev
 	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile

@@ -64,7 +64,7 @@ SPECS: dict[str, TinyClipSpec] = {
     "student_wide": TinyClipSpec(embed_dim=128, image_size=32, patch_size=8, vision_width=192, vision_layers=4,
                                  text_width=128, text_layers=3),
 }
-"""``student_wide`` (the transfer study's, ``demo.transfer``) has a vision tower as wide as its patch holds values
+"""``student_wide`` (the transfer study's, ``bench.demo_transfer``) has a vision tower as wide as its patch holds values
 (8 x 8 x 3 = 192), as ViT-B/16's (768 for 768) and ViT-L/14's (1024 for 588) are; the demo's student maps each
 patch's 192 values to 128."""
 

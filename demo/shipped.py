@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     regen.add_argument("--ship", action="store_true",
                        help="make the new files the shipped ones (the manifest's shipped_sha256)")
     regen.add_argument("--cache", help="use pretrainings of the same parameters found in this folder (demo.pretrain's "
-                                       "cache, e.g. <workdir>/demo_cache of python -m demo.transfer)")
+                                       "cache, e.g. <workdir>/demo_cache of python -m bench.demo_transfer)")
     check = commands.add_parser("expand", help="check the files and print the paths of their expansions")
     check.add_argument("--weights", default=WEIGHTS_DIR, help="weights folder (default: demo/weights)")
     check.add_argument("--cache", default=DEFAULT_CACHE, help=f"expansion folder (default: {DEFAULT_CACHE})")

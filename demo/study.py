@@ -1,5 +1,6 @@
-"""The ``python train.py`` jobs of the demo's studies (``demo.transfer``, ``demo.novel_gap``): variants of the demo's
-base-to-novel runs with their own run folders and overrides, which no protocol sweep plans.
+"""The ``python train.py`` jobs of the demo's studies (``bench.demo_transfer``, ``bench.demo_novel_gap``,
+``bench.demo_profiles``): variants of the demo's base-to-novel runs with their own run folders and overrides, which no
+protocol sweep plans.
 
 A :class:`Demo` holds the demo's data and tiny CLIPs (:class:`DemoPlan`), builds one run's ``train.py`` command line
 and the runner job around it, and runs such jobs on the protocol runner's CPU slots.

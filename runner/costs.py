@@ -2,13 +2,13 @@
 estimated per step, plus evaluation and start-up, each bounded by the data loader that feeds it.
 
 Every number here says where it comes from. Step times are the H100 benchmark of docs/throughput.md
-(``python tools/benchmark.py train --device cuda ...``, random-weight CLIPs of the real shapes, batch 8); CoOp's
-step, evaluation and start-up are what ``tools/measure_costs.py`` measures (its printed block replaces the marked
-lines); what no measurement covers is an estimate and marked as one. Besides the runner's profiles (paper, fast),
-``upstream`` projects the same jobs at upstream's speed. Projections are for one H100 fed by ``cpus_per_gpu`` loader
-processes: a training step takes the longer of the GPU step and the time those cores need to load its images (the
-per-core rates of ``tools/benchmark.py loader``, :data:`LOADER_RATES`, on the job's dataset's typical image size and
-its profile's decoder), and so does an evaluated image. The decoded caches (``TEACHER_CACHE_IMAGES``,
+(``python -m bench.benchmark train --device cuda ...``, random-weight CLIPs of the real shapes, batch 8); CoOp's
+step, evaluation and start-up are what ``python -m bench.measure_costs`` measures (its printed block replaces the
+marked lines); what no measurement covers is an estimate and marked as one. Besides the runner's profiles (paper,
+fast), ``upstream`` projects the same jobs at upstream's speed. Projections are for one H100 fed by ``cpus_per_gpu``
+loader processes: a training step takes the longer of the GPU step and the time those cores need to load its images
+(the per-core rates of ``python -m bench.benchmark loader``, :data:`LOADER_RATES`, on the job's dataset's typical image
+size and its profile's decoder), and so does an evaluated image. The decoded caches (``TEACHER_CACHE_IMAGES``,
 ``DATALOADER.IMAGE_CACHE_SIDE``) are the user's choice, not a profile's, and load an image in a fraction of the
 decoders' time (docs/throughput.md): a projection without them is an upper bound.
 """
@@ -44,7 +44,7 @@ class StepTime:
         return f"{self.ms} ms{per_class} ({self.source})"
 
 
-# Measured by ``python tools/measure_costs.py --device cuda --model vit_b16``: paste its block over these lines.
+# Measured by ``python -m bench.measure_costs --device cuda --model vit_b16``: paste its block over these lines.
 COOP_STEP = StepTime(20.0, "estimate, not measured: a ViT-B/16 forward of 32 images without gradients and the text "
                            "tower's forward and backward over the base classes")
 EVAL_MS_PER_IMAGE = {"ViT-B/16": 0.3, "ViT-B/16 x2": 0.6, "ViT-L/14": 1.0}
@@ -55,8 +55,8 @@ JOB_OVERHEAD_SOURCE = ("estimate, not measured: start-up of a run (imports, CLIP
                        "features)")
 # End of the measured block.
 
-# Measured by ``python tools/benchmark.py loader``: paste its block over these lines.
-LOADER_SOURCE = "measured: python tools/benchmark.py loader, AMD EPYC, 2 cores, CPU, 1 threads"
+# Measured by ``python -m bench.benchmark loader``: paste its block over these lines.
+LOADER_SOURCE = "measured: python -m bench.benchmark loader, AMD EPYC, 2 cores, CPU, 1 threads"
 LOADER_RATES = {
     "64x64": {"pil": 332, "tensor": 601, "pil test": 440, "tensor test": 709,
               "views build": 143},

@@ -14,12 +14,12 @@ from torch import nn
 
 import clip
 import train
+from bench.models import VIT_B16
 from clip.model import CLIP
 from tests.helpers_clip import reference_encode_image, reference_encode_text, rel_err
 from tests.helpers_datasets import Tree, load_images, write_tree
 from tests.helpers_run import train_argv
 from tests.helpers_upstream import write_dassl_checkpoint
-from tools.bench_models import VIT_B16
 from trainers.catalog import METHODS
 
 BASE, NEW = [0, 1, 2], [3, 4]  # the tiny EuroSAT tree: 5 classes, base = the first ceil(5/2)

@@ -1,5 +1,5 @@
 """engine/cuda_graph.py without a GPU: which runs TRAIN.CUDA_GRAPH accepts, and the Adam family made capturable
-exactly as torch builds a capturable optimiser (the capture itself needs CUDA: scripts/bench/gpu_step.sh)."""
+exactly as torch builds a capturable optimiser (the capture itself needs CUDA: bench/gpu_step.sh)."""
 from __future__ import annotations
 
 import pytest

@@ -12,6 +12,7 @@ import pytest
 import torch
 from PIL import Image
 from torchvision import transforms as T
+from torchvision.transforms import InterpolationMode, v2
 
 from engine import build_transform, get_cfg_default
 from engine.data_stream import seeded_rngs
@@ -120,6 +121,28 @@ def test_tensor_decoder_draws_the_pil_pipelines_crops_and_flips(images, name):
         else:
             assert diff.max() <= 4 and diff.mean() < 0.3, (seed, box, float(diff.max()), float(diff.mean()))
     assert flips == {False, True}
+
+
+@pytest.mark.parametrize("name", ["small", "typical", "large", "png"])
+def test_without_draft_mode_the_tensor_pixels_are_torchvisions_v2(images, name):
+    """Decoded whole (no draft mode), the uint8 half of the tensor transforms is, bit for bit, what
+    torchvision.transforms.v2's own steps make of the same decode, and leaves torch's RNG where they leave it: ours
+    is v2's steps, its first one drawn on the file's size and read as a region (v2 takes the decoded image)."""
+    train, test = transforms("tensor")
+    bicubic = InterpolationMode.BICUBIC
+    v2_train = v2.Compose([v2.RandomResizedCrop(224, list(SCALE), list(RATIO), bicubic, antialias=True),
+                           v2.RandomHorizontalFlip()])
+    v2_test = v2.Compose([v2.Resize(224, bicubic, antialias=True), v2.CenterCrop(224)])
+    path = images[name]
+    for seed in range(6):
+        with seeded_rngs(seed):
+            ours = train.pixels(ImageFile(path, draft=False))
+            after = torch.get_rng_state()
+        with seeded_rngs(seed):
+            theirs = v2_train(ImageFile(path).decode())
+            assert torch.equal(torch.get_rng_state(), after)
+        assert torch.equal(ours, theirs), seed
+    assert torch.equal(test.pixels(ImageFile(path, draft=False)), v2_test(ImageFile(path).decode()))
 
 
 def test_draft_mode_reads_the_same_region_at_a_fraction_of_the_pixels(images):

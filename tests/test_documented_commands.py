@@ -168,7 +168,7 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
     ("python -m datasets.check --root $DATA eurosat imagenet --full", Run(1, (
         "EuroSAT: {data}/eurosat: dataset folder missing; put EuroSAT there (see DATASETS.md#eurosat)",
         "ImageNet: {data}/imagenet: dataset folder missing"), env=DATA_ENV)),
-    ("python tools/benchmark.py train --model tiny --classes 10 --train-iters 5 --warmup 2 --threads 1 --precisions "
+    ("python -m bench.benchmark train --model tiny --classes 10 --train-iters 5 --warmup 2 --threads 1 --precisions "
      "fp32 amp bf16 --compile none --epochs 0", Run(0, (
          "tiny student/teacher (tests, smoke runs); CPU, 1 threads;",
          "== Training steps of the real trainers (train.main, shipped configs)"), slow=True)),
@@ -191,9 +191,9 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
     (".venv/bin/python -m pytest -q tests/test_demo_pipeline.py", Elsewhere(
         "tests/test_demo_pipeline.py::test_quick_demo_shows_the_effects",
         "the tests it runs (make test-all runs them)")),
-    (".venv/bin/python -m pytest -q tests/test_upstream_kgcoop.py", Elsewhere(
-        "tests/test_upstream_kgcoop.py::test_one_batch_equals_upstreams_own_code",
-        "the tests it runs (the fast tier runs them; the comparisons skip without upstream's checkout)")),
+    (".venv/bin/python -m pytest -q tests/bench/test_upstream_kgcoop.py", Elsewhere(
+        "tests/bench/test_upstream_kgcoop.py::test_one_batch_equals_upstreams_own_code",
+        "the tests it runs (make test-bench runs them; the comparisons skip without upstream's checkout)")),
     # not run
     ("python3 -m venv .venv && . .venv/bin/activate", NotRun("install")),
     ("make install && . .venv/bin/activate", NotRun("install")),
@@ -201,36 +201,37 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
     ("pip install -r requirements.txt", NotRun("install")),
     ("pip install -r requirements-dev.txt", NotRun("install")),
     ("export CLIP_WEIGHTS_DIR=/shared/clip", NotRun("install", "sets the shell's environment")),
-    ("bash scripts/bench/upstream_setup.sh", NotRun("network", "clones upstream PromptKD and installs its packages")),
-    ("bash scripts/bench/upstream_setup.sh kgcoop", NotRun("network", "clones upstream KgCoOp and installs "
+    ("bash bench/upstream_setup.sh", NotRun("network", "clones upstream PromptKD and installs its packages")),
+    ("bash bench/upstream_setup.sh kgcoop", NotRun("network", "clones upstream KgCoOp and installs "
                                                                       "tensorboard")),
     ("python -m clip.download ViT-B/16 ViT-L/14 --dir /shared/clip", NotRun(
         "network", "downloads 1 GB; offline it would create /shared/clip (its --dry-run: tests/test_fetch_clip.py)")),
     ("make test", NotRun("long", "the fast tier this module belongs to: 3–5 min on 2 cores")),
+    ("make test-bench", NotRun("long", "the tests of bench/: 1–3 min on 2 cores")),
     ("make test-all", NotRun("long", "every test: 11–16 min on 2 cores")),
     ("make demo-full", NotRun("long", "18–20 min on 2 cores")),
     ("make demo-pretrain", NotRun("long", "7–8 min on 2 cores; rewrites demo/weights")),
     ("python -m demo.shipped pretrain", NotRun("long", "as make demo-pretrain")),
     ("python -m demo.shipped pretrain --ship", NotRun("long", "as make demo-pretrain")),
     ("python -m demo.shipped pretrain --ship --cache demo_cache", NotRun("long", "as make demo-pretrain")),
-    ("python -m demo.novel_gap", NotRun("long", "about 13 min on 2 cores")),
-    ("python -m demo.transfer", NotRun("long", "about 4 min on 2 cores")),
-    (re.compile(r"^python -m demo\.transfer --variants "), NotRun("long", "minutes per variant on 2 cores")),
-    ("python -m demo.profiles --seeds 1 2 3 --quick", NotRun("long", "about 30 min on 2 cores")),
+    ("python -m bench.demo_novel_gap", NotRun("long", "about 13 min on 2 cores")),
+    ("python -m bench.demo_transfer", NotRun("long", "about 4 min on 2 cores")),
+    (re.compile(r"^python -m bench\.demo_transfer --variants "), NotRun("long", "minutes per variant on 2 cores")),
+    ("python -m bench.demo_profiles --seeds 1 2 3 --quick", NotRun("long", "about 30 min on 2 cores")),
     ("python -m runner report OUTPUT", Elsewhere("tests/test_report.py::test_report_files_and_the_runner_command",
                                                  "run on a small output tree")),
-    (re.compile(r"^python tools/benchmark\.py loader( --model tiny --threads 1)?$"), Elsewhere(
-        "tests/test_benchmark.py::test_loader_part_prints_per_core_rates_the_cost_models_block_and_epochs",
+    (re.compile(r"^python -m bench\.benchmark loader( --model tiny --threads 1)?$"), Elsewhere(
+        "tests/bench/test_benchmark.py::test_loader_part_prints_per_core_rates_the_cost_models_block_and_epochs",
         "the loader part on one small image size")),
-    ("python tools/benchmark.py train --model tiny --classes 10 --train-iters 5 --warmup 2 --threads 1",
+    ("python -m bench.benchmark train --model tiny --classes 10 --train-iters 5 --warmup 2 --threads 1",
      NotRun("long", "about 6 min on 2 cores (compiles every model)")),
-    ("python tools/benchmark_cocoop.py --threads 2 --classes 10 --batch 4 --iters 3 --warmup 1",
+    ("python -m bench.benchmark_cocoop --threads 2 --classes 10 --batch 4 --iters 3 --warmup 1",
      NotRun("long", "ViT-B/16-sized models on the CPU: about 15 min on 2 cores")),
-    ("python tools/benchmark.py train", NotRun("gpu", "ViT-B/16 and ViT-L/14 shapes")),
+    ("python -m bench.benchmark train", NotRun("gpu", "ViT-B/16 and ViT-L/14 shapes")),
     (re.compile(r"--device cuda"), NotRun("gpu")),
-    ("bash scripts/bench/gpu_step.sh", NotRun("gpu")),
-    ("bash scripts/bench/gpu_costs.sh", NotRun("gpu")),
-    ("bash scripts/bench/side_by_side.sh", NotRun("gpu", "and upstream's checkout (scripts/bench/upstream_setup.sh)")),
+    ("bash bench/gpu_step.sh", NotRun("gpu")),
+    ("bash bench/gpu_costs.sh", NotRun("gpu")),
+    ("bash bench/side_by_side.sh", NotRun("gpu", "and upstream's checkout (bench/upstream_setup.sh)")),
     ("torchrun --nproc_per_node 4 train.py --root DATA --seed 1 --trainer PETR ...", NotRun("gpu", "4 GPUs")),
     ("NPROC=4 DATA=/data bash scripts/petr/base2new_train.sh eurosat 1", NotRun("gpu", "4 GPUs")),
     ("python -m runner base2new --data /data --jobs-per-gpu 2", NotRun("gpu")),

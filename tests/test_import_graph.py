@@ -21,7 +21,7 @@ from tools.import_graph import Import, graph, loads, project_imports, project_mo
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARCHITECTURE = os.path.join(REPO, "docs", "ARCHITECTURE.md")
-LIGHT_PACKAGES = ("trainers", "datasets", "analysis", "tools", "demo")
+LIGHT_PACKAGES = ("trainers", "datasets", "analysis", "tools", "demo", "bench")
 ENTRY_GUARDS = {ast.unparse(ast.parse(test, mode="eval").body)
                 for test in ('__name__ == "__main__"', "not __package__")}
 """Module-level ``if`` tests whose block runs only when the file is run as a program."""
@@ -69,10 +69,20 @@ def test_every_documented_edge_is_used():
                        if imp.edge[0] == package), (package, name)
 
 
+def test_the_product_imports_no_bench():
+    """bench/ sits on top: no row of the product may list it, and no module of the product imports it (deferred
+    imports counted), so a user's run never loads a benchmark."""
+    assert [package for package, names in RULES.items() if package != "bench" and
+            any(name.split(".")[0] == "bench" for name in names)] == []
+    assert [f"{imp.importer} imports {imp.imported}" for imp in IMPORTS
+            if imp.edge[1] == "bench" and imp.edge[0] != "bench"] == []
+    assert any(imp.edge[0] == "bench" and imp.edge[1] != "bench" for imp in IMPORTS)  # the reading sees bench/
+
+
 def test_arrows_point_down_only():
     order = list(TopologicalSorter({package: set(targets) for package, targets in graph(IMPORTS).items()})
                  .static_order())
-    assert order.index("engine") == 0 and order[-1] == "demo"
+    assert order.index("engine") == 0 and order[-2:] == ["demo", "bench"]
 
 
 def test_the_engine_modules_import_one_another_without_a_cycle():

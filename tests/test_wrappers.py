@@ -23,8 +23,6 @@ from units.commands import COMMANDS
 from units.wrappers import main, render
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NOT_WRAPPERS = {"bench/gpu_step.sh", "bench/upstream_setup.sh", "bench/side_by_side.sh", "bench/gpu_costs.sh"}
-"""The scripts/*/*.sh files that are no unit wrapper (written by hand)."""
 EXEC = re.compile(r'exec bash "\$\(dirname "\$0"\)/\.\./unit\.sh" "\$0" (\w+) (\w+) "\$@"')
 PROGRAD = Method("ProGrad", "ProGrad", "trainers.prograd", "learner", "prograd", "vit_b16_pg_ep5",
                  learner_xd_config="vit_b16_pg_xd", shots=8, learns="the gradient-aligned context")
@@ -49,9 +47,8 @@ def test_the_checked_in_wrappers_are_the_rendered_ones():
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     rendered = render(catalog.METHODS.values())
     on_disk = scripts_files(REPO)
-    assert sorted(rendered) == sorted(set(on_disk) - NOT_WRAPPERS)
-    assert {path: hashlib.sha256(text.encode()).hexdigest() for path, text in rendered.items()} == \
-        {path: digest for path, digest in on_disk.items() if path not in NOT_WRAPPERS}
+    assert sorted(rendered) == sorted(on_disk)
+    assert {path: hashlib.sha256(text.encode()).hexdigest() for path, text in rendered.items()} == on_disk
     assert set(rendered) == {f"{m.scripts}/{command}.sh" for m in catalog.METHODS.values()
                              for command in COMMANDS[m.commands]}  # every row's family's commands, no other
 
@@ -59,7 +56,7 @@ def test_the_checked_in_wrappers_are_the_rendered_ones():
 def test_every_wrapper_execs_an_existing_family_command():
     """Each wrapper is a shebang, comment lines and one exec line naming its own folder and command, which its
     method's family has."""
-    wrappers = sorted(set(scripts_files(REPO)) - NOT_WRAPPERS)
+    wrappers = sorted(scripts_files(REPO))
     assert {path.split("/")[0] for path in wrappers} == {m.scripts for m in catalog.METHODS.values()}
     for path in wrappers:
         with open(os.path.join(REPO, "scripts", path), encoding="utf-8") as f:
@@ -83,6 +80,9 @@ def test_check_names_each_wrapper_not_as_rendered_and_writing_repairs_them(tmp_p
     os.makedirs(tmp_path / "scripts" / "old")
     (tmp_path / "scripts" / "old" / "base2new_train.sh").write_text(
         '#!/usr/bin/env bash\nexec bash "$(dirname "$0")/../unit.sh" "$0" old base2new_train "$@"\n')
+    by_hand = tmp_path / "scripts" / "petr" / "by_hand.sh"  # no unit wrapper: neither named nor removed
+    by_hand.write_text("#!/usr/bin/env bash\necho written by hand\n")
+    os.chmod(by_hand, 0o755)
 
     assert main(["--check"], root=str(tmp_path)) == 1
     assert capsys.readouterr() == ("", "error: unit wrappers not as rendered from the catalog: scripts/coop/main.sh "
@@ -92,7 +92,8 @@ def test_check_names_each_wrapper_not_as_rendered_and_writing_repairs_them(tmp_p
     assert capsys.readouterr().out.splitlines() == [
         "wrote scripts/coop/main.sh (not executable)", "wrote scripts/maple/xd_train.sh (differs)",
         "wrote scripts/petr/xd_test.sh (missing)", "removed scripts/old/base2new_train.sh (stray)"]
-    assert scripts_files(str(tmp_path)) == shipped and not os.path.exists(tmp_path / "scripts" / "old")
+    assert scripts_files(str(tmp_path)) == {**shipped, "petr/by_hand.sh": sha256(str(by_hand))}
+    assert not os.path.exists(tmp_path / "scripts" / "old")
     assert all(os.stat(p).st_mode & stat.S_IXUSR for p in glob.glob(str(tmp_path / "scripts" / "*" / "*.sh")))
     assert main(["--check"], root=str(tmp_path)) == 0
 

@@ -28,7 +28,7 @@ WIDTH = 120
 EXEC_LINE = 'exec bash "$(dirname "$0")/../unit.sh" "$0" {folder} {command} "$@"\n'
 """A wrapper's one command: scripts/unit.sh with the script, the scripts folder, the command and the arguments."""
 UNIT_MARK = '"$(dirname "$0")/../unit.sh" "$0" '
-"""What every wrapper's exec line holds (a ``scripts/*/*.sh`` file without it is no unit wrapper: scripts/bench)."""
+"""What every wrapper's exec line holds (a ``scripts/*/*.sh`` file without it is written by hand and left alone)."""
 
 
 def x_configs() -> str:

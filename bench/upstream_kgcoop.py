@@ -1,12 +1,12 @@
 """Upstream KgCoOp's own loss on one batch, on given CLIP weights and a given context: the upstream side of
-``tests/test_upstream_kgcoop.py``, which compares it with our ``trainers/kgcoop.py`` on the same inputs.
+``tests/bench/test_upstream_kgcoop.py``, which compares it with our ``trainers/kgcoop.py`` on the same inputs.
 
-    python tools/upstream_kgcoop.py --upstream .upstream/KgCoOp --inputs batch.pt --json upstream.json
+    python bench/upstream_kgcoop.py --upstream .upstream/KgCoOp --inputs batch.pt --json upstream.json
 
 Standalone: it imports none of this repository's packages (upstream's ``clip``, ``trainers``, ``datasets`` and
 ``train`` share their names with ours; it borrows the standard-library helpers of its sibling
-``tools/upstream_promptkd.py``). ``--upstream`` is a checkout of upstream's repository
-(``bash scripts/bench/upstream_setup.sh kgcoop``); its ``KgCoOp`` and ``Dassl.ProGrad.pytorch`` folders go first on
+``bench/upstream_promptkd.py``). ``--upstream`` is a checkout of upstream's repository
+(``bash bench/upstream_setup.sh kgcoop``); its ``KgCoOp`` and ``Dassl.ProGrad.pytorch`` folders go first on
 ``sys.path`` and upstream's own code runs: ``train.py``'s ``setup_cfg`` (Dassl's defaults, ``extend_cfg``, the
 dataset's and KgCoOp's ViT-B/16 config files, then the options of ``scripts/base2new_train.sh`` with W 8), the
 ``KgCoOp`` trainer's ``__init__`` and ``build_model`` (CustomCLIP, its PromptLearner and the second CLIP that builds
@@ -29,10 +29,10 @@ from types import SimpleNamespace
 
 if __package__:
     from .upstream_promptkd import UsageError, cpu_shim, run_and_write, scheduler_shim, upstream_head
-else:  # run as `python tools/upstream_kgcoop.py`: the sibling module, not this repository's packages
+else:  # run as `python bench/upstream_kgcoop.py`: the sibling module, not this repository's packages
     from upstream_promptkd import UsageError, cpu_shim, run_and_write, scheduler_shim, upstream_head
 
-SETUP_COMMAND = "bash scripts/bench/upstream_setup.sh kgcoop"
+SETUP_COMMAND = "bash bench/upstream_setup.sh kgcoop"
 CODE, DASSL = "KgCoOp", "Dassl.ProGrad.pytorch"
 """The checkout's folders holding upstream KgCoOp's code and its Dassl."""
 UPSTREAM_MARKER = os.path.join(CODE, "trainers", "kgcoop.py")
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python tools/upstream_kgcoop.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python bench/upstream_kgcoop.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--upstream", required=True, help=f"checkout of upstream KgCoOp's repository ({SETUP_COMMAND})")
     p.add_argument("--inputs", required=True, help="torch.save file: " + ", ".join(INPUT_KEYS))
     p.add_argument("--json", required=True, help="where the record goes")

@@ -1,17 +1,17 @@
 """Upstream PromptKD's student step next to ours, on one card, in one call, on the same weights.
 
-Writes the inputs once (``tools.side_by_side_inputs.write_inputs``: random student/teacher CLIPs and a random
+Writes the inputs once (``bench.side_by_side_inputs.write_inputs``: random student/teacher CLIPs and a random
 teacher checkpoint in upstream's layout), runs upstream PromptKD's own code on them as a child process
-(``tools/upstream_promptkd.py``, in fp16: upstream's setting and the only one its step runs in, on the CPU too), then
-our trainers in this process on the same files, as train.py builds them (``tools.benchmark_train``) on a generated
+(``bench/upstream_promptkd.py``, in fp16: upstream's setting and the only one its step runs in, on the CPU too), then
+our trainers in this process on the same files, as train.py builds them (``bench.benchmark_train``) on a generated
 EuroSAT-layout tree of C classes: PromptKD fp16 (as upstream) and "best", PETR fp16 and "best" (best: bf16 + teacher
 cache fixed + TRAIN.CUDA_GRAPH, eager, on CUDA; on the CPU, where our fp16 runs as fp32: fp32 + teacher cache fixed),
 at each batch x class count; then the evaluation images/s (the trainer's test pass over the tree's test split, batch
 100: PromptKD's student, PETR's two branches + router) and peak GPU memory. Prints one ratio table and writes every
 raw number with it to ``--json``.
 
-    python tools/side_by_side.py --device cuda --json output/bench/side_by_side.json          # ViT-B/16, ViT-L/14
-    python tools/side_by_side.py --device cpu --model tiny_upstream --batches 2 4 --iters 2    # CPU dry run
+    python -m bench.side_by_side --device cuda --json output/bench/side_by_side.json          # ViT-B/16, ViT-L/14
+    python -m bench.side_by_side --device cpu --model tiny_upstream --batches 2 4 --iters 2    # CPU dry run
 """
 from __future__ import annotations
 
@@ -28,15 +28,7 @@ from dataclasses import dataclass
 import torch
 from tabulate import tabulate
 
-if not __package__:  # run as `python tools/side_by_side.py`
-    from _repo_root import add_to_path
-
-    add_to_path()
-
-from engine.atomic import atomic_write_text
-from engine.errors import first_line
-from tools.bench_models import SPECS, ModelSpec, benchmark_device, sync, time_calls
-from tools.benchmark_train import (
+from bench.benchmark_train import (
     REPO,
     StepSetting,
     build_trainer,
@@ -45,10 +37,13 @@ from tools.benchmark_train import (
     release_memory,
     write_jpeg_tree,
 )
-from tools.side_by_side_inputs import write_inputs
-from tools.upstream_promptkd import SETUP_SCRIPT, UPSTREAM_MARKER
+from bench.models import SPECS, ModelSpec, benchmark_device, sync, time_calls
+from bench.side_by_side_inputs import write_inputs
+from bench.upstream_promptkd import SETUP_SCRIPT, UPSTREAM_MARKER
+from engine.atomic import atomic_write_text
+from engine.errors import first_line
 
-CHILD = os.path.join(REPO, "tools", "upstream_promptkd.py")
+CHILD = os.path.join(REPO, "bench", "upstream_promptkd.py")
 EVAL_BATCH = 100
 """DATALOADER.TEST.BATCH_SIZE of the shipped PromptKD and PETR configs (and upstream's)."""
 GPU_WORKERS = 8
@@ -329,7 +324,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
         raise UsageError(f"--json {args.json}: cannot write there ({folder} is not a writable folder)")
     if not os.path.isfile(args.child):
-        raise UsageError(f"--child {args.child}: no such file (the upstream child, tools/upstream_promptkd.py)")
+        raise UsageError(f"--child {args.child}: no such file (the upstream child, bench/upstream_promptkd.py)")
     args.batches, args.classes = sorted(set(args.batches)), sorted(set(args.classes))
     return args
 

@@ -1,4 +1,4 @@
-"""tools/benchmark.py on tiny shapes: FLOP counts against hand-computed transformer FLOPs, the full training steps
+"""bench/benchmark.py on tiny shapes: FLOP counts against hand-computed transformer FLOPs, the full training steps
 (the teacher cache removes exactly the teacher's forward), the projection arithmetic and the printed tables."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import clip
-from tools import benchmark
-from tools.benchmark import SPECS, TRAIN_MODES, InferenceModels, TrainStepModels, count_flops
-from tools.benchmark_train import (
+from bench import benchmark
+from bench.benchmark import SPECS, TRAIN_MODES, InferenceModels, TrainStepModels, count_flops
+from bench.benchmark_train import (
     IMAGENET_TRAIN,
     StepSetting,
     build_step,
@@ -162,8 +162,8 @@ def test_loader_part_prints_per_core_rates_the_cost_models_block_and_epochs(caps
     """``benchmark.py loader`` on one small size: a row per loading path with x pil = its rate over the pil row's;
     the printed LOADER_RATES block holds those rates under the paths runner/costs.py projects with; one train.py
     epoch per trainer and setting, whose images are its steps times the images a step loads (PETR 8 + 8)."""
+    from bench.loader import EPOCH_SETTINGS, RATE_KEYS
     from runner import costs
-    from tools.bench_loader import EPOCH_SETTINGS, RATE_KEYS
 
     benchmark.main(["loader", "--model", "tiny", "--threads", "1", "--loader-sizes", "64x48", "--loader-images", "2",
                     "--loader-rounds", "1", "--epochs", "1", "--epoch-images-per-class", "4", "--epoch-size", "64x48",
@@ -198,7 +198,7 @@ def test_photo_like_jpegs_cost_what_photos_cost():
     import numpy as np
     from PIL import Image
 
-    from tools.benchmark_train import photo_like
+    from bench.benchmark_train import photo_like
 
     def bits_per_pixel(image: Image.Image) -> float:
         buffer = io.BytesIO()

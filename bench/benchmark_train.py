@@ -14,7 +14,7 @@ projection.
   the ~640,584 labelled base images, each step also taking 8 unlabelled novel ones) from the measured step times.
 
 The tree of any class count, the CLIP files and teacher checkpoint given from outside and the trainer built once for
-steps of several batch sizes (``build_trainer``, ``fixed_step``) also serve tools/side_by_side.py.
+steps of several batch sizes (``build_trainer``, ``fixed_step``) also serve bench/side_by_side.py.
 """
 from __future__ import annotations
 
@@ -35,11 +35,11 @@ import torch
 from PIL import Image
 from tabulate import tabulate
 
+from bench.models import SPECS, ModelSpec, random_clip, sync, time_calls
 from engine.cuda_graph import StepGraph
 from engine.data_stream import LoaderStream
 from engine.errors import ConfigError
 from engine.precision import PRECISIONS, resolve_precision
-from tools.bench_models import SPECS, ModelSpec, random_clip, sync, time_calls
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGENET_TRAIN = 1_281_167

@@ -1,13 +1,13 @@
-"""tools/benchmark_cocoop.py on tiny shapes: every variant computes the same CoCoOp logits, their FLOPs relate as the
+"""bench/benchmark_cocoop.py on tiny shapes: every variant computes the same CoCoOp logits, their FLOPs relate as the
 per-image text work says, and the printed table has every row."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tools import benchmark_cocoop
-from tools.bench_models import TINY_STUDENT, count_flops
-from tools.benchmark_cocoop import CostModels
+from bench import benchmark_cocoop
+from bench.benchmark_cocoop import CostModels
+from bench.models import TINY_STUDENT, count_flops
 from trainers.coop import coop_text_features
 
 CLASSES, BATCH = 5, 3

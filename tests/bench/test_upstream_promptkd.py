@@ -1,4 +1,4 @@
-"""tools/upstream_promptkd.py, the upstream side of the side-by-side benchmark, and scripts/bench/upstream_setup.sh.
+"""bench/upstream_promptkd.py, the upstream side of the side-by-side benchmark, and bench/upstream_setup.sh.
 
 What needs no copy of upstream PromptKD runs everywhere: the contract's record arithmetic, the git HEAD reading, the
 command line's one-line errors, the setup script's. The runs of upstream's own code need ``.upstream/PromptKD`` (and
@@ -16,13 +16,12 @@ import pytest
 import torch
 import yaml
 
-from tests.helpers_run import HANG_GUARD_S
+from bench import upstream_promptkd as up
+from tests.helpers_run import HANG_GUARD_S, REPO
 from tests.helpers_upstream import upstream_unavailable
-from tools import upstream_promptkd as up
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO, "tools", "upstream_promptkd.py")
-SETUP = os.path.join(REPO, "scripts", "bench", "upstream_setup.sh")
+SCRIPT = os.path.join(REPO, "bench", "upstream_promptkd.py")
+SETUP = os.path.join(REPO, "bench", "upstream_setup.sh")
 UPSTREAM = os.path.join(REPO, ".upstream", "PromptKD")
 TINY_OPTS = ["--opts", "INPUT.SIZE", "(32, 32)", "TRAINER.PROMPTKD.PROMPT_DEPTH_VISION", "3",
              "TRAINER.PROMPTKD.PROMPT_DEPTH_TEXT", "3"]
@@ -121,7 +120,7 @@ def test_missing_upstream_folder_is_one_line_naming_the_setup_script(tmp_path):
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         f"error: --upstream {tmp_path / 'nowhere'}: no upstream PromptKD checkout there (trainers/promptkd.py is "
-        "missing); put one there with 'bash scripts/bench/upstream_setup.sh'"]
+        "missing); put one there with 'bash bench/upstream_setup.sh'"]
     assert not out.exists()
 
 
@@ -132,7 +131,7 @@ def test_missing_input_file_is_named(tmp_path):
     assert done.returncode == 2
     [line] = done.stderr.splitlines()
     assert line.startswith("error: --inputs ") and f": {teacher} is missing; write the inputs with " \
-        "tools.side_by_side_inputs.write_inputs" in line
+        "bench.side_by_side_inputs.write_inputs" in line
 
 
 @pytest.mark.parametrize("prec", ["fp32", "amp"])
@@ -199,14 +198,14 @@ def test_setup_refuses_a_folder_that_is_no_checkout(tmp_path):
 
 UPSTREAM_UNAVAILABLE = upstream_unavailable("PromptKD", UPSTREAM, os.path.join("trainers", "promptkd.py"),
                                            [UPSTREAM, os.path.join(UPSTREAM, "Dassl.pytorch")],
-                                           "bash scripts/bench/upstream_setup.sh")
+                                           "bash bench/upstream_setup.sh")
 needs_upstream = pytest.mark.skipif(bool(UPSTREAM_UNAVAILABLE), reason=UPSTREAM_UNAVAILABLE or "-")
 
 
 @pytest.fixture(scope="module")
 def tiny_inputs(tmp_path_factory) -> str:
-    from tools.bench_models import SPECS
-    from tools.side_by_side_inputs import write_inputs
+    from bench.models import SPECS
+    from bench.side_by_side_inputs import write_inputs
 
     folder = tmp_path_factory.mktemp("sbs_inputs")
     write_inputs(str(folder), SPECS["tiny_upstream"])

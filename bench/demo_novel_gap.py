@@ -7,7 +7,7 @@ PromptKD's student and PETR's unseen branch alone on the novel classes, and Base
 teacher, tiny CLIPs and data are the demo's (run ``make demo`` first, or this module prepares them).
 Runs with identical settings are shared between variants. Output: ``<output>/novel_gap/<trainer>/<key>/seed<S>``.
 
-Command line: ``python -m demo.novel_gap [--variants NAME ...] [--seeds 1 2 3] [--jobs N] [--threads N]``.
+Command line: ``python -m bench.demo_novel_gap [--variants NAME ...] [--seeds 1 2 3] [--jobs N] [--threads N]``.
 """
 from __future__ import annotations
 

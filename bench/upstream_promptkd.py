@@ -1,16 +1,16 @@
 """Upstream PromptKD's student step and evaluation, timed on the side-by-side benchmark's random weights: the upstream
-side of the comparison with ours (a child process of ``tools/side_by_side.py``; the JSON it writes is that
+side of the comparison with ours (a child process of ``bench/side_by_side.py``; the JSON it writes is that
 benchmark's contract).
 
-    python tools/upstream_promptkd.py --upstream .upstream/PromptKD --inputs FOLDER --device cuda --prec fp16 \\
+    python bench/upstream_promptkd.py --upstream .upstream/PromptKD --inputs FOLDER --device cuda --prec fp16 \\
         --batches 8 64 --classes 10 1000 --iters 20 --warmup 5 --eval-images 1000 --json upstream.json
 
 Standalone: it imports none of this repository's packages (upstream's ``clip``, ``trainers``, ``datasets`` and
-``train`` share their names with ours); it puts the upstream checkout (``scripts/bench/upstream_setup.sh``) and its
+``train`` share their names with ours); it puts the upstream checkout (``bench/upstream_setup.sh``) and its
 ``Dassl.pytorch`` first on ``sys.path`` and runs upstream's own code: Dassl's default config, upstream ``train.py``'s
 ``extend_cfg``, its EuroSAT and PromptKD config files with its base-to-novel script's options, then ``--opts``;
 PromptKD's ``build_model``, ``forward_backward`` (the timed step) and ``test`` (evaluation, with Dassl's evaluator).
-It works in ``--inputs`` (``tools.side_by_side_inputs.write_inputs``), where upstream's hard-coded relative paths
+It works in ``--inputs`` (``bench.side_by_side_inputs.write_inputs``), where upstream's hard-coded relative paths
 (``./clip/ViT-B-16.pt``, ``./clip/ViT-L-14.pt``, ``./teacher_model/EuroSAT/...``) find the shared random weights.
 
 Set by hand, because Dassl's ``TrainerX.__init__`` would build a data manager from a dataset on disk: the trainer is
@@ -39,11 +39,11 @@ import time
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 
-SETUP_SCRIPT = "scripts/bench/upstream_setup.sh"
+SETUP_SCRIPT = "bench/upstream_setup.sh"
 UPSTREAM_MARKER = os.path.join("trainers", "promptkd.py")
 INPUT_FILES = (os.path.join("clip", "ViT-B-16.pt"), os.path.join("clip", "ViT-L-14.pt"),
                os.path.join("teacher_model", "EuroSAT", "VLPromptLearner", "model-best.pth.tar"))
-"""What upstream reads relative to its working folder (``tools.side_by_side_inputs`` writes them)."""
+"""What upstream reads relative to its working folder (``bench.side_by_side_inputs`` writes them)."""
 CONFIG_FILES = (os.path.join("configs", "datasets", "eurosat.yaml"),
                 os.path.join("configs", "trainers", "PromptKD", "vit_b16_c2_ep20_batch8_4+4ctx.yaml"))
 SCRIPT_OPTS = ("DATASET.NUM_SHOTS", "0", "TRAINER.MODAL", "base2novel", "TRAINER.PROMPTKD.TEMPERATURE", "1.0",
@@ -121,7 +121,7 @@ def check_paths(upstream: str, inputs: str) -> None:
     for rel in INPUT_FILES:
         if not os.path.isfile(os.path.join(inputs, rel)):
             raise UsageError(f"--inputs {inputs}: {rel} is missing; write the inputs with "
-                             "tools.side_by_side_inputs.write_inputs(FOLDER, SPECS[...])")
+                             "bench.side_by_side_inputs.write_inputs(FOLDER, SPECS[...])")
 
 
 def write_json(path: str, record: dict) -> None:
@@ -329,9 +329,9 @@ def _at_least(minimum: int) -> Callable[[str], int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python tools/upstream_promptkd.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python bench/upstream_promptkd.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--upstream", required=True, help=f"upstream PromptKD checkout (made by {SETUP_SCRIPT})")
-    p.add_argument("--inputs", required=True, help="folder written by tools.side_by_side_inputs.write_inputs")
+    p.add_argument("--inputs", required=True, help="folder written by bench.side_by_side_inputs.write_inputs")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--prec", choices=("fp16", "fp32", "amp"), default="fp16", help="TRAINER.PROMPTKD.PREC")
     p.add_argument("--batches", type=_at_least(2), nargs="+", default=[8, 64],

@@ -6,21 +6,21 @@
   whose share of the PETR forward is reported separately (Mahalanobis router fitted on random logits of width 2C).
 * train: one PromptKD student step (ViT-B/16-shaped student, ViT-L/14-shaped prompted teacher) with the teacher's
   text features computed once (ours) vs recomputed for all C classes every batch (upstream PromptKD), both on our
-  trimmed text tokens and on the full 77-token context as upstream runs them; then (tools/benchmark_train.py)
+  trimmed text tokens and on the full 77-token context as upstream runs them; then (bench/benchmark_train.py)
   PETR's, PromptKD's and the PromptSRC teacher's full steps for each precision, TRAIN.COMPILE mode and teacher
   cache off/on with peak GPU memory, train.py epochs on a generated 224 px image tree (images/s with data
   loading, persistent workers off/on), and a projected ImageNet base-to-novel epoch on the device.
-* loader (tools/bench_loader.py): one core loading a training image per image size (64 px to 800 x 600) and path
+* loader (bench/loader.py): one core loading a training image per image size (64 px to 800 x 600) and path
   (PIL or tensor decoding, the teacher cache's decoded views, stored images), and train.py epochs of PETR and
   PromptKD per teacher cache and decoder with their data share; prints runner/costs.py's LOADER_RATES lines.
 
-    python tools/benchmark.py                         # both parts, ViT-B/16 + ViT-L/14 shapes
-    python tools/benchmark.py inference --batch 8 --iters 3 --threads 2
-    python tools/benchmark.py train --classes 10 --train-batch 2 --train-iters 2
-    python tools/benchmark.py train --model tiny --train-iters 3 --workers 2     # CPU table of docs/throughput.md
-    python tools/benchmark.py train --device cuda --classes 1000 --train-iters 20 --warmup 5
-    python tools/benchmark.py --device cuda --prec amp --batch 64 --iters 20 --warmup 5
-    python tools/benchmark.py loader --threads 1      # the data path: per-core loading, train.py epochs (data share)
+    python -m bench.benchmark                         # both parts, ViT-B/16 + ViT-L/14 shapes
+    python -m bench.benchmark inference --batch 8 --iters 3 --threads 2
+    python -m bench.benchmark train --classes 10 --train-batch 2 --train-iters 2
+    python -m bench.benchmark train --model tiny --train-iters 3 --workers 2     # CPU table of docs/throughput.md
+    python -m bench.benchmark train --device cuda --classes 1000 --train-iters 20 --warmup 5
+    python -m bench.benchmark --device cuda --prec amp --batch 64 --iters 20 --warmup 5
+    python -m bench.benchmark loader --threads 1      # the data path: per-core loading, train.py epochs (data share)
 """
 from __future__ import annotations
 
@@ -31,16 +31,10 @@ import torch
 import torch.nn.functional as F
 from tabulate import tabulate
 
-if not __package__:  # run as `python tools/benchmark.py`
-    from _repo_root import add_to_path
-
-    add_to_path()
-
 import clip
-from engine.compile import COMPILE_MODES
-from engine.precision import PRECISIONS, autocast
-from tools.bench_loader import SIZES, loader_part
-from tools.bench_models import (  # noqa: F401 (public names)
+from bench.benchmark_train import train_parts
+from bench.loader import SIZES, loader_part
+from bench.models import (  # noqa: F401 (public names)
     SPECS,
     ModelSpec,
     benchmark_device,
@@ -48,7 +42,8 @@ from tools.bench_models import (  # noqa: F401 (public names)
     random_clip,
     time_calls,
 )
-from tools.benchmark_train import train_parts
+from engine.compile import COMPILE_MODES
+from engine.precision import PRECISIONS, autocast
 from trainers.distillation.losses import kd_loss
 from trainers.distillation.student import VisualPromptStudent, batched_features
 from trainers.distillation.teacher import Teacher

@@ -1,4 +1,4 @@
-"""tools/side_by_side.py and what it needs of tools/benchmark_train.py: the class-count tree, the trainers' arguments
+"""bench/side_by_side.py and what it needs of bench/benchmark_train.py: the class-count tree, the trainers' arguments
 on the shared inputs, the ratio table from a contract-shaped upstream JSON, the CLI's one-line errors. The upstream
 child is never run here (CI has no upstream checkout): the end-to-end test runs a stand-in child of its own."""
 from __future__ import annotations
@@ -13,14 +13,14 @@ import sys
 import pytest
 import torch
 
+from bench import side_by_side
+from bench.benchmark_train import StepSetting, build_trainer, fixed_step, trainer_argv, tree_classes, write_jpeg_tree
+from bench.models import SPECS
+from bench.side_by_side import images_per_class, ratio_rows, split_sizes
+from bench.side_by_side_inputs import write_inputs
 from datasets.splits import split_class_folders
 from tests.helpers_run import HANG_GUARD_S, REPO
 from tests.helpers_upstream import upstream_unavailable
-from tools import side_by_side
-from tools.bench_models import SPECS
-from tools.benchmark_train import StepSetting, build_trainer, fixed_step, trainer_argv, tree_classes, write_jpeg_tree
-from tools.side_by_side import images_per_class, ratio_rows, split_sizes
-from tools.side_by_side_inputs import write_inputs
 
 SPEC = SPECS["tiny_upstream"]
 CPU = torch.device("cpu")
@@ -185,11 +185,11 @@ def stand_in(tmp_path, evals: str = "None", status: int = 0) -> str:
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
     missing = str(tmp_path / "none")
-    proc = subprocess.run([sys.executable, "tools/side_by_side.py", "--device", "cpu", "--upstream", missing], cwd=REPO,
-                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    proc = subprocess.run([sys.executable, "-m", "bench.side_by_side", "--device", "cpu", "--upstream", missing],
+                          cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 2 and proc.stderr == (
         f"error: --upstream {missing}: no upstream PromptKD checkout there (trainers/promptkd.py missing); run bash "
-        "scripts/bench/upstream_setup.sh to put it there, or pass --upstream DIR\n")
+        "bench/upstream_setup.sh to put it there, or pass --upstream DIR\n")
     up = fake_upstream(tmp_path)
     assert "--batches" in one_error_line(capsys, ["--device", "cpu", "--upstream", up, "--batches", "8", "1"])
     assert "--warmup" in one_error_line(capsys, ["--device", "cpu", "--upstream", up, "--warmup", "-1"])
@@ -243,11 +243,11 @@ def test_end_to_end_with_a_stand_in_child(tmp_path, capsys):
 
 @pytest.mark.slow  # the whole dry run in a child: 15 s; the stand-in child test keeps the script in the fast tier
 def test_the_script_runs_the_dry_run_into_out_dir(tmp_path):
-    """scripts/bench/side_by_side.sh passes its knobs and extra options on and writes $OUT_DIR/side_by_side.json."""
+    """bench/side_by_side.sh passes its knobs and extra options on and writes $OUT_DIR/side_by_side.json."""
     env = {**os.environ, "PYTHON": sys.executable, "DEVICE": "cpu", "MODEL": "tiny_upstream", "BATCHES": "2",
            "CLASSES": "4", "ITERS": "1", "WARMUP": "0", "EVAL_IMAGES": "6", "OUT_DIR": str(tmp_path / "bench"),
            "UPSTREAM_DIR": fake_upstream(tmp_path)}
-    proc = subprocess.run(["bash", "scripts/bench/side_by_side.sh", "--child", stand_in(tmp_path)], cwd=REPO, env=env,
+    proc = subprocess.run(["bash", "bench/side_by_side.sh", "--child", stand_in(tmp_path)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0].startswith(f"torch {torch.__version__} | ")
@@ -264,7 +264,7 @@ def upstream_child_unavailable() -> str:
     upstream = os.path.join(REPO, ".upstream", "PromptKD")
     return upstream_unavailable("PromptKD", upstream, os.path.join("trainers", "promptkd.py"),
                                 [upstream, os.path.join(upstream, "Dassl.pytorch")],
-                                "bash scripts/bench/upstream_setup.sh")
+                                "bash bench/upstream_setup.sh")
 
 
 UPSTREAM_UNAVAILABLE = upstream_child_unavailable()

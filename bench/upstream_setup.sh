@@ -2,17 +2,17 @@
 # Puts an upstream repository under .upstream/ (git-ignored), where the tools that run upstream's own code find it, and
 # installs what that code imports that its requirements.txt lacks:
 #   promptkd (the default): PromptKD at .upstream/PromptKD, the upstream side of the side-by-side benchmark
-#     (tools/upstream_promptkd.py); tensorboard (Dassl's trainer imports torch.utils.tensorboard), pandas and wilds
+#     (bench/upstream_promptkd.py); tensorboard (Dassl's trainer imports torch.utils.tensorboard), pandas and wilds
 #     1.2.2 (Dassl's domain-generalisation datasets, imported with the rest). wilds goes in without its dependencies:
 #     importing it needs none of them, and its optional `outdated` would ask the package index for a newer wilds at
 #     every import.
 #   kgcoop: KgCoOp's repository at .upstream/KgCoOp (its KgCoOp/ code beside its Dassl.ProGrad.pytorch/), which
-#     tools/upstream_kgcoop.py runs for tests/test_upstream_kgcoop.py; tensorboard.
+#     bench/upstream_kgcoop.py runs for tests/bench/test_upstream_kgcoop.py; tensorboard.
 # Idempotent: an existing checkout is kept (its HEAD printed), installed packages are not reinstalled.
-# Usage: bash scripts/bench/upstream_setup.sh [promptkd|kgcoop]   (UPSTREAM_DIR, UPSTREAM_URL and PYTHON override
+# Usage: bash bench/upstream_setup.sh [promptkd|kgcoop]   (UPSTREAM_DIR, UPSTREAM_URL and PYTHON override
 # the defaults)
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-$(command -v python || command -v python3 || true)}
 
 fail() { echo "error: $*" >&2; exit 2; }

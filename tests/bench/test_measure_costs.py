@@ -1,9 +1,9 @@
-"""tools/measure_costs.py on the tiny CLIPs (CPU): the measurements run, and the block printed for runner/costs.py
+"""bench/measure_costs.py on the tiny CLIPs (CPU): the measurements run, and the block printed for runner/costs.py
 holds the JSON's numbers."""
 import json
 
+from bench.measure_costs import main
 from runner.costs import StepTime
-from tools.measure_costs import main
 
 
 def test_measure_costs_paste_block_parses_back_to_the_json(tmp_path, capsys):
@@ -21,10 +21,10 @@ def test_measure_costs_paste_block_parses_back_to_the_json(tmp_path, capsys):
     names: dict = {"StepTime": StepTime}
     exec(block, names)  # the block as runner/costs.py would run it
     assert names["COOP_STEP"].ms == result["coop_step_ms"]
-    assert "tools/measure_costs.py --device cpu --model tiny on CPU" in names["COOP_STEP"].source
+    assert "python -m bench.measure_costs --device cpu --model tiny on CPU" in names["COOP_STEP"].source
     assert names["EVAL_MS_PER_IMAGE"] == result["eval_ms_per_image"]
     assert names["JOB_OVERHEAD_S"] == result["startup_s"]
-    assert names["EVAL_SOURCE"].startswith("measured (tools/measure_costs.py")
+    assert names["EVAL_SOURCE"].startswith("measured (python -m bench.measure_costs")
     assert names["JOB_OVERHEAD_SOURCE"].endswith("PETR/vit_b16_ep40_batch8_4ctx")
     for row, value in (("CoOp training step", f"{result['coop_step_ms']} ms"),
                        ("start-up", f"{result['startup_s']} s")):

@@ -12,7 +12,7 @@ Output:
 ``<output>/profiles/<device>/``; one table of per-seed base / new / HM test accuracy and the median training step
 (train.py's ``time`` meter), with mean ± sample std over the seeds.
 
-Command line: ``python -m demo.profiles [--seeds 1 2 3] [--device cpu|cuda] [--quick] [--jobs N] [--threads N]``.
+Command line: ``python -m bench.demo_profiles [--seeds 1 2 3] [--device cpu|cuda] [--quick] [--jobs N] [--threads N]``.
 """
 from __future__ import annotations
 

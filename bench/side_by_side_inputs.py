@@ -12,7 +12,7 @@ import os
 
 import torch
 
-from tools.bench_models import ModelSpec, random_clip
+from bench.models import ModelSpec, random_clip
 from trainers.prompting.deep_prompts import VLPromptLearner
 
 STUDENT_FILE = os.path.join("clip", "ViT-B-16.pt")

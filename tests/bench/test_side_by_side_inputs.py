@@ -1,10 +1,10 @@
-"""tools/side_by_side_inputs.py: the files both sides of the upstream comparison read, in upstream's layout."""
+"""bench/side_by_side_inputs.py: the files both sides of the upstream comparison read, in upstream's layout."""
 from __future__ import annotations
 
 import torch
 
-from tools.bench_models import SPECS
-from tools.side_by_side_inputs import write_inputs
+from bench.models import SPECS
+from bench.side_by_side_inputs import write_inputs
 from trainers.prompting.prompt_files import read_deep_prompts
 
 SPEC = SPECS["tiny"]  # teacher: text width 128, vision width 128, prompt depth 2, 4 tokens

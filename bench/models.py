@@ -1,5 +1,5 @@
-"""Random-weight CLIPs of the real shapes and the timing helper shared by tools/benchmark.py and
-tools/benchmark_train.py (no weight files needed, CPU or CUDA)."""
+"""Random-weight CLIPs of the real shapes and the timing helper shared by bench/benchmark.py and
+bench/benchmark_train.py (no weight files needed, CPU or CUDA)."""
 from __future__ import annotations
 
 import math
@@ -10,11 +10,6 @@ from dataclasses import dataclass
 
 import torch
 from torch.utils import flop_counter
-
-if not __package__:  # run as `python tools/bench_models.py`
-    from _repo_root import add_to_path
-
-    add_to_path()
 
 from clip.model import CLIP
 
@@ -47,7 +42,7 @@ SPECS = {
     "tiny": ModelSpec("tiny student/teacher (tests, smoke runs)", TINY_STUDENT, TINY_TEACHER, depth=2),
     # tiny widths on 224 px images (patch 32): a train.py epoch whose cost is mostly data loading
     # tiny widths with the real output widths (512 student, 768 teacher), which upstream PromptKD's student projector
-    # hard-codes: the CPU dry run of the comparison with upstream (tools/side_by_side.py)
+    # hard-codes: the CPU dry run of the comparison with upstream (bench/side_by_side.py)
     "tiny_upstream": ModelSpec("tiny student/teacher with ViT-B/16 and ViT-L/14 output widths",
                                dict(TINY_STUDENT, embed_dim=512),
                                dict(TINY_TEACHER, embed_dim=768, vision_layers=3, transformer_layers=3), depth=3),

@@ -1,6 +1,6 @@
 """Images/s of our CLIP image encoder next to open_clip's on the same random weights (CPU, no downloads).
 
-    python tools/benchmark_clip.py --model ViT-B-16 --batch 8 --iters 3 --threads 2
+    python -m bench.benchmark_clip --model ViT-B-16 --batch 8 --iters 3 --threads 2
 """
 from __future__ import annotations
 
@@ -9,11 +9,6 @@ import time
 
 import torch
 from tabulate import tabulate
-
-if not __package__:  # run as `python tools/benchmark_clip.py`
-    from _repo_root import add_to_path
-
-    add_to_path()
 
 import clip
 

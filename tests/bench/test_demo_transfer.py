@@ -1,11 +1,11 @@
-"""The transfer study's arithmetic (demo.transfer): the teacher's lead and the share of it each seed's student
+"""The transfer study's arithmetic (bench.demo_transfer): the teacher's lead and the share of it each seed's student
 recovers, from the runs' results.json files, against hand-computed values."""
 import os
 
+from bench.demo_transfer import VARIANTS, TransferStudy
 from demo.pipeline import Paths
 from demo.pretrain import SHIPPED, default_params
 from demo.study import FULL
-from demo.transfer import VARIANTS, TransferStudy
 from engine.utils import write_json
 
 
@@ -57,7 +57,7 @@ def test_probes_are_fitted_again_when_what_they_read_changes(tmp_path, monkeypat
     monkeypatch.setattr(study, "demo", lambda v: type("D", (), {"student_clip": "s", "teacher_clip": "t",
                                                                "plan": FULL})())
     monkeypatch.setattr(study, "teacher_dir", lambda v: "run")
-    monkeypatch.setattr("demo.transfer.linear_probes", fit)
+    monkeypatch.setattr("bench.demo_transfer.linear_probes", fit)
     assert study.probes(variant)["teacher_labels"] == 41.0
     assert study.probes(variant)["teacher_labels"] == 41.0 and len(fits) == 1
     assert "fitting the probes again" not in capsys.readouterr().out

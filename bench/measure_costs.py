@@ -11,7 +11,7 @@ and a run's start-up; print a table, the lines to paste into runner/costs.py, an
 
 Random-weight CLIPs of the real shapes (``--model vit_b16``) or the tiny pair (``--model tiny``: tests):
 
-    python tools/measure_costs.py --device cuda --model vit_b16 --json costs.json
+    python -m bench.measure_costs --device cuda --model vit_b16 --json costs.json
 """
 from __future__ import annotations
 
@@ -30,14 +30,7 @@ import torch
 import yaml
 from tabulate import tabulate
 
-if not __package__:  # run as `python tools/measure_costs.py`
-    from _repo_root import add_to_path
-
-    add_to_path()
-
-from engine.precision import resolve_precision
-from tools.bench_models import SPECS, ModelSpec, benchmark_device, time_calls
-from tools.benchmark_train import (
+from bench.benchmark_train import (
     CONFIGS,
     REPO,
     StepSetting,
@@ -50,6 +43,8 @@ from tools.benchmark_train import (
     write_clip_files,
     write_jpeg_tree,
 )
+from bench.models import SPECS, ModelSpec, benchmark_device, time_calls
+from engine.precision import resolve_precision
 
 EVAL_BATCH = 100
 PER_CLASS = 16
@@ -186,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     result = measure(SPECS[args.model], device, args.iters, args.warmup)
     print(f"Measured on {where}, torch {result['torch']}, {result['model']}:")
     print(table(result))
-    command = f"tools/measure_costs.py --device {args.device} --model {args.model}"
+    command = f"python -m bench.measure_costs --device {args.device} --model {args.model}"
     print("\nPaste over runner/costs.py's measured block:\n" + paste_block(result, command))
     if args.json:
         with open(args.json, "w") as f:

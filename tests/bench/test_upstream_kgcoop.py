@@ -1,9 +1,9 @@
-"""Our KgCoOp (trainers/kgcoop.py) against upstream KgCoOp's own code (tools/upstream_kgcoop.py, run as a child
+"""Our KgCoOp (trainers/kgcoop.py) against upstream KgCoOp's own code (bench/upstream_kgcoop.py, run as a child
 process) on the same CLIP weights, context and batch: the trainable parameters, the logits, the cross-entropy, the
 knowledge-guided term, the loss with W 8, the context's gradient and the learning rate of the step.
 
 The child's command-line errors and the setup script's run everywhere. The comparisons need a checkout of upstream's
-repository (``bash scripts/bench/upstream_setup.sh kgcoop`` puts one at .upstream/KgCoOp; the environment variable
+repository (``bash bench/upstream_setup.sh kgcoop`` puts one at .upstream/KgCoOp; the environment variable
 UPSTREAM_KGCOOP names another) and skip with the reason without one."""
 from __future__ import annotations
 
@@ -16,17 +16,17 @@ import sys
 import pytest
 import torch
 
+from bench import upstream_kgcoop as up
+from bench.models import VIT_B16
 from clip.model import CLIP
 from tests.helpers_baselines import BASE, built_trainer, train_batch, trainable, vit_b16_shell
 from tests.helpers_datasets import load_images
 from tests.helpers_run import HANG_GUARD_S, REPO
 from tests.helpers_upstream import upstream_unavailable
-from tools import upstream_kgcoop as up
-from tools.bench_models import VIT_B16
 from trainers.kgcoop import KgCoOpPromptLearner
 
-SCRIPT = os.path.join(REPO, "tools", "upstream_kgcoop.py")
-SETUP = os.path.join(REPO, "scripts", "bench", "upstream_setup.sh")
+SCRIPT = os.path.join(REPO, "bench", "upstream_kgcoop.py")
+SETUP = os.path.join(REPO, "bench", "upstream_setup.sh")
 UPSTREAM = os.environ.get("UPSTREAM_KGCOOP") or os.path.join(REPO, ".upstream", "KgCoOp")
 CONFIG = "vit_b16_ep100_ctxv1"
 
@@ -62,7 +62,7 @@ def test_missing_checkout_is_one_line_naming_the_setup_command(tmp_path):
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         f"error: --upstream {tmp_path / 'nowhere'}: no upstream KgCoOp checkout there (KgCoOp/trainers/kgcoop.py is "
-        "missing); put one there with 'bash scripts/bench/upstream_setup.sh kgcoop'"]
+        "missing); put one there with 'bash bench/upstream_setup.sh kgcoop'"]
     assert not out.exists()
 
 

@@ -9,10 +9,10 @@ image, for evaluation (inference mode) and for a training step (forward + backwa
 * CoCoOp, per image: one text forward of C prompts per image, as upstream's loop does (our trimmed tokens);
 * CoCoOp, per image on 77 tokens: upstream's loop as it runs, every prompt padded to the full context.
 
-    python tools/benchmark_cocoop.py                            # ViT-B/16 shapes, C = 10, batch 4
-    python tools/benchmark_cocoop.py --classes 50 --batch 8 --threads 2
-    python tools/benchmark_cocoop.py --model tiny --iters 1     # seconds (tests)
-    python tools/benchmark_cocoop.py --device cuda --classes 100 --batch 32 --iters 10 --warmup 3
+    python -m bench.benchmark_cocoop                            # ViT-B/16 shapes, C = 10, batch 4
+    python -m bench.benchmark_cocoop --classes 50 --batch 8 --threads 2
+    python -m bench.benchmark_cocoop --model tiny --iters 1     # seconds (tests)
+    python -m bench.benchmark_cocoop --device cuda --classes 100 --batch 32 --iters 10 --warmup 3
 """
 from __future__ import annotations
 
@@ -23,14 +23,9 @@ import torch
 import torch.nn.functional as F
 from tabulate import tabulate
 
-if not __package__:  # run as `python tools/benchmark_cocoop.py`
-    from _repo_root import add_to_path
-
-    add_to_path()
-
 import clip
-from tools.bench_models import TINY_STUDENT, VIT_B16, benchmark_device, count_flops, random_clip, time_calls
-from tools.benchmark_train import _peak_memory
+from bench.benchmark_train import _peak_memory
+from bench.models import TINY_STUDENT, VIT_B16, benchmark_device, count_flops, random_clip, time_calls
 from trainers.cocoop import CoCoOpPromptLearner, conditional_logits
 from trainers.coop import CoOpPromptLearner, coop_text_features
 

@@ -1,11 +1,11 @@
-"""The toy world's profile study (demo/profiles.py): each variant's overrides are the runner's profile overrides
+"""The toy world's profile study (bench/demo_profiles.py): each variant's overrides are the runner's profile overrides
 (written out by hand here), the graph variant's skip notes, the step-time reading and the table's statistics."""
 import statistics
 
 import numpy as np
 import pytest
 
-from demo.profiles import VARIANTS, median_step_ms, profile_table, skipped_variants
+from bench.demo_profiles import VARIANTS, median_step_ms, profile_table, skipped_variants
 
 VARIANT = {v.name: v for v in VARIANTS}
 
@@ -71,8 +71,8 @@ def test_table_reads_the_finished_runs_only(tmp_path):
     """A failed or missing run leaves its row out; the others show with HM and step read from their files."""
     import json
 
+    from bench.demo_profiles import ProfileStudy
     from demo.pipeline import Paths
-    from demo.profiles import ProfileStudy
     from demo.study import PLAN, Demo
 
     demo = Demo(PLAN, Paths(str(tmp_path / "data"), str(tmp_path / "out"), str(tmp_path / "cache")))

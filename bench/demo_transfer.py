@@ -10,7 +10,7 @@ the lead the frozen features can express) and to the true labels (what they sepa
 probe on ViT-B/16's features is far above its zero-shot accuracy). Variants with the same tiny CLIPs share
 their teacher and zero-shot runs. Output: ``<output>/transfer/<CLIPs digest>/``.
 
-Command line: ``python -m demo.transfer [--variants NAME ...] [--seeds 1 2 3] [--jobs N] [--threads N]
+Command line: ``python -m bench.demo_transfer [--variants NAME ...] [--seeds 1 2 3] [--jobs N] [--threads N]
 [--no-probes]``.
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from tabulate import tabulate
 
+from bench.demo_novel_gap import ALL_VAL, VAL, run_key
 from demo import report
-from demo.novel_gap import ALL_VAL, VAL, run_key
 from demo.pipeline import Paths, failures
 from demo.pretrain import SHIPPED, PretrainParams, default_params
 from demo.shapes import PRETRAIN, PRETRAIN_RELIT

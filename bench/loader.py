@@ -28,15 +28,7 @@ import numpy as np
 import torch
 from tabulate import tabulate
 
-from engine import DatasetWrapper, build_transform, get_cfg_default
-from engine.array_file import ArrayFile, write_arrays
-from engine.data_stream import sample_seed, seeded_rngs
-from engine.dataset_base import Datum
-from engine.decoding import ImageFile
-from engine.image_cache import load_or_build as cached_images
-from engine.utils import read_image
-from tools.bench_models import SPECS
-from tools.benchmark_train import (
+from bench.benchmark_train import (
     CONFIGS,
     REPO,
     photo_like,
@@ -47,6 +39,14 @@ from tools.benchmark_train import (
     write_clip_files,
     write_jpeg_tree,
 )
+from bench.models import SPECS
+from engine import DatasetWrapper, build_transform, get_cfg_default
+from engine.array_file import ArrayFile, write_arrays
+from engine.data_stream import sample_seed, seeded_rngs
+from engine.dataset_base import Datum
+from engine.decoding import ImageFile
+from engine.image_cache import load_or_build as cached_images
+from engine.utils import read_image
 from trainers.config import extend_cfg
 from trainers.distillation.teacher_cache import CachedViewDataset, ViewBuildDataset, ViewTransform
 
@@ -173,7 +173,7 @@ def per_core_rows(sizes: list[str], count: int, rounds: int) -> tuple[list[list]
 
 def rates_block(measured: dict[str, dict[str, float]], where: str) -> str:
     """The ``LOADER_RATES`` lines of runner/costs.py for these measurements."""
-    lines = [f'LOADER_SOURCE = "measured: python tools/benchmark.py loader, {where}"', "LOADER_RATES = {"]
+    lines = [f'LOADER_SOURCE = "measured: python -m bench.benchmark loader, {where}"', "LOADER_RATES = {"]
     for size, rates in measured.items():
         entries = [f'"{key}": {rates[name]:.0f}' for name, key in RATE_KEYS.items()]
         indent = " " * (len(size) + 9)
