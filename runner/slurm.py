@@ -46,8 +46,12 @@ ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", 
                  "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}
 """squeue states of a job that is not over."""
 LOST_AFTER_S = 60.0
-"""A job that SLURM has not run for this long and that left no result is lost (a requeue passes through
-inactive states for a moment only)."""
+LOST_AFTER_LOOKS = 3
+"""A job that left no result is lost once squeue has answered :data:`LOST_AFTER_LOOKS` times in a row, over at least
+:data:`LOST_AFTER_S`, that it is not active (a requeue passes through inactive states for a moment only). A look at
+which squeue did not answer (slurmctld busy or restarting) says nothing and does not count."""
+SQUEUE_TIMEOUT_S = 120.0
+"""How long one squeue call may take before it counts as no answer (a hang guard)."""
 RESUBMIT_STATES = {"PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "FAILED", "unknown to squeue"}
 """How a lost job may have ended for a rerun to go further: when its runs saved their resume state, it counts as
 preempted and the runner submits it again (a cluster that cancels preempted jobs, a failed node, a requeue that did
@@ -94,11 +98,16 @@ def preempt_signal() -> signal.Signals:
     return getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"))
 
 
-def squeue_states() -> dict[str, str]:
-    """``{job id: state}`` of this user's jobs that SLURM still knows."""
-    done = subprocess.run(["squeue", "-h", "-t", "all", "--me", "-o", "%i %T"], capture_output=True, text=True)
+def squeue_states() -> dict[str, str] | None:
+    """``{job id: state}`` of this user's jobs that SLURM still knows; None when squeue did not answer (an error or
+    no reply within :data:`SQUEUE_TIMEOUT_S`), which says nothing about any job."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-t", "all", "--me", "-o", "%i %T"], capture_output=True, text=True,
+                              timeout=SQUEUE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None
     if done.returncode != 0:
-        return {}
+        return None
     return dict(line.split(maxsplit=1) for line in done.stdout.splitlines() if " " in line)
 
 
@@ -163,7 +172,8 @@ class SlurmExecutor:
         if os.path.isfile(self.record_path):
             with open(self.record_path) as f:
                 self.record = json.load(f)
-        self.inactive_since: dict[str, float] = {}
+        self.inactive: dict[str, tuple[float, int]] = {}
+        """Job id -> (when squeue first said it is not active, how many answers in a row said so)."""
         self.jobs: dict[str, Job] = {}
 
     def describe(self) -> str:
@@ -171,7 +181,7 @@ class SlurmExecutor:
 
     def start(self, job: Job, log: str) -> submitit.SlurmJob:
         previous = self.record.get(job.name)
-        if previous and squeue_states().get(previous) in ACTIVE_STATES:
+        if previous and self.answered_states().get(previous) in ACTIVE_STATES:
             tqdm.write(f"following SLURM job {previous} ({job.name}), submitted by an earlier run of the runner")
             self.jobs[previous] = job
             return submitit.SlurmJob(folder=os.path.join(self.folder, "%j"), job_id=previous)
@@ -186,6 +196,17 @@ class SlurmExecutor:
         """SLURM says nothing by itself: the next look at the jobs is ``timeout`` seconds away."""
         time.sleep(timeout)
 
+    def answered_states(self) -> dict[str, str]:
+        """squeue's states, asked again every poll interval until SLURM answers: whether a job of an earlier runner
+        is still queued decides between following it and submitting it again, so it is never guessed."""
+        states = squeue_states()
+        if states is None:
+            tqdm.write(f"squeue did not answer; asking again every {self.poll_s:g} s")
+        while states is None:
+            time.sleep(self.poll_s)
+            states = squeue_states()
+        return states
+
     def poll(self, handles: Sequence[submitit.SlurmJob]) -> dict[submitit.SlurmJob, Outcome]:
         states = squeue_states()
         ended = {}
@@ -193,12 +214,15 @@ class SlurmExecutor:
             if handle.paths.result_pickle.exists():
                 ended[handle] = self._outcome(handle)
                 continue
+            if states is None:  # no answer: no evidence either way
+                continue
             state = states.get(handle.job_id, "unknown to squeue")
             if state in ACTIVE_STATES:
-                self.inactive_since.pop(handle.job_id, None)
+                self.inactive.pop(handle.job_id, None)
                 continue
-            since = self.inactive_since.setdefault(handle.job_id, time.monotonic())
-            if time.monotonic() - since >= LOST_AFTER_S:
+            since, looks = self.inactive.get(handle.job_id, (time.monotonic(), 0))
+            self.inactive[handle.job_id] = since, looks + 1
+            if looks + 1 >= LOST_AFTER_LOOKS and time.monotonic() - since >= LOST_AFTER_S:
                 ended[handle] = self._lost(handle, state)
         return ended
 
@@ -220,6 +244,10 @@ class SlurmExecutor:
         """The runner is interrupted (by any signal): queued and running jobs stay in SLURM; a rerun of the runner
         reattaches."""
         states = squeue_states()
+        if states is None:
+            print(f"squeue did not answer: the SLURM jobs of this sweep ({' '.join(self.record.values())}) may keep "
+                  "running; rerun the same command to follow them, or cancel them with scancel", file=sys.stderr)
+            return
         active = [i for i in self.record.values() if states.get(i) in ACTIVE_STATES]
         if active:
             print(f"{len(active)} SLURM job(s) keep running ({' '.join(active)}); rerun the same command to follow "

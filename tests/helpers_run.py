@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 # Subprocess timeouts only guard against hangs: far above any expected run, even on a slow, busy 2-core machine.
-HANG_GUARD_S = 1800
+HANG_GUARD_S = 3600
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_RUN = ("INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False")
 """KEY VALUE pairs every tiny test run of a CLIP trainer shares: 32-pixel images, no loader workers, the CPU."""

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from tests.helpers_run import HANG_GUARD_S
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
 
@@ -33,14 +35,14 @@ def slurm_cluster(folder: str) -> Iterator[dict[str, str]]:
         pytest.skip(message)
     script = os.path.join(REPO, "tests", "slurm_cluster.sh")
     start = time.monotonic()
-    done = subprocess.run(["bash", script, "start", folder], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(["bash", script, "start", folder], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr
     conf = done.stdout.strip().splitlines()[-1].removeprefix("export SLURM_CONF=")
     print(f"SLURM cluster started in {time.monotonic() - start:.1f} s ({folder})")
     try:
         yield {"SLURM_CONF": conf}
     finally:
-        subprocess.run(["bash", script, "stop", folder], capture_output=True, timeout=120)
+        subprocess.run(["bash", script, "stop", folder], capture_output=True, timeout=HANG_GUARD_S)
 
 
 def squeue_state(job_id: str, env: dict[str, str]) -> str:

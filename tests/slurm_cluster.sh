@@ -68,7 +68,7 @@ SchedulerType=sched/builtin
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
-KillWait=30
+KillWait=120
 MinJobAge=600
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PreemptType=preempt/partition_prio
@@ -92,7 +92,8 @@ start() {
     export SLURM_CONF="$CONF"
     slurmctld -f "$CONF"
     slurmd -f "$CONF" -N "$(hostname -s)"
-    for _ in $(seq 300); do
+    local deadline=$((SECONDS + 900))  # a hang guard only: the node is up in seconds, later on a loaded machine
+    while [ "$SECONDS" -lt "$deadline" ]; do
         if sinfo -h -o "%t" 2>/dev/null | grep -qx "idle"; then
             echo "export SLURM_CONF=$CONF"
             return
@@ -100,7 +101,7 @@ start() {
         sleep 0.2
     done
     stop
-    die "the SLURM node did not come up within 60 s; see $DIR/slurmctld.log and $DIR/slurmd.log"
+    die "the SLURM node did not come up within 15 min; see $DIR/slurmctld.log and $DIR/slurmd.log"
 }
 
 case "$ACTION" in

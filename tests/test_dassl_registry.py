@@ -11,6 +11,7 @@ import pytest
 
 import train
 from tests.helpers_petr import petr_argv, write_eurosat
+from tests.helpers_run import HANG_GUARD_S
 
 pytestmark = pytest.mark.dassl
 pytest.importorskip("dassl.engine")
@@ -56,7 +57,7 @@ def test_dassl_build_trainer_runs_petr_like_train_py(tmp_path, tiny_clip_file, t
         if how == "dassl":
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, *sys.path])}
             done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(argv)], cwd=REPO, env=env,
-                                  capture_output=True, text=True, timeout=1800)
+                                  capture_output=True, text=True, timeout=HANG_GUARD_S)
             assert done.returncode == 0, done.stderr[-3000:]
             assert "built trainers.petr PETR" in done.stdout
         else:

@@ -24,10 +24,9 @@ from torch.utils.data import DistributedSampler
 import train
 from engine.distributed import merge_in_order
 from tests.helpers_petr import petr_argv, write_eurosat
-from tests.helpers_run import lock_held_elsewhere
+from tests.helpers_run import HANG_GUARD_S, lock_held_elsewhere
 
 REPO = Path(__file__).resolve().parents[1]
-HANG_GUARD_S = 1800  # far above a normal run (seconds); only stops a hung process group
 EPOCHS = 8
 TRAIN_PER_CLASS = 5  # 15 base train images: the router fit set does not split evenly over two processes
 MODELS = ("seen_student", "unseen_student")

@@ -29,6 +29,7 @@ from analysis import stats as st
 from analysis.b2n import collect_b2n, order_methods, summarize_b2n, wilcoxon_test
 from analysis.paper import load_paper, paper_rows
 from analysis.readers import val_values_from_log, value_from_log
+from tests.helpers_run import HANG_GUARD_S
 
 PETR = {  # dataset: (base per seed, novel per seed)
     "imagenet": ([77.12, 77.50, 76.98], [70.31, 70.02, 70.66]),
@@ -536,7 +537,7 @@ def test_script_runs_from_the_command_line(tmp_path):
     make_seed_runs(str(exp), [75.0, 50.0, 50.0], fmt="train_log", seed_style="seed_{}")
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "parse_test_res.py")
     res = subprocess.run([sys.executable, script, str(exp)], capture_output=True, text=True, cwd=tmp_path,
-                         timeout=1800)
+                         timeout=HANG_GUARD_S)
     assert res.returncode == 0, res.stderr
     assert "* accuracy: 58.33% +- 11.79% (population std (np.std), as upstream, n=3)" in res.stdout
 

@@ -361,5 +361,5 @@ def test_a_loader_alive_at_exit_does_not_hang_the_process(tmp_path):
                       "batches = iter(loader)\n"
                       "print(next(batches).tolist(), flush=True)\n")
     done = subprocess.run([sys.executable, str(script)], cwd=REPO, env={**ENV, "PYTHONPATH": REPO},
-                          capture_output=True, text=True, timeout=300)  # a hang guard: the script takes seconds
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0 and done.stdout == "[0, 1, 2, 3]\n" and done.stderr == "", done.stderr

@@ -31,7 +31,7 @@ TOY = GenParams(train_per_class=2, val_per_class=1, test_per_class=2, xd_train_p
                 xd_test_per_class=1)
 """DemoShapesHard with 2 train and 2 test images per class (48 classes, 24 base)."""
 EXTRA = "OPTIM.MAX_EPOCH 20 USE_CUDA False"
-"""Every run: 20 epochs (PETR: 2 steps each), long enough to be interrupted in the middle."""
+"""Every run: 20 epochs (PETR: one step each), long enough to be interrupted in the middle."""
 DATASET = "demo_shapes_hard"
 PETR_RUN = f"base2new/train_base/{DATASET}/shots_0/PETR/demo/seed1"
 
@@ -212,8 +212,17 @@ def test_preempted_slurm_job_resumes_and_ends_identical(toy, cluster, request, h
     if how == "scontrol-requeue":
         assert f"following SLURM job {job_id} (PETR train demo_shapes_hard seed1)" in out
     assert "Resuming from" in open(os.path.join(run_dir, "log.txt")).read()
+    # the steps logged over both attempts are the uninterrupted run's, in order: none done twice, none lost
+    assert steps_logged(run_dir) == steps_logged(os.path.join(local, PETR_RUN))
     assert results(output) == {k: v for k, v in results(local).items() if "/PETR/" in k}
     same_weights(os.path.join(local, PETR_RUN), run_dir)
+
+
+def steps_logged(run_dir: str) -> list[tuple[int, int]]:
+    """(epoch, step) of every training-step line in the run's log.txt, in order, over every attempt it holds (an
+    epoch with fewer steps than TRAIN.PRINT_FREQ logs each of them)."""
+    text = open(os.path.join(run_dir, "log.txt")).read()
+    return [(int(e), int(b)) for e, b in re.findall(r"^epoch \[(\d+)/\d+\] batch \[(\d+)/\d+\]", text, re.MULTILINE)]
 
 
 def same_weights(reference_run: str, run_dir: str) -> None:

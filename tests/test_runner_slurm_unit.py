@@ -64,3 +64,49 @@ def test_a_failed_jobs_status_is_read_from_its_error_negative_ones_too():
     assert (killed.status, killed.reason) == (-10, "SLURM job 7: exit status -10")
     failed = failure_outcome("8", "Traceback (most recent call last):\nMemoryError: out of memory\n")
     assert (failed.status, failed.reason) == (1, "SLURM job 8 failed: MemoryError: out of memory")
+
+
+def scripted_slurm(tmp_path, answers: list[str]) -> dict[str, str]:
+    """A PATH whose ``squeue`` gives ``answers`` one per call (``fail``: exit 1, as when slurmctld does not answer;
+    else the lines, ``;``-separated) and whose ``sbatch`` fails the test if called; the environment to use."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "answers").write_text("\n".join(answers) + "\n")
+    (bin_dir / "squeue").write_text(
+        f'#!/bin/bash\nanswer=$(head -n 1 {tmp_path}/answers)\nsed -i 1d {tmp_path}/answers\n'
+        'echo "$answer" >> ' f'{tmp_path}/asked\n'
+        '[ "$answer" = fail ] && exit 1\necho "$answer" | tr ";" "\\n"\n')
+    (bin_dir / "sbatch").write_text("#!/bin/bash\necho 'sbatch was called' >&2\nexit 1\n")
+    (bin_dir / "scontrol").write_text("#!/bin/bash\nexit 0\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_a_look_squeue_does_not_answer_is_no_evidence(tmp_path, monkeypatch):
+    """Under load slurmctld may not answer for a while: those looks neither make a queued job lost (it would be
+    submitted a second time) nor make a rerun of the runner submit a job it should follow. A job is lost only after
+    squeue answered three times in a row that it is not active."""
+    import runner.slurm as slurm
+    from runner.jobs import Job
+
+    env = scripted_slurm(tmp_path, ["fail", "fail", "fail", "fail", "41 PENDING", "fail", "41 PREEMPTED",
+                                    "41 PREEMPTED", "fail", "41 PREEMPTED", "fail", "fail", "41 PENDING"])
+    monkeypatch.setenv("PATH", env["PATH"])
+    monkeypatch.setattr(slurm, "LOST_AFTER_S", 0.0)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "log.txt").write_text("epoch [1/20]\n")
+    (run / "resume.pth.tar").write_bytes(b"state")
+    job = Job(name="PETR train d seed1", kind="train", method="PETR", dataset="d", call=None, runs=(str(run),))
+    executor = slurm.SlurmExecutor(str(tmp_path / "slurm"), gpus_per_job=0, poll_s=0.01)
+    executor.jobs["41"] = job
+    handle = slurm.submitit.SlurmJob(folder=str(tmp_path / "slurm" / "%j"), job_id="41")
+    looks = [executor.poll([handle]) for _ in range(10)]
+    assert looks[:9] == [{}] * 9  # four unanswered, one active, then two inactive answers among unanswered looks
+    outcome = looks[9][handle]  # the third inactive answer in a row
+    assert outcome.status == 75 and outcome.reason.startswith("SLURM job 41 ended (PREEMPTED) without a result")
+    executor.record[job.name] = "41"
+    followed = executor.start(job, str(tmp_path / "job.log"))  # two unanswered looks, then "PENDING": follow it
+    assert followed.job_id == "41" and (tmp_path / "asked").read_text().splitlines()[-3:] == ["fail", "fail",
+                                                                                            "41 PENDING"]

@@ -11,6 +11,7 @@ from PIL import Image
 from scipy.special import logsumexp
 
 from analysis.dumps import find_units
+from tests.helpers_run import HANG_GUARD_S
 from tools import lambda_sweep, plot_routing_scores, router_ablation
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -176,7 +177,7 @@ def test_tools_run_as_module_and_as_script(tree, tmp_path, launcher):
     """``python -m tools.<name>`` and ``python tools/<name>.py`` (from the repository root) both run."""
     root, _ = tree
     cmd = [sys.executable, *(os.path.join(tmp_path, a) if a == "figs" else a for a in launcher), root]
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=1800)
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=HANG_GUARD_S)
     assert res.returncode == 0, res.stderr
     first = res.stdout.splitlines()[0]
     assert first.startswith("Saved") if "--out" in launcher else first.split()[0] == "dataset"
