@@ -25,8 +25,10 @@ import atexit
 import contextlib
 import multiprocessing.util
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1", "SIGHUP") if hasattr(signal, name))
 
@@ -71,17 +73,11 @@ def signal_handlers(signals: Iterable[int], handler: Callable[[int, object], Non
             signal.signal(sig, old)
 
 
-def _repeat_ignored(signum: int, frame) -> None:
-    """The preemption signals' handler after a run stopped on one in a process that exits next: a repeat does
-    nothing. A Python handler rather than SIG_IGN, since a repeat that lands while the handlers change would find
-    SIG_IGN and be reported by CPython as "ignored due to race condition", with a traceback."""
-
-
 @contextlib.contextmanager
 def handle_signals() -> Iterator[None]:
     """Inside: the preemption signals are requests (see the module docstring); SIGINT raises KeyboardInterrupt even
     when the process started with it ignored (a background job). Previous handlers are restored afterwards (after a
-    preemption in a process that exits next, :func:`ignore_repeats_until_exit`, the preemption signals do nothing
+    preemption in a process that exits next, :func:`ignore_repeats_until_exit`, the preemption signals are ignored
     instead); outside the main thread no signal handler is installed. The exit handler for leftover workers stays
     for the process."""
     install_exit_handler()
@@ -97,7 +93,7 @@ def handle_signals() -> Iterator[None]:
         stopping = _State.exits_after and _State.signal_name is not None
         _State.stopped_by = _State.signal_name
         for sig, handler in previous.items():
-            signal.signal(sig, _repeat_ignored if stopping and sig in SIGNALS else handler)
+            signal.signal(sig, signal.SIG_IGN if stopping and sig in SIGNALS else handler)
         _State.signal_name, _State.deferring = None, 0
 
 
@@ -124,9 +120,26 @@ def waiting_for_child(signals: Iterable[int]) -> Iterator[None]:
 
 def ignore_repeats_until_exit() -> None:
     """For an entry point that exits when its run ends (``python train.py``): once a run stopped on a preemption
-    signal, the preemption signals stay ignored, so a repeat (schedulers send several) cannot end the process by the
-    signal (status 143) before it exits with its own status."""
+    signal, the preemption signals stay ignored (SIG_IGN, which the interpreter's shutdown leaves in place, unlike a
+    Python handler it resets to the default), so a repeat (schedulers send several) cannot end the process by the
+    signal (status 143) before it exits with its own status. A repeat that reached the interpreter just before the
+    switch is reported by CPython as an OSError "ignored due to race condition"; that report is dropped
+    (:func:`_drop_raced_repeats`)."""
     _State.exits_after = True
+    sys.unraisablehook = _drop_raced_repeats(sys.unraisablehook)
+
+
+def _drop_raced_repeats(previous: Callable[[Any], None]) -> Callable[[Any], None]:
+    """An ``sys.unraisablehook`` that drops CPython's report of a signal that arrived as its handler became SIG_IGN
+    (a repeat, ignored anyway) and passes every other report to ``previous``."""
+
+    def hook(unraisable: Any) -> None:
+        error = unraisable.exc_value
+        if isinstance(error, OSError) and "ignored due to race condition" in str(error):
+            return
+        previous(unraisable)
+
+    return hook
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 import torch
@@ -363,3 +364,18 @@ def test_a_loader_alive_at_exit_does_not_hang_the_process(tmp_path):
     done = subprocess.run([sys.executable, str(script)], cwd=REPO, env={**ENV, "PYTHONPATH": REPO},
                           capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0 and done.stdout == "[0, 1, 2, 3]\n" and done.stderr == "", done.stderr
+
+
+def test_a_repeat_raced_into_the_ignored_handler_is_not_reported():
+    """CPython reports a signal that reached the interpreter just as its handler became SIG_IGN as an unraisable
+    OSError, with a traceback; once repeats are ignored that report is dropped, and every other one still reaches the
+    previous hook."""
+    seen = []
+    hook = preemption._drop_raced_repeats(seen.append)
+    raced = types.SimpleNamespace(exc_type=OSError, exc_value=OSError("Signal 15 ignored due to race condition"),
+                                  exc_traceback=None, err_msg=None, object=None)
+    other = types.SimpleNamespace(exc_type=OSError, exc_value=OSError("No space left on device"),
+                                  exc_traceback=None, err_msg=None, object=None)
+    hook(raced)
+    hook(other)
+    assert seen == [other]
