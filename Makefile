@@ -47,13 +47,14 @@ demo-pretrain: install
 scripts: | $(PYTHON)
 	$(PYTHON) -m units.wrappers
 
+# The fast tier does not even collect tests/bench (importing the benches costs every worker seconds).
 test: install-dev
-	$(PYTHON) -m pytest -q -m "not slow and not bench" -n $(TEST_WORKERS) --dist loadfile
+	$(PYTHON) -m pytest -q -m "not slow" --ignore=tests/bench -n $(TEST_WORKERS) --dist loadfile
 
 # The bench tier: the tests of bench/ (benchmarks, upstream parity harnesses, cost measurement, demo studies), marked
 # bench by tests/bench/conftest.py; the fast tier leaves them out, test-all runs them too.
 test-bench: install-dev
-	$(PYTHON) -m pytest -q -m bench -n $(TEST_WORKERS) --dist loadfile
+	$(PYTHON) -m pytest -q tests/bench -n $(TEST_WORKERS) --dist loadfile
 
 test-all: install-dev
 	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile

@@ -63,7 +63,11 @@ def test_compiled_clip_gives_the_eager_losses_gradients_and_eval_features(tmp_pa
         s.load_state_dict(state)
     counters.clear()
     compile_clip(clip_model, "compile")
-    compiled = step_and_eval(clip_model, students, images, targets)
+    # inductor's C++ kernels without SIMD: the same graphs and fusions, compiled in about half the time on a cold
+    # cache (the vector headers dominate g++'s time); what is checked is how our CLIP and prompts compile, not the
+    # vectorisation of inductor's kernels
+    with torch._inductor.config.patch({"cpp.vec_isa_ok": False}):
+        compiled = step_and_eval(clip_model, students, images, targets)
     assert counters["stats"]["unique_graphs"] >= 1  # torch.compile really ran (dynamo + inductor)
 
     assert compiled[0].item() == pytest.approx(eager[0].item(), rel=1e-5)
