@@ -1,5 +1,6 @@
 """Checks of the runner's arguments that argparse cannot make, done before any job starts: the ``--extra-opts``
-keys against the config schema (in a child process, since the schema's modules import torch), a writable
+keys against the config schema (:func:`config_check`, in a process that may import torch: a local slot's warm worker,
+else a child process), a writable
 ``--output``, and the folders and logs the runner writes (no link, FIFO or other file where one is expected). Each
 failure is a ValueError with a one-line message (``error:`` on the command line)."""
 from __future__ import annotations
@@ -9,8 +10,9 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from engine.run_files import file_kind
 from runner.jobs import Job, log_name
@@ -18,40 +20,38 @@ from runner.protocols import PASSED_KNOBS
 from units.call import UnitCall
 from units.facts import REPO
 
-CHECK_OPTS = """
-import json
-import sys
 
-import train
+def config_check(asked: dict) -> dict[str, str]:
+    """Given the sweep's own train.py command lines (``commands``) and the user's ``opts``: ``{"refused": KEY}`` for
+    the first key of the opts that one of the commands sets otherwise than through its trainer config file
+    (``train.command_keys``, torch-free), else ``{"error": LINE}`` for the first error of a config built with the opts
+    as train.py builds and checks it (``train.setup_cfg``, then ``check_config`` with ``config_schema()``, which
+    imports the trainers and torch), one command per trainer config (``checked``); ``{}`` when all is well."""
+    import train
+    from engine.errors import UserError
+    from engine.schema import check_config
+    from trainers.config import config_schema
 
-asked = json.load(sys.stdin)
-parser = train.build_parser()
-own = {}
-for argv in asked["commands"]:
-    args = parser.parse_args(argv)
-    own.update((key, None) for key, source in train.command_keys(args).items() if source != args.config_file)
-refused = [key for key in asked["opts"][0::2] if key in own]
-if refused:
-    print(json.dumps({"refused": refused[0]}))
-    sys.exit()
+    parser = train.build_parser()
+    own = set()
+    for argv in asked["commands"]:
+        args = parser.parse_args(argv)
+        own.update(key for key, source in train.command_keys(args).items() if source != args.config_file)
+    refused = [key for key in asked["opts"][0::2] if key in own]
+    if refused:
+        return {"refused": refused[0]}
+    for trainer, argv in asked["checked"]:
+        try:
+            check_config(train.setup_cfg(parser.parse_args([*argv, *asked["opts"]])), config_schema())
+        except UserError as e:
+            return {"error": f"{trainer}: {e}".replace("command-line opts: ", "")}
+    return {}
 
-from engine.errors import UserError
-from engine.schema import check_config
-from trainers.config import config_schema
 
-for trainer, argv in asked["checked"]:
-    try:
-        check_config(train.setup_cfg(parser.parse_args([*argv, *asked["opts"]])), config_schema())
-    except UserError as e:
-        print(json.dumps({"error": f"{trainer}: {e}".replace("command-line opts: ", "")}))
-        sys.exit()
-print(json.dumps({}))
-"""
-"""Given the sweep's own train.py command lines (``commands``) and the user's ``opts``: the first key of the opts
-that one of the commands sets otherwise than through its trainer config file (``train.command_keys``, torch-free),
-else the first error of a config built with the opts as train.py builds and checks it (``train.setup_cfg``, then
-``check_config`` with ``config_schema()``, which imports the trainers and torch), one command per trainer config
-(``checked``)."""
+CHILD_CHECK = ("import json, sys; from runner.arguments import config_check; "
+               "print(json.dumps(config_check(json.load(sys.stdin))))")
+"""The program of the child process that runs :func:`config_check` when no warm process is given (its question on
+standard input, its answer on standard output, as JSON)."""
 USER_KNOBS = ("EXTRA_OPTS", *PASSED_KNOBS)
 """The knobs a job takes from the user (``--extra-opts``, the environment) rather than from the sweep."""
 RUNNER_OPTIONS = {"SEED": "give the seeds with --seeds",
@@ -93,11 +93,12 @@ def refusal(key: str) -> str:
     return f"--extra-opts: {key} is set by the runner for each job: leave it out and {how}"
 
 
-def check_opts_keys(opts: str, jobs: Sequence[Job]) -> None:
+def check_opts_keys(opts: str, jobs: Sequence[Job], call: Callable[..., Any] | None = None) -> None:
     """No key of ``opts`` is one the runner sets for each job (its run folder, seed, dataset, shots, classes,
     trainer, teacher: the keys its jobs' own command lines set, :func:`own_commands`), and each is a config key of
-    each trainer the jobs run with a value its rule accepts (train.py's config merge and schema check, run once in a
-    child process: they import torch)."""
+    each trainer the jobs run with a value its rule accepts (train.py's config merge and schema check,
+    :func:`config_check`, which imports torch: run by ``call``, a warm process of the executor's, else once in a child
+    process)."""
     words = opts.split()
     if not words:
         return
@@ -111,12 +112,16 @@ def check_opts_keys(opts: str, jobs: Sequence[Job]) -> None:
     if not commands:
         return
     asked = {"opts": words, "commands": list(commands), "checked": list(checked.values())}
-    done = subprocess.run([sys.executable, "-c", CHECK_OPTS], input=json.dumps(asked), cwd=REPO, capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        raise ValueError(f"--extra-opts: the config check failed ({lines[-1] if lines else f'exit {done.returncode}'})")
-    answer = json.loads(done.stdout)
+    if call is not None:
+        answer = call(config_check, asked)
+    else:
+        done = subprocess.run([sys.executable, "-c", CHILD_CHECK], input=json.dumps(asked), cwd=REPO,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            raise ValueError("--extra-opts: the config check failed "
+                             f"({lines[-1] if lines else f'exit {done.returncode}'})")
+        answer = json.loads(done.stdout)
     if "refused" in answer:
         raise ValueError(refusal(answer["refused"]))
     if "error" in answer:

@@ -296,11 +296,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return report_main(argv[1:])
     args = build_parser().parse_args(argv)
+    local = None  # the local executor, made before the checks: its first warm worker runs the --extra-opts check
     try:
         sweep = make_sweep(args)
         jobs = Planner(sweep).plan()
-        check_opts_keys(sweep.extra_opts, jobs)
         log_dir = os.path.abspath(args.log_dir or os.path.join(sweep.output, "logs", sweep.protocol))
+        if not args.dry_run and args.executor == "local":
+            local = make_executor(args, log_dir)
+        check_opts_keys(sweep.extra_opts, jobs, local.call if local else None)
         if not args.dry_run:
             check_writable(sweep.output)
             check_folders(sweep.output, [os.path.join(sweep.output, sweep.protocol)])  # the table's
@@ -308,6 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                           [log_dir, *([os.path.join(log_dir, "slurm")] if args.executor == "slurm" else [])])
             check_logs(log_dir, jobs)
     except ValueError as e:
+        if local is not None:
+            local.close()
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     if args.dry_run:
@@ -322,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from runner.tables import table_path, write_tables
 
     try:
-        executor = make_executor(args, log_dir)
+        executor = local or make_executor(args, log_dir)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -340,6 +345,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         report = run_plan(jobs, executor, log_dir,
                           lambda job: projected_seconds(job, sweep.protocol, sweep.profile.name, args.cpus_per_gpu))
+        verified = {*report.done, *report.finished_before}
+        status, text, written = write_tables(sweep, [run for job in jobs if job.name in verified for run in job.runs],
+                                             local.call if local else None)
     except KeyboardInterrupt as e:
         signum = stop_signal(e)
         print(f"interrupted ({signal.Signals(signum).name}): rerun the same command to continue (finished runs are "
@@ -347,8 +355,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_SIGNALLED + signum
     finally:
         executor.close()
-    verified = {*report.done, *report.finished_before}
-    status, text, written = write_tables(sweep, [run for job in jobs if job.name in verified for run in job.runs])
     if text:
         print(f"\n{text.rstrip()}")
     if status == 0:

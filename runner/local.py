@@ -26,11 +26,12 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import suppress
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from engine.preemption import end_workers
 from runner import unit
@@ -39,6 +40,7 @@ from runner.profiles import ask_torch, card_has_bf16
 from runner.schedule import Outcome
 from units.facts import REPO
 
+T = TypeVar("T")
 STOP_WAIT_S = 30.0
 """When the runner is stopped: how long its warm workers (sent the same signal) have to end before they are
 killed."""
@@ -139,11 +141,20 @@ class LocalExecutor:
     def start(self, job: Job, log: str) -> Running:
         slot = next(s for s in self.pool if not s.busy)
         slot.busy = True
+        attempt = f"local {slot.devices or 'CPU'} slot, warm worker"
+        return Running(slot, self._worker(slot).submit(_serve, job, log, attempt, self.has_bf16))
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the first slot's warm worker (started when need be) and its result: the runner's own work
+        that imports torch (the ``--extra-opts`` check before the jobs, the report after them) costs no process of
+        its own, and the imports it pays serve the sweep's runs. ``fn`` must be a module-level function."""
+        return self._worker(self.pool[0]).submit(fn, *args).result()
+
+    def _worker(self, slot: Slot) -> ProcessPoolExecutor:
         if slot.warm is None:
             slot.warm = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_warm_up,
                                             initargs=(slot.devices, self.threads))
-        attempt = f"local {slot.devices or 'CPU'} slot, warm worker"
-        return Running(slot, slot.warm.submit(_serve, job, log, attempt, self.has_bf16))
+        return slot.warm
 
     def wait(self, handles: Sequence[Running], timeout: float) -> None:
         """Return as soon as a job's worker answers (a job ends the moment it does), or after ``timeout``."""

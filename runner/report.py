@@ -1,14 +1,17 @@
 """The sweep report beside each protocol's table (``<output>/<protocol>/report.md`` and ``report.png``:
 ``analysis.report``), made at the end of every sweep from the runs it verified, and ``python -m runner report
-OUTPUT`` for an existing output tree. It runs in a child process: reading the routing dumps imports torch, which the
-runner itself never imports."""
+OUTPUT`` for an existing output tree. Reading the routing dumps imports torch, which the runner itself never imports:
+the report is made in a local slot's warm worker, else in a child process."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from units.facts import REPO
 
@@ -17,13 +20,26 @@ EXIT_NOTHING = 2
 
 
 def write_report(root: str, protocol: str, out_dir: str, source: str = "imagenet",
-                 targets: Sequence[str] = (), methods: Sequence[str] = ()) -> tuple[int, str]:
-    """Run ``python -m analysis.report`` on the output root ``root``; its exit status and output (the line naming the
-    files, or one ``error:`` line)."""
-    argv = [sys.executable, "-m", "analysis.report", root, protocol, out_dir, "--source", source,
-            *(["--targets", *targets] if targets else []), *(["--methods", *methods] if methods else [])]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+                 targets: Sequence[str] = (), methods: Sequence[str] = (),
+                 call: Callable[..., Any] | None = None) -> tuple[int, str]:
+    """``python -m analysis.report`` on the output root ``root``, run by ``call`` (a warm process of the executor's)
+    or as a child process; its exit status and output (the line naming the files, or one ``error:`` line)."""
+    argv = [root, protocol, out_dir, "--source", source, *(["--targets", *targets] if targets else []),
+            *(["--methods", *methods] if methods else [])]
+    if call is not None:
+        return call(report_here, argv)
+    done = subprocess.run([sys.executable, "-m", "analysis.report", *argv], cwd=REPO, capture_output=True, text=True)
     return done.returncode, (done.stdout + done.stderr).strip()
+
+
+def report_here(argv: list[str]) -> tuple[int, str]:
+    """``python -m analysis.report ARGV`` in this process: its exit status and what it printed."""
+    from analysis.report import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        status = main(argv)
+    return status, out.getvalue().strip()
 
 
 def main(argv: Sequence[str]) -> int:

@@ -13,7 +13,8 @@ import contextlib
 import io
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import parse_test_res
 from engine.atomic import atomic_write_text
@@ -63,10 +64,12 @@ def link_runs(output: str, runs: Iterable[str], view: str) -> int:
     return count
 
 
-def write_tables(sweep: Sweep, verified: Iterable[str]) -> tuple[int, str, str]:
-    """Write the plain and CSV tables of the ``verified`` run folders (atomically), then their report; return the
-    exit status, the plain text and the report's line (the files it wrote, or why none); nothing is written without a
-    verified run (status 1, no text) or when parse_test_res fails."""
+def write_tables(sweep: Sweep, verified: Iterable[str],
+                 call: Callable[..., Any] | None = None) -> tuple[int, str, str]:
+    """Write the plain and CSV tables of the ``verified`` run folders (atomically), then their report (made by
+    ``call``, a warm process of the executor's, else in a child process); return the exit status, the plain text and
+    the report's line (the files it wrote, or why none); nothing is written without a verified run (status 1, no text)
+    or when parse_test_res fails."""
     with tempfile.TemporaryDirectory(prefix="table-view-") as view:
         if not link_runs(sweep.output, verified, view):
             return 1, "", ""
@@ -81,7 +84,7 @@ def write_tables(sweep: Sweep, verified: Iterable[str]) -> tuple[int, str, str]:
             atomic_write_text(content, path)
         targets = sweep.datasets if sweep.protocol != "base2new" else ()
         _, line = write_report(view, sweep.protocol, os.path.dirname(table_path(sweep, "txt")), sweep.source,
-                               targets, list(dict.fromkeys(m.trainer for m in sweep.methods)))
+                               targets, list(dict.fromkeys(m.trainer for m in sweep.methods)), call)
     return status, text, line.replace(view, sweep.output)
 
 

@@ -123,7 +123,7 @@ def test_bad_arguments_stop_before_anything_starts(tmp_path, case):
 
 def test_the_runner_does_not_import_torch():
     """The runner process plans, checks its arguments and schedules without torch (the checks that need the config
-    schema run in a child process)."""
+    schema, and the report, run in a warm worker or a child process)."""
     done = subprocess.run([sys.executable, "-c", "import sys, runner.cli, runner.schedule, runner.local, "
                            "runner.tables, runner.arguments; print('torch' in sys.modules)"], cwd=REPO,
                           capture_output=True, text=True, timeout=HANG_GUARD_S)
