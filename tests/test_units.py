@@ -291,6 +291,18 @@ def test_units_help_lists_every_method_and_exits_0():
     assert bare.returncode == 2 and bare.stderr.count("\n") == 1 and bare.stderr.startswith("error: ")
 
 
+@pytest.mark.parametrize("name", ["PETR+CoOp", "PETRCoOp"])
+def test_a_method_is_named_as_the_tables_name_it_or_by_its_scripts_folder(name):
+    """``python -m units METHOD``: the method's name in the tables or its trainer runs its scripts folder's command."""
+    def argv(method: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "units", "--print-argv", method, "base2new_train", "eurosat", "1"],
+                              cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert argv(name) == argv("petr_coop") and "PETRCoOp/vit_b16_ctxv1/seed1" in argv(name)
+
+
 def test_a_stopping_signal_waits_for_torchruns_status():
     """A unit with NPROC > 1 runs torchrun as a child; a stopping signal (which the scheduler sends the child too)
     must not end or requeue the caller first: it gets the child's status (75 here, as after a saved state), and its
