@@ -143,7 +143,9 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
     ("python -m runner base2new --data /data --datasets all --seeds 1 2 3 --dry-run",
      Run(2, PREFLIGHT_STOPS, errors_last=True, quoted=("docs/RUNNER.md", "jobs         count"),
          absent=("/data", "{repo}/output"))),  # no run of an earlier sweep: every job is new
-    ("python -m runner --help", Run(0, ("usage: python -m runner", "--skip-missing", "--dry-run", "--executor"))),
+    ("python -m runner --help", Run(0, ("usage: python -m runner [-h] {{base2new,xd,dg,report}} ...",))),
+    ("python -m runner base2new --help", Run(0, ("usage: python -m runner base2new", "--skip-missing", "--dry-run",
+                                                 "--executor {{local,slurm}}"))),
     ("python -m units --print-argv petr base2new_train eurosat 1", Run(0, (
         "Training PETR on eurosat (seed 1, α=1000.0) -> "
         "output/base2new/train_base/eurosat/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed1",
@@ -218,7 +220,7 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
     ("python -m bench.demo_transfer", NotRun("long", "about 4 min on 2 cores")),
     (re.compile(r"^python -m bench\.demo_transfer --variants "), NotRun("long", "minutes per variant on 2 cores")),
     ("python -m bench.demo_profiles --seeds 1 2 3 --quick", NotRun("long", "about 30 min on 2 cores")),
-    ("python -m runner report OUTPUT", Elsewhere("tests/test_report.py::test_report_files_and_the_runner_command",
+    ("python -m runner report OUTPUT_ROOT", Elsewhere("tests/test_report.py::test_report_files_and_the_runner_command",
                                                  "run on a small output tree")),
     (re.compile(r"^python -m bench\.benchmark loader( --model tiny --threads 1)?$"), Elsewhere(
         "tests/bench/test_benchmark.py::test_loader_part_prints_per_core_rates_the_cost_models_block_and_epochs",
