@@ -42,8 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
               f"state and exit with status {EXIT_PREEMPTED}: rerun the same command to continue.")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=epilog,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", type=str, default="", help="path to the datasets folder (DATASET.ROOT)")
-    p.add_argument("--output-dir", type=str, default="", help="output directory (OUTPUT_DIR)")
+    p.add_argument("--data", "--root", dest="root", type=str, default="",
+                   help="the datasets folder (DATASET.ROOT; the scripts' DATA; --root: CoOp's name)")
+    p.add_argument("--output-dir", type=str, default="", help="this run's folder (OUTPUT_DIR; the scripts compose it "
+                   "under OUTPUT_ROOT)")
     p.add_argument("--resume", type=str, default="", help="checkpoint directory to resume from (RESUME)")
     p.add_argument("--seed", type=int, default=-1, help="only a non-negative value sets SEED (0 included)")
     p.add_argument("--source-domains", type=str, nargs="+", help="source domains for DA/DG")
@@ -127,7 +129,7 @@ ARGUMENT_KEYS = {"root": "DATASET.ROOT", "output_dir": "OUTPUT_DIR", "resume": "
                  "source_domains": "DATASET.SOURCE_DOMAINS", "target_domains": "DATASET.TARGET_DOMAINS",
                  "transforms": "INPUT.TRANSFORMS", "trainer": "TRAINER.NAME", "backbone": "MODEL.BACKBONE.NAME",
                  "head": "MODEL.HEAD.NAME"}
-"""The arguments that set a config key (``--root`` sets DATASET.ROOT, ...)."""
+"""The arguments that set a config key (``--data``, or ``--root``, sets DATASET.ROOT, ...)."""
 
 
 def argument_values(args: argparse.Namespace) -> dict[str, object]:

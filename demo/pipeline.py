@@ -16,8 +16,9 @@ It prints the base-to-novel table, the routing rates and the paper's effects (th
 when it ran them); ``<output>/report.md`` holds them as markdown with the stage times, ``<output>/report.png`` the
 figure; the runner's lines and every command's log go to ``<output>/logs/``.
 
-Command line: ``python -m demo.pipeline [--full | --quick] [--workdir DIR] [--data DIR] [--output DIR] [--cache DIR]
-[--seeds S ...] [--threads N] [--jobs N]``. Environment: ``DEMO_DATA``, ``DEMO_OUTPUT``, ``DEMO_CACHE`` (flags win).
+Command line: ``python -m demo.pipeline [--full | --quick] [--workdir DIR] [--data DIR] [--output-root DIR]
+[--cache DIR] [--seeds S ...] [--threads N] [--jobs N]``. Environment: ``DEMO_DATA``, ``DEMO_OUTPUT``, ``DEMO_CACHE``
+(flags win).
 """
 from __future__ import annotations
 
@@ -290,8 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     which.add_argument("--full", action="store_true", help="every method and protocol, seeds 1-3 (make demo-full)")
     which.add_argument("--quick", action="store_true", help="the reduced demo of the test suite")
     parser.add_argument("--workdir", default=".", help="folder under which data/demo, output/demo, demo_cache go")
-    parser.add_argument("--data", help="dataset root (default $DEMO_DATA or <workdir>/data/demo)")
-    parser.add_argument("--output", help="output root (default $DEMO_OUTPUT or <workdir>/output/demo)")
+    parser.add_argument("--data", "--root", dest="data",
+                        help="the datasets folder (default $DEMO_DATA or <workdir>/data/demo)")
+    parser.add_argument("--output-root", "--output", dest="output", metavar="DIR",
+                        help="the output root (default $DEMO_OUTPUT or <workdir>/output/demo)")
     parser.add_argument("--cache", help="tiny CLIP cache (default $DEMO_CACHE or <workdir>/demo_cache)")
     parser.add_argument("--seeds", type=int, nargs="+", help="seeds of every protocol (default: the size's)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run (default 1)")

@@ -20,7 +20,7 @@ classes (``DemoCool``, ``DemoSoft``, ``DemoFancy``) and test-only shifted render
 ImageNet-V2/-Sketch/-A/-R: a fresh draw (``DemoNetV2``), outline drawings (``SKETCH``), striped shapes on busy
 backgrounds (``TEXTURE``) and a cold, varying light (``RELIT``).
 
-Command line: ``python -m demo.shapes --root DATA`` writes one folder per dataset under ``DATA`` (``demo_shapes/``,
+Command line: ``python -m demo.shapes --data DATA`` writes one folder per dataset under ``DATA`` (``demo_shapes/``,
 ``demo_shapes_hard/``, ``demonet/``, ...; each skipped when already written with the same parameters).
 """
 from __future__ import annotations
@@ -478,7 +478,8 @@ def preview(path: str, size: int = 32, style: Style = DOWNSTREAM, per_class: int
 def main(argv: list[str] | None = None) -> None:
     """Command line of the generator."""
     parser = argparse.ArgumentParser(description="Write the demo dataset of coloured shapes in CoOp's layout.")
-    parser.add_argument("--root", required=True, help="dataset root (DATA); writes one folder per demo dataset")
+    parser.add_argument("--data", "--root", dest="root", required=True,
+                        help="the datasets folder (DATA); writes one folder per demo dataset")
     parser.add_argument("--train-per-class", type=int, default=GenParams.train_per_class)
     parser.add_argument("--val-per-class", type=int, default=GenParams.val_per_class)
     parser.add_argument("--test-per-class", type=int, default=GenParams.test_per_class)

@@ -126,14 +126,14 @@ DEMO_RUN = Elsewhere(DEMO_TEST, "runs `make demo`'s command, `PYTHON=... bash sc
 
 COMMANDS: list[tuple[str | re.Pattern, Check]] = [
     # run here as written
-    ("python -m datasets.fetch --root /data all", Run(2, fetch_lines("/data", *ALL_FETCHED), absent=("/data",))),
-    ("python -m datasets.check --root /data", Run(1, (
+    ("python -m datasets.fetch --data /data all", Run(2, fetch_lines("/data", *ALL_FETCHED), absent=("/data",))),
+    ("python -m datasets.check --data /data", Run(1, (
         "Data root /data (counts: found / published where they differ)",
         "ImageNet: /data/imagenet: dataset folder missing; put ImageNet there (see DATASETS.md#imagenet)"),
         absent=("/data",))),
-    ("python -m tools.fetch_teachers --dir teachers all",  # slow: torch's imports, 4-5 s of CPU each
+    ("python -m tools.fetch_teachers --teacher-dir teachers all",  # slow: torch's imports, 4-5 s of CPU each
      Run(2, teacher_lines("Caltech101", "ImageNet-xd"), absent=("{repo}/teachers",), slow=True)),
-    ("python -m tools.fetch_teachers --dir teachers EuroSAT ImageNet-xd",
+    ("python -m tools.fetch_teachers --teacher-dir teachers EuroSAT ImageNet-xd",
      Run(2, teacher_lines("EuroSAT", "ImageNet-xd"), absent=("{repo}/teachers",), slow=True)),
     ("python -m runner base2new --data /data --dry-run",
      Run(2, (PLAN + "PETR PromptKD CoOp PETR+CoOp ZeroshotCLIP; profile paper", *PREFLIGHT_STOPS), errors_last=True,
@@ -149,7 +149,7 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
     ("python -m units --print-argv petr base2new_train eurosat 1", Run(0, (
         "Training PETR on eurosat (seed 1, α=1000.0) -> "
         "output/base2new/train_base/eurosat/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed1",
-        '"argv": ["train.py", "--root", "", "--seed", "1", "--trainer", "PETR"'))),
+        '"argv": ["train.py", "--data", "", "--seed", "1", "--trainer", "PETR"'))),
     ("python -m units --help", Run(0, ("methods and their commands: ", "petr: base2new_train base2new_test"))),
     ("python train.py --help", Run(0, (re.compile(r"^trainers: .*\bPETR\b", re.M),
                                        re.compile(r"^datasets: .*\bEuroSAT\b", re.M)))),
@@ -157,17 +157,17 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
         re.compile(r"^average +PETR +88\.42 +82\.09 +85\.14 ", re.M),
         re.compile(r"^average +PromptKD +86\.96 +80\.73 +83\.73 ", re.M)))),
     ("python -m tools.import_graph", Run(0, ("engine -> nothing", "train -> datasets, engine, trainers"))),
-    ("python -m datasets.fetch --root $DATA all", Run(2, fetch_lines("{data}", *ALL_FETCHED), env=DATA_ENV)),
-    ("python -m datasets.fetch --root $DATA eurosat oxford_pets",
+    ("python -m datasets.fetch --data $DATA all", Run(2, fetch_lines("{data}", *ALL_FETCHED), env=DATA_ENV)),
+    ("python -m datasets.fetch --data $DATA eurosat oxford_pets",
      Run(2, fetch_lines("{data}", ("EuroSAT", "eurosat"), ("OxfordPets", "oxford_pets")), env=DATA_ENV)),
-    ("python -m datasets.fetch --root $DATA all --dry-run", Run(2, fetch_lines("{data}", *ALL_FETCHED), env=DATA_ENV)),
-    ("python -m datasets.fetch --root $DATA imagenet", Run(2, (
+    ("python -m datasets.fetch --data $DATA all --dry-run", Run(2, fetch_lines("{data}", *ALL_FETCHED), env=DATA_ENV)),
+    ("python -m datasets.fetch --data $DATA imagenet", Run(2, (
         "ImageNet is not in the Hugging Face copy; place it by hand in {data}/imagenet (DATASETS.md#imagenet):",
-        "  5. check it: python -m datasets.check --root {data} imagenet"), env=DATA_ENV)),
-    ("python -m datasets.check --root $DATA", Run(1, (
+        "  5. check it: python -m datasets.check --data {data} imagenet"), env=DATA_ENV)),
+    ("python -m datasets.check --data $DATA", Run(1, (
         "ImageNet: {data}/imagenet: dataset folder missing", "ImageNetR: {data}/imagenet-rendition: dataset folder "
         "missing"), env=DATA_ENV)),
-    ("python -m datasets.check --root $DATA eurosat imagenet --full", Run(1, (
+    ("python -m datasets.check --data $DATA eurosat imagenet --full", Run(1, (
         "EuroSAT: {data}/eurosat: dataset folder missing; put EuroSAT there (see DATASETS.md#eurosat)",
         "ImageNet: {data}/imagenet: dataset folder missing"), env=DATA_ENV)),
     ("python -m bench.benchmark train --model tiny --classes 10 --train-iters 5 --warmup 2 --threads 1 --precisions "

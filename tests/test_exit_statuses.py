@@ -92,7 +92,7 @@ CHECKS: dict[tuple[str, str], tuple[Shell | InProcess | Named | Rule, ...]] = {
     (CLIP, "2"): (InProcess("clip.download", ("ViT-B/16", "--dir", "{tmp}", "--dry-run"), "missing: ViT-B/16: "),
                   InProcess("clip.download", ("NoSuch",), "error: unknown CLIP model(s) NoSuch")),
     (TEACHERS, "0"): (Named("tests/test_fetch_teachers.py::test_fetch_verify_and_place"),),
-    (TEACHERS, "2"): (InProcess("tools.fetch_teachers", ("--dir", "{tmp}", "EuroSAT"), "error: cannot list "),
+    (TEACHERS, "2"): (InProcess("tools.fetch_teachers", ("--teacher-dir", "{tmp}", "EuroSAT"), "error: cannot list "),
                       InProcess("tools.fetch_teachers", ("--dir", "{tmp}", "NoSuch"), "error: unknown teacher(s)")),
     (RUNS, "0"): (Shell("python -m engine.runs state {tmp}", "new"),),
     (RUNS, "2"): (Shell("python -m engine.runs saved-model {tmp}", "error: no checkpoint in {tmp}"),),

@@ -230,7 +230,7 @@ def train_argv(data: str, trainer: str, dataset: str, config: str, out: str, see
     """``train.py`` and its arguments for one run of ``trainer`` with ``configs/trainers/<trainer>/<config>.yaml`` on
     ``dataset`` (a short name) into ``out`` (no ``--seed`` for an empty one), then ``args``: the one builder of a
     run's command line, for the unit commands and the demo's studies."""
-    return ["train.py", "--root", data, *(["--seed", str(seed)] if seed != "" else []), "--trainer", trainer,
+    return ["train.py", "--data", data, *(["--seed", str(seed)] if seed != "" else []), "--trainer", trainer,
             "--dataset-config-file", dataset_yaml(dataset), "--config-file",
             f"configs/trainers/{trainer}/{config}.yaml", "--output-dir", out, *args]
 
