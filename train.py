@@ -213,12 +213,17 @@ def setup_cfg(args: argparse.Namespace):
     return cfg
 
 
-def print_args(args: argparse.Namespace, cfg) -> None:
-    print("***************\n** Arguments **\n***************")
-    for key in sorted(vars(args)):
-        print(f"{key}: {getattr(args, key)}")
-    print("************\n** Config **\n************")
-    print(cfg)
+def log_args(args: argparse.Namespace, cfg, logger) -> None:
+    """The arguments and the merged config, as Dassl dumps them, into the run's log only (where upstream's readers
+    and ``engine.runs.logged_config`` find them); the terminal gets one line naming the log, so that an error that
+    follows is not 250 lines further down."""
+    if logger is None:  # not rank 0
+        return
+    lines = ["***************", "** Arguments **", "***************",
+             *(f"{key}: {getattr(args, key)}" for key in sorted(vars(args))),
+             "************", "** Config **", "************", str(cfg)]
+    logger.write_file("\n".join(lines) + "\n")
+    print(f"Arguments and config: {logger.fpath}")
 
 
 def dataset_digest(cfg, dataset=None) -> dict[str, str]:
@@ -411,7 +416,7 @@ def _train_or_evaluate(args: argparse.Namespace, cfg, claim):
             set_random_seed(cfg.SEED)
         if torch.cuda.is_available() and cfg.USE_CUDA:
             torch.backends.cudnn.benchmark = True
-        print_args(args, cfg)
+        log_args(args, cfg, logger)
         if args.env_info:
             print("Collecting env info ...")
             print(f"** System info **\n{collect_env_info()}\n")

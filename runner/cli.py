@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -50,8 +49,8 @@ def default_methods(protocol: str) -> list[str]:
     return [m.name for m in rows if protocol == "base2new" or m.xd_config]
 COMMON_ENV = ("DATA", "OUTPUT_ROOT", "TEACHER_DIR", "PYTHON", *PASSED_KNOBS, "NPROC")
 """Environment the plan prints once instead of on every command (the same for every job)."""
-EXIT_FAILED, EXIT_USAGE, EXIT_SIGNALLED = 1, 2, 128
-"""Exit statuses: a job failed, bad arguments, and 128 + the signal that stopped the runner (the shells' rule)."""
+EXIT_FAILED, EXIT_USAGE = 1, 2
+"""Exit statuses: a job failed, bad arguments (a signal: 128 + it, ``runner.schedule.stopped``)."""
 SUMMARY_TAIL = 5
 """Log lines of each failed job in the final summary (the full tail was printed when it failed)."""
 
@@ -348,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_summary(sweep, shown, "to run", args.cpus_per_gpu)
         close(verdict.closing, verdict.status)
         return verdict.status
-    from runner.schedule import run_plan, stop_signal
+    from runner.schedule import run_plan, stopped
     from runner.tables import table_path, write_tables
 
     try:
@@ -371,10 +370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = run_plan(jobs, executor, log_dir,
                           lambda job: projected_seconds(job, sweep.protocol, sweep.profile.name, args.cpus_per_gpu))
     except KeyboardInterrupt as e:
-        signum = stop_signal(e)
-        print(f"interrupted ({signal.Signals(signum).name}): rerun the same command to continue (finished runs are "
-              "skipped, interrupted ones resume)", file=sys.stderr)
-        return EXIT_SIGNALLED + signum
+        line, status = stopped(e)
+        print(line, file=sys.stderr)
+        return status
     finally:
         executor.close()
     verified = {*report.done, *report.finished_before}
