@@ -262,6 +262,9 @@ def test_a_signal_stops_the_demo_with_the_runners_line(quick_demo, tmp_path):
             break
     out, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 128 + signal.SIGTERM, out[-2000:] + err[-2000:]
-    assert "Traceback" not in err and err.splitlines()[-1] == (
+    # Python's resource tracker may add its own warning after the demo has ended: a warm worker that was idle when
+    # the runner passed the signal on dies of it with a semaphore of its job's still registered (runner/local.py)
+    ours = [line for line in err.splitlines() if "resource_tracker" not in line]
+    assert "Traceback" not in err and ours[-1] == (
         "interrupted (SIGTERM): rerun the same command to continue (finished runs are skipped, interrupted ones "
         "resume)"), err[-3000:]
