@@ -480,18 +480,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Write the demo dataset of coloured shapes in CoOp's layout.")
     parser.add_argument("--data", "--root", dest="root", required=True,
                         help="the datasets folder (DATA); writes one folder per demo dataset")
-    parser.add_argument("--train-per-class", type=int, default=GenParams.train_per_class,
-                        help="train images per class, base-to-novel datasets")
-    parser.add_argument("--val-per-class", type=int, default=GenParams.val_per_class,
-                        help="val images per class, base-to-novel datasets")
-    parser.add_argument("--test-per-class", type=int, default=GenParams.test_per_class,
-                        help="test images per class, base-to-novel datasets")
-    parser.add_argument("--xd-train-per-class", type=int, default=GenParams.xd_train_per_class,
-                        help="per class, cross-dataset / DG datasets (DemoNet, DemoCool, ...)")
-    parser.add_argument("--xd-val-per-class", type=int, default=GenParams.xd_val_per_class,
-                        help="val images per class, cross-dataset / DG datasets")
-    parser.add_argument("--xd-test-per-class", type=int, default=GenParams.xd_test_per_class,
-                        help="test images per class, cross-dataset / DG datasets")
+    for prefix, which in (("", "base-to-novel datasets"), ("xd_", "cross-dataset / DG datasets (DemoNet, ...)")):
+        for split in ("train", "val", "test"):
+            key = f"{prefix}{split}_per_class"
+            parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=getattr(GenParams, key),
+                                help=f"{split} images per class, {which}")
     parser.add_argument("--size", type=int, default=GenParams.size, help="image side in pixels")
     parser.add_argument("--seed", type=int, default=GenParams.seed, help="the seed of every drawing")
     parser.add_argument("--force", action="store_true", help="regenerate even when the manifest matches")
