@@ -376,6 +376,28 @@ def test_documented_programs_are_every_users():
     assert odd == [], "write `python` (the active environment's), not a path into one checkout:\n" + "\n".join(odd)
 
 
+PACKAGES = ("engine", "clip", "datasets", "trainers", "analysis", "runner", "units", "demo", "tools", "bench")
+NAMED = re.compile(rf"^((?:{'|'.join(PACKAGES)})(?:/\w+)+)\.([A-Za-z_]\w*)$")
+"""A code span naming a name in a module by its path (``trainers/routing/routers.ROUTERS``)."""
+
+
+def test_a_name_the_docs_place_in_a_module_is_defined_there():
+    """``pkg/module.NAME`` in a page: the module (or package) defines NAME (a class, a function or an assignment at
+    its top level), so the reader finds it where the page sends them."""
+    wrong = []
+    for doc in DOC_FILES:
+        for span in re.findall(r"(?<!`)`([^`\n]+)`(?!`)", read_doc(doc)):
+            found = NAMED.match(span)
+            if not found or found.group(2) in ("py", "md", "sh", "yaml", "json", "txt", "pt", "png"):
+                continue
+            base = os.path.join(REPO, found.group(1))
+            module = f"{base}.py" if os.path.isfile(f"{base}.py") else os.path.join(base, "__init__.py")
+            source = open(module).read() if os.path.isfile(module) else ""
+            if not re.search(rf"^(?:class|def) {found.group(2)}\b|^{found.group(2)}\b[^=\n]*=", source, re.M):
+                wrong.append(f"{doc}: `{span}`: {os.path.relpath(module, REPO)} defines no {found.group(2)}")
+    assert wrong == [], "\n".join(wrong)
+
+
 def test_the_train_py_example_is_the_scripts_run():
     """docs/usage.md's ``train.py`` example is the command README's step 4 runs (``--print-argv``), word for word: the
     paper's run (α, teacher), in the script's folder, which the script then finds finished."""
