@@ -164,7 +164,7 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
         "Training PETR on demo_shapes_hard (seed 1, α=1000.0) -> {tmp}/output/base2new/train_base/demo_shapes_hard/"
         "shots_0/PETR/demo/seed1",))),
     (PETR_B2N.format("test"), OnDemo(0, ("Evaluating PETR on the novel classes of demo_shapes_hard (seed 1)",))),
-    ("python parse_test_res.py b2n output/base2new --paper --baseline paper:PromptKD", OnDemo(0, (
+    ("python parse_test_res.py b2n output/base2new --methods PETR --paper --baseline paper:PromptKD", OnDemo(0, (
         re.compile(r"^demo_shapes_hard +PETR +1/1 ", re.M), re.compile(r"^average +PETR \(paper\) +- +88\.42 ", re.M),
         "Δ = row − paper:PromptKD (baseline: set with --baseline;"))),
     (TRAIN_PY, OnDemo(0, ("Run finished, skipping: {tmp}/output/base2new/train_base/demo_shapes_hard/shots_0/PETR/demo/"
