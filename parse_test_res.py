@@ -45,6 +45,7 @@ from analysis.b2n import (
     collect_b2n,
     default_baseline,
     order_methods,
+    resolve_method,
     seed_table,
     summarize_b2n,
     wilcoxon_test,
@@ -138,6 +139,8 @@ def run_b2n(args: argparse.Namespace) -> None:
     summary = summarize_b2n(data)
     paper = load_paper(args.paper_file) if args.paper or _uses_paper(args) else None
     baseline = args.baseline if args.baseline is not None else default_baseline(summary, args.methods)
+    if baseline is not None and not baseline.startswith("paper:"):
+        baseline = resolve_method(baseline, summary, paper)[0]  # a method's other names: its label in the table
     headers, rows = b2n_table(summary, baseline, paper if args.paper else None)
     print(render_table(headers, rows, args.format))
     notes = ["HM per dataset = HM of the seed means; Average = mean over datasets with both Base and Novel, "
@@ -223,6 +226,17 @@ def _add_stats(p: argparse.ArgumentParser) -> None:
                         "sample: sample std (ddof=1) and the Student-t interval (n-1 dof)")
 
 
+def _add_format(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=list(FORMATS), default="plain",
+                   help="plain text (default), GitHub markdown or CSV (standard output then holds only the CSV rows)")
+
+
+KEYWORD_HELP = "the metric read from each run: a results.json key, or '* <keyword>: X%%' in its log (default accuracy)"
+METHODS_HELP = ("methods in table order: as the tables name them (PETR+CoOp), by trainer (PETRCoOp) or scripts folder "
+                "(petr_coop), or TRAINER / TRAINER/config globs")
+PAPER_FILE_HELP = "the published numbers' file (default results/paper_results.json)"
+
+
 def _default_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="Mean ± std of results across seed folders (CoOp usage). "
@@ -231,9 +245,9 @@ def _default_parser() -> argparse.ArgumentParser:
     p.add_argument("--ci95", action="store_true", help="report the 95%% interval half-width instead of the std")
     p.add_argument("--test-log", action="store_true", help="parse after '=> result' instead of 'Finish training'")
     p.add_argument("--multi-exp", action="store_true", help="every sub-folder of DIR is an experiment")
-    p.add_argument("--keyword", default="accuracy", help="metric name (results.json key / '* <keyword>: X%%')")
+    p.add_argument("--keyword", default="accuracy", help=KEYWORD_HELP)
     _add_stats(p)
-    p.add_argument("--format", choices=list(FORMATS), default="plain")
+    _add_format(p)
     return p
 
 
@@ -241,19 +255,20 @@ def _b2n_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="parse_test_res.py b2n",
                                 description="Base / Novel / HM per dataset and method from train_base + test_new.")
     p.add_argument("roots", nargs="+", help="output roots holding train_base/ and test_new/ (e.g. output/base2new)")
-    p.add_argument("--methods", nargs="+", help="trainer names or TRAINER/config globs to include, in table order")
+    p.add_argument("--methods", nargs="+", help=METHODS_HELP)
     p.add_argument("--shots", nargs="+", help="shots folders to include (e.g. shots_16)")
-    p.add_argument("--keyword", default="accuracy")
+    p.add_argument("--keyword", default="accuracy", help=KEYWORD_HELP)
     p.add_argument("--baseline", "--reference", dest="baseline",
-                   help="method the Δ columns are relative to (a measured label or paper:<name>); default: the "
+                   help="method the Δ columns are relative to (a measured method, any name --methods takes, or "
+                        "paper:<name>); default: the "
                         "first --methods entry, else the zero-shot CLIP runs (ZeroshotCLIP), else no Δ columns")
     p.add_argument("--paper", action="store_true", help="add the published rows of each measured method")
-    p.add_argument("--paper-file", default=str(PAPER_FILE))
+    p.add_argument("--paper-file", default=str(PAPER_FILE), help=PAPER_FILE_HELP)
     p.add_argument("--wilcoxon", nargs=2, metavar=("A", "B"), help="paired signed-rank test across datasets")
     p.add_argument("--metric", choices=METRICS, default="hm", help="metric for --wilcoxon")
     p.add_argument("--seed-table", action="store_true", help="also print mean, std and 95%% CI per metric")
     _add_stats(p)
-    p.add_argument("--format", choices=list(FORMATS), default="plain")
+    _add_format(p)
     return p
 
 
@@ -265,9 +280,9 @@ def _transfer_parser(protocol: str) -> argparse.ArgumentParser:
     p.add_argument("--source", default="imagenet", help="source dataset (short name, default imagenet)")
     p.add_argument("--targets", nargs="+", help=f"target datasets in column order (default: the {protocol} targets "
                                                 "found under ROOT)")
-    p.add_argument("--methods", nargs="+", help="trainer names or TRAINER/config globs to include, in table order")
-    p.add_argument("--keyword", default="accuracy")
-    p.add_argument("--format", choices=list(FORMATS), default="plain")
+    p.add_argument("--methods", nargs="+", help=METHODS_HELP)
+    p.add_argument("--keyword", default="accuracy", help=KEYWORD_HELP)
+    _add_format(p)
     p.set_defaults(protocol=protocol)
     return p
 
@@ -275,8 +290,8 @@ def _transfer_parser(protocol: str) -> argparse.ArgumentParser:
 def _paper_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="parse_test_res.py paper", description="Print the stored published numbers.")
     p.add_argument("table", nargs="?", help="table name (default: all)")
-    p.add_argument("--paper-file", default=str(PAPER_FILE))
-    p.add_argument("--format", choices=list(FORMATS), default="plain")
+    p.add_argument("--paper-file", default=str(PAPER_FILE), help=PAPER_FILE_HELP)
+    _add_format(p)
     return p
 
 

@@ -42,8 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
               f"state and exit with status {EXIT_PREEMPTED}: rerun the same command to continue.")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=epilog,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", type=str, default="", help="path to the datasets folder (DATASET.ROOT)")
-    p.add_argument("--output-dir", type=str, default="", help="output directory (OUTPUT_DIR)")
+    p.add_argument("--data", "--root", dest="root", type=str, default="",
+                   help="the datasets folder (DATASET.ROOT; the scripts' DATA; --root: CoOp's name)")
+    p.add_argument("--output-dir", type=str, default="", help="this run's folder (OUTPUT_DIR; the scripts compose it "
+                   "under OUTPUT_ROOT)")
     p.add_argument("--resume", type=str, default="", help="checkpoint directory to resume from (RESUME)")
     p.add_argument("--seed", type=int, default=-1, help="only a non-negative value sets SEED (0 included)")
     p.add_argument("--source-domains", type=str, nargs="+", help="source domains for DA/DG")
@@ -127,7 +129,7 @@ ARGUMENT_KEYS = {"root": "DATASET.ROOT", "output_dir": "OUTPUT_DIR", "resume": "
                  "source_domains": "DATASET.SOURCE_DOMAINS", "target_domains": "DATASET.TARGET_DOMAINS",
                  "transforms": "INPUT.TRANSFORMS", "trainer": "TRAINER.NAME", "backbone": "MODEL.BACKBONE.NAME",
                  "head": "MODEL.HEAD.NAME"}
-"""The arguments that set a config key (``--root`` sets DATASET.ROOT, ...)."""
+"""The arguments that set a config key (``--data``, or ``--root``, sets DATASET.ROOT, ...)."""
 
 
 def argument_values(args: argparse.Namespace) -> dict[str, object]:
@@ -211,12 +213,17 @@ def setup_cfg(args: argparse.Namespace):
     return cfg
 
 
-def print_args(args: argparse.Namespace, cfg) -> None:
-    print("***************\n** Arguments **\n***************")
-    for key in sorted(vars(args)):
-        print(f"{key}: {getattr(args, key)}")
-    print("************\n** Config **\n************")
-    print(cfg)
+def log_args(args: argparse.Namespace, cfg, logger) -> None:
+    """The arguments and the merged config, as Dassl dumps them, into the run's log only (where upstream's readers
+    and ``engine.runs.logged_config`` find them); the terminal gets one line naming the log, so that an error that
+    follows is not 250 lines further down."""
+    if logger is None:  # not rank 0
+        return
+    lines = ["***************", "** Arguments **", "***************",
+             *(f"{key}: {getattr(args, key)}" for key in sorted(vars(args))),
+             "************", "** Config **", "************", str(cfg)]
+    logger.write_file("\n".join(lines) + "\n")
+    print(f"Arguments and config: {logger.fpath}")
 
 
 def dataset_digest(cfg, dataset=None) -> dict[str, str]:
@@ -409,7 +416,7 @@ def _train_or_evaluate(args: argparse.Namespace, cfg, claim):
             set_random_seed(cfg.SEED)
         if torch.cuda.is_available() and cfg.USE_CUDA:
             torch.backends.cudnn.benchmark = True
-        print_args(args, cfg)
+        log_args(args, cfg, logger)
         if args.env_info:
             print("Collecting env info ...")
             print(f"** System info **\n{collect_env_info()}\n")

@@ -37,9 +37,10 @@ from analysis.layout import (
     seed_key,
     seed_of,
 )
+from analysis.methods import MethodPatterns, catalog_method
 from analysis.paper import METRICS, PAPER_FILE, load_paper, paper_as_summary, paper_rows
 from analysis.readers import RunRecord, left_out_empty, routed_method
-from trainers.catalog import method_trainer
+from trainers.catalog import method_name, method_trainer
 
 ZERO_SHOT_TRAINER = "ZeroshotCLIP"
 """Default Δ baseline when ``--methods`` does not name one: zero-shot CLIP, the training-free reference."""
@@ -127,15 +128,18 @@ def _read_run_into(rp: RunPath, keyword: str, found: _Found) -> None:
             found.kd_base[seed], found.kd_novel[seed] = max(val), value
 
 
-def _wanted(rp: RunPath, methods: Sequence[str] | None, shots: Sequence[str] | None) -> bool:
-    return _matches(shots, rp.shots) and _matches(methods, rp.trainer, f"{rp.trainer}/{rp.config}")
+def _wanted(rp: RunPath, methods: MethodPatterns, shots: Sequence[str] | None) -> bool:
+    return _matches(shots, rp.shots) and methods.folder(rp.trainer, rp.config)
 
 
 def collect_b2n(roots: Sequence[str], keyword: str = "accuracy", methods: Sequence[str] | None = None,
                 shots: Sequence[str] | None = None) -> dict[str, dict[str, SeedRuns]]:
-    """``{method label: {dataset: SeedRuns}}`` from base-to-novel output trees (``methods``/``shots``: globs); a seed
-    folder without results or log and a run recording another folder's run are left out, one warning line each."""
+    """``{method label: {dataset: SeedRuns}}`` from base-to-novel output trees (``methods``: ``analysis.methods``'
+    entries, ``shots``: globs); a seed folder without results or log, a run recording another folder's run and a
+    ``methods`` entry that names no run are left out, one warning line each."""
+    patterns = MethodPatterns.of(methods)
     entries: dict[tuple, dict[str, _Found]] = defaultdict(lambda: defaultdict(_Found))
+    there: set[str] = set()
     skipped = 0
     for root_idx, root in enumerate(roots):
         require_dir(root)
@@ -143,31 +147,40 @@ def collect_b2n(roots: Sequence[str], keyword: str = "accuracy", methods: Sequen
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             rp = parse_run_path(dirpath)
             if not is_run_dir(dirpath):
-                if rp is not None and seed_of(rp.seed) is not None and _wanted(rp, methods, shots):
+                if rp is not None and seed_of(rp.seed) is not None and _wanted(rp, patterns, shots):
                     left_out_empty(dirpath)
                 continue
             if rp is None:
                 skipped += 1
                 continue
-            if _wanted(rp, methods, shots):
+            if _wanted(rp, patterns, shots):
                 _read_run_into(rp, keyword, entries[(root_idx, rp.trainer, rp.config, rp.shots)][rp.dataset])
+            else:
+                there.add(method_name(rp.trainer))
     if skipped:
         print(f"Note: skipped {skipped} run folder(s) outside the <train_base|test_new>/<dataset>/<shots>/<trainer>/"
               "<config>/<seed> layout", file=sys.stderr)
     named = {}  # (root, method name, config, shots) -> (root, trainer, config, shots)
     for (root, trainer, config, shots), datasets in entries.items():
         method = routed_method(trainer, set().union(*(found.routed_on for found in datasets.values())))
-        named[(root, method, config, shots)] = (root, trainer, config, shots)
+        there.add(method)
+        if patterns.rank(method, trainer, config) is not None:
+            named[(root, method, config, shots)] = (root, trainer, config, shots)
+    patterns.warn_unmatched([(name[1], trainer, config) for name, (_, trainer, config, _) in named.items()], there,
+                            ", ".join(roots))
     labels = _unique_labels(sorted(named), roots)
     return {labels[name]: {ds: found.merged() for ds, found in entries[key].items()}
             for name, key in sorted(named.items())}
 
 
-def order_methods(data: dict[str, Any], patterns: Sequence[str]) -> dict[str, Any]:
-    """Sort method labels by the first ``--methods`` pattern they match (the user's table order)."""
+def order_methods(data: dict[str, Any], entries: Sequence[str]) -> dict[str, Any]:
+    """Sort method labels by the first ``--methods`` entry naming them (the user's table order)."""
+    patterns = MethodPatterns.of(entries)
+
     def rank(label: str) -> int:
-        names = (label, label_trainer(label))
-        return next((i for i, p in enumerate(patterns) if any(fnmatch.fnmatch(n, p) for n in names)), len(patterns))
+        method, _, config = label.split(":")[-1].split("#")[0].partition("/")
+        found = patterns.rank(method, label_trainer(label), config.split("/")[0])
+        return len(entries) if found is None else found
 
     return dict(sorted(data.items(), key=lambda kv: rank(kv[0])))
 
@@ -217,10 +230,12 @@ def resolve_method(name: str, summary: dict[str, dict], paper: dict[str, Any] | 
         if rows is None:
             raise ResultsError(f"no published base-to-novel rows for {name[6:]!r} in {PAPER_FILE}")
         return f"{name[6:]} (paper)", paper_as_summary(rows)
-    if name not in summary:
+    method = catalog_method(name)
+    label = name if name in summary else method.name if method is not None and method.name in summary else None
+    if label is None:
         raise ResultsError(f"unknown method {name!r}; measured methods: {', '.join(summary) or 'none'} "
                            "(use paper:<name> for published rows)")
-    return name, summary[name]
+    return label, summary[label]
 
 
 def b2n_table(summary: dict[str, dict[str, dict[str, Any]]], baseline: str | None = None,

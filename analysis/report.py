@@ -226,10 +226,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m analysis.report ROOT PROTOCOL OUT_DIR [--source S] [--targets ...] [--methods ...]``."""
     p = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n\n")[0])
     p.add_argument("root", help="the output root (holding base2new/, xd/, dg/)")
-    p.add_argument("protocol", choices=("base2new", "xd", "dg"))
+    p.add_argument("protocol", choices=("base2new", "xd", "dg"), help="which protocol's runs to report")
     p.add_argument("out_dir", help="where report.md and report.png go")
-    p.add_argument("--source", default="imagenet")
-    p.add_argument("--targets", nargs="+")
+    p.add_argument("--source", default="imagenet", help="the cross-dataset / DG source (default imagenet)")
+    p.add_argument("--targets", nargs="+",
+                   help="the cross-dataset / DG targets, in column order (default: those found)")
     p.add_argument("--methods", nargs="+", help="trainer globs, in table order")
     args = p.parse_args(argv)
     try:

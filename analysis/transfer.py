@@ -16,7 +16,6 @@ than its folder's or other classes than all, is left out with one warning line (
 """
 from __future__ import annotations
 
-import fnmatch
 import os
 from collections import defaultdict
 from collections.abc import Sequence
@@ -24,8 +23,9 @@ from collections.abc import Sequence
 from analysis import stats
 from analysis.errors import ResultsError
 from analysis.layout import is_run_dir, require_dir, seed_key, seed_of
+from analysis.methods import MethodPatterns
 from analysis.readers import RunRecord, left_out_empty, routed_method
-from trainers.catalog import method_trainer
+from trainers.catalog import method_name, method_trainer
 
 ZERO_SHOT_TRAINER = "ZeroshotCLIP"
 SEARCH = {"xd": {"source": ("xd/train",), "target": ("xd/train", "xd/test")},
@@ -70,9 +70,11 @@ def default_targets(root: str, protocol: str, source: str) -> list[str]:
 
 def collect_transfer(root: str, protocol: str, source: str, targets: Sequence[str], keyword: str = "accuracy",
                      methods: Sequence[str] | None = None) -> Values:
-    """Every method's values per dataset and seed (``methods``: trainer names or ``TRAINER/config`` globs), keyed by
-    method name (PETR+X's runs by the learner they routed on: ``PETR+KgCoOp``)."""
+    """Every method's values per dataset and seed (``methods``: ``analysis.methods``' entries), keyed by method name
+    (PETR+X's runs by the learner they routed on: ``PETR+KgCoOp``); an entry that names no run is one warning line."""
     require_dir(root)
+    patterns = MethodPatterns.of(methods)
+    there: set[str] = set()
     values: Values = defaultdict(dict)
     routed: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # the trainers PETR+X runs routed on
     for dataset in (source, *targets):
@@ -86,7 +88,8 @@ def collect_transfer(root: str, protocol: str, source: str, targets: Sequence[st
             if is_run_dir(path):
                 cells[(ZERO_SHOT_TRAINER, config, "-")] = {"-": path}
         for key, runs in cells.items():
-            if methods and not any(fnmatch.fnmatch(n, p) for p in methods for n in (key[0], f"{key[0]}/{key[1]}")):
+            if not patterns.folder(*key[:2]):
+                there.add(method_name(key[0]))
                 continue
             read = {seed: _read_cell_run(path, dataset, key[0]) for seed, path in runs.items()}
             values[key][dataset] = {seed: v for seed, r in read.items() if r and (v := r.value(keyword)) is not None}
@@ -94,8 +97,13 @@ def collect_transfer(root: str, protocol: str, source: str, targets: Sequence[st
     if not values:
         raise ResultsError(f"no {protocol} runs of source '{source}' under {root} (expected {root}/xd/train/{source}/"
                            "<shots>/<trainer>/<config>/<seed> and the target trees; see analysis/transfer.py)")
-    return {(routed_method(trainer, routed[trainer, config, shots]), config, shots): cells
-            for (trainer, config, shots), cells in values.items()}
+    named = {(routed_method(trainer, routed[trainer, config, shots]), config, shots): (trainer, cells)
+             for (trainer, config, shots), cells in values.items()}
+    there |= {method for method, _, _ in named}
+    named = {key: value for key, value in named.items() if patterns.rank(key[0], value[0], key[1]) is not None}
+    patterns.warn_unmatched([(method, trainer, config) for (method, config, _), (trainer, _) in named.items()], there,
+                            root)
+    return {key: cells for key, (_, cells) in named.items()}
 
 
 def _read_cell_run(path: str, dataset: str, trainer: str) -> RunRecord | None:
@@ -123,12 +131,13 @@ def labels(keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], s
 
 
 def order(keys: Sequence[tuple[str, str, str]], methods: Sequence[str] | None) -> list[tuple[str, str, str]]:
-    """Keys in ``--methods`` order (the first pattern each matches), zero-shot first otherwise."""
+    """Keys in ``--methods`` order (the first entry naming each), zero-shot first otherwise."""
+    patterns = MethodPatterns.of(methods)
+
     def rank(key: tuple[str, str, str]) -> tuple[int, tuple[str, str, str]]:
         if methods:
-            names = (key[0], method_trainer(key[0]), f"{key[0]}/{key[1]}")
-            return next((i for i, p in enumerate(methods) if any(fnmatch.fnmatch(n, p) for n in names)),
-                        len(methods)), key
+            found = patterns.rank(key[0], method_trainer(key[0]), key[1])
+            return len(methods) if found is None else found, key
         return (0 if key[0] == ZERO_SHOT_TRAINER else 1), key
 
     return sorted(keys, key=rank)

@@ -222,7 +222,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--router-fit", type=int, default=5000, help="random seen-train logits the router is fitted on")
     p.add_argument("--train-batch", type=int, default=2, help="training-step batch (ViT-L/14 on CPU is slow)")
     p.add_argument("--train-iters", type=int, default=2, help="timed training steps per variant (median)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the seed of the random weights and inputs")
     p.add_argument("--precisions", nargs="+", choices=PRECISIONS, help="full-step precisions (default: all)")
     p.add_argument("--compile", nargs="+", default=["none", "compile"], choices=list(COMPILE_MODES),
                    help="TRAIN.COMPILE modes of the full steps")

@@ -130,7 +130,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1, help="untimed runs per variant first")
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
                    help="what to measure (CoOp, the reference of the multiples, is always measured)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the seed of the random weights and images")
     args = p.parse_args(argv)
     for name in ("classes", "batch", "iters"):
         if getattr(args, name) < 1:

@@ -112,7 +112,7 @@ def config_argv(trainer: str, spec: ModelSpec, backbone: str, data: str, out: st
     base2novel on the generated EuroSAT tree evaluating the ``subsample`` classes, the spec's image size and the
     ``backbone`` CLIP file."""
     size = spec.student["image_resolution"]
-    return ["--root", data, "--seed", "1", "--trainer", trainer, "--no-train",
+    return ["--data", data, "--seed", "1", "--trainer", trainer, "--no-train",
             "--dataset-config-file", os.path.join(REPO, "configs/datasets/eurosat.yaml"),
             "--config-file", os.path.join(REPO, f"configs/trainers/{CONFIGS[trainer]}.yaml"), "--output-dir", out,
             "INPUT.SIZE", f"({size}, {size})", "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", subsample,

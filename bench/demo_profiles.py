@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line of the profile study."""
     parser = argparse.ArgumentParser(description="The runner's paper and fast profiles on the toy world.")
     add_study_options(parser)
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the runs train (default cpu)")
     parser.add_argument("--quick", action="store_true", help="the quick demo's smaller data and fewer epochs")
     args = parser.parse_args(argv)
     paths = study_paths(args.workdir)

@@ -170,10 +170,11 @@ def paste_block(result: dict, command: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Measure what runner/costs.py estimates (CoOp step, evaluation, "
                                                  "start-up).")
-    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--model", default="vit_b16", choices=("vit_b16", "tiny"))
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="where to measure (default cuda)")
+    parser.add_argument("--model", default="vit_b16", choices=("vit_b16", "tiny"),
+                        help="CLIP shapes (tiny: a check of the code in seconds)")
     parser.add_argument("--iters", type=int, default=10, help="timed calls per measurement (median)")
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=3, help="untimed calls first")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--json", help="write the measurements to this file")
     args = parser.parse_args(argv)

@@ -332,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python bench/upstream_promptkd.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--upstream", required=True, help=f"upstream PromptKD checkout (made by {SETUP_SCRIPT})")
     p.add_argument("--inputs", required=True, help="folder written by bench.side_by_side_inputs.write_inputs")
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="where to step (default cuda)")
     p.add_argument("--prec", choices=("fp16", "fp32", "amp"), default="fp16", help="TRAINER.PROMPTKD.PREC")
     p.add_argument("--batches", type=_at_least(2), nargs="+", default=[8, 64],
                    help="step batch sizes (at least 2: the student projector's BatchNorm trains on batch statistics)")

@@ -1,5 +1,6 @@
-"""Fetch CLIP weight files ahead of time: ``python -m clip.download ViT-B/16 open_clip:ViT-B-16/laion2b_s34b_b88k
-[--dir DIR]``.
+"""Fetch CLIP weight files ahead of time, where there is internet, for the compute nodes that have none.
+
+``python -m clip.download ViT-B/16 open_clip:ViT-B-16/laion2b_s34b_b88k [--dir DIR]``
 
 Run it on a machine with internet (a login node); compute nodes without internet then read the files from the same
 folder (``CLIP_WEIGHTS_DIR=DIR``, or ~/.cache/clip, where ``clip.load_model`` looks). Each OpenAI file is checked

@@ -28,6 +28,7 @@ from engine.atomic import atomic_write_text
 from engine.digests import sha256_of
 from engine.errors import ConfigError, CorruptFileError, InputNotFoundError, InvalidInputError, first_line
 from engine.inputs import read_input_json
+from engine.offline import unreachable
 
 from .model import CLIP, build_sized
 from .weights import (
@@ -159,16 +160,21 @@ def build(spec: OpenClipName, config: tuple[dict, tuple, tuple], state_dict: dic
 def download(spec: OpenClipName, cache_dir: str | None = None) -> str:
     """The weight file of a pretrained tag, fetched by open_clip's ``download_pretrained`` (its hub client and
     cache; ``cache_dir`` None: the hub's default) and checked against the SHA-256 its hub blob is named by; one
-    error line saying how to place it by hand when it cannot be fetched."""
+    error line saying how to place it by hand (in ``cache_dir``) when it cannot be fetched. The hub is asked once
+    first (``engine.offline.unreachable``), so a node without a route says so at once, not after the hub client's
+    retries."""
     cfg = open_clip_pretrained.get_pretrained_cfg(spec.model, spec.tag)
-    try:
-        path = open_clip_pretrained.download_pretrained(cfg, cache_dir=cache_dir)
-    except (OSError, RuntimeError, ValueError) as e:
-        why = "HF_HUB_OFFLINE is set" if hub_constants.is_offline_mode() else first_line(e)[:160]
-        raise InputNotFoundError(f"{spec.name}: open_clip weights not in the hub cache nor placed by hand, and they "
-                                 f"cannot be downloaded here ({why}); {open_clip_by_hand(spec)}") from None
-    check_blob(path)
-    return path
+    why = unreachable(spec.pretrained.url())
+    if not why:
+        try:
+            path = open_clip_pretrained.download_pretrained(cfg, cache_dir=cache_dir)
+        except (OSError, RuntimeError, ValueError) as e:
+            why = "HF_HUB_OFFLINE is set" if hub_constants.is_offline_mode() else first_line(e)[:160]
+        else:
+            check_blob(path)
+            return path
+    raise InputNotFoundError(f"{spec.name}: open_clip weights not in the hub cache nor placed by hand, and they "
+                             f"cannot be downloaded here ({why}); {open_clip_by_hand(spec, cache_dir)}")
 
 
 def check_blob(path: str) -> bool:

@@ -199,16 +199,19 @@ def hub_snapshot(repo: str, download_root: str | None = None) -> str | None:
     return os.path.join(hub_folder(repo, download_root), "snapshots", read_input_text(ref, "clip").strip())
 
 
-def open_clip_by_hand(spec: OpenClipName) -> str:
-    """How to place the weights of an ``open_clip:`` name by hand: the file, where it goes and how to check it."""
+def open_clip_by_hand(spec: OpenClipName, download_root: str | None = None) -> str:
+    """How to place the weights of an ``open_clip:`` name by hand: the file, where it goes (the hub cache
+    ``download_root``, default the hub's own) and how to check it."""
     if spec.file:
         return f"put the checkpoint at {spec.file} or name another file"
     if spec.folder:
         return f"put {CONFIG_FILE} and one of {', '.join(FOLDER_CHECKPOINTS)} in {spec.folder}"
     entry = spec.pretrained
     other = f" (or {entry.files[1]}, where the hub has no {entry.files[0]})" if len(entry.files) > 1 else ""
-    return (f"on a machine with internet run `python -m clip.download {spec.name}` and copy {hub_folder(entry.hub)} "
-            f"to the same place here, or download {entry.url()}{other} into {os.path.join(default_dir(), entry.hub)}/ "
+    other_root = download_root and os.path.abspath(download_root) != os.path.abspath(hub_cache())
+    fetch = f"python -m clip.download {spec.name}" + (f" --dir {download_root}" if other_root else "")
+    return (f"on a machine with internet run `{fetch}` and copy {hub_folder(entry.hub, download_root)} to the same "
+            f"place here, or download {entry.url()}{other} into {os.path.join(default_dir(), entry.hub)}/ "
             f"(sha256sum must print the SHA256 listed at {entry.url().replace('/resolve/', '/blob/')})")
 
 

@@ -1,4 +1,4 @@
-"""``python -m datasets.check --root DATA [NAME ...|all]``: is a data root ready? Per dataset: found or missing, the
+"""``python -m datasets.check --data DATA [NAME ...|all]``: is a data root ready? Per dataset: found or missing, the
 file that lists its splits, its classes and train / val / test counts against the published ones, every listed image
 that is absent (a stat of each), and the unreadable ones among a fixed sample (every image with ``--full``).
 
@@ -306,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("names", nargs="*", default=["all"],
                    help="datasets (short names such as eurosat, or DATASET.NAME; 'all': CoOp's fifteen)")
-    p.add_argument("--root", default=os.environ.get("DATA"), help="the data root (default $DATA)")
+    p.add_argument("--data", "--root", dest="root", default=os.environ.get("DATA"),
+                   help="the datasets folder (default $DATA; --root: the former name)")
     p.add_argument("--full", action="store_true", help="decode every listed image, not only a fixed sample")
     p.add_argument("--sample", type=int, default=SAMPLE, help=f"images decoded per dataset (default {SAMPLE})")
     p.add_argument("--other-splits", action="store_true",
@@ -318,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if not args.root:
-            raise ValueError("no data root: pass --root DIR or set DATA (see DATASETS.md)")
+            raise ValueError("no data root: pass --data DIR or set DATA (see DATASETS.md)")
         if args.sample < 0:
             raise ValueError("--sample must be 0 or more")
         names = [n for name in args.names for n in (PAPER_DATASETS if name == "all" else [find_layout(name)])]

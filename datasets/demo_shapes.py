@@ -25,7 +25,7 @@ class DemoShapesReader(ProtocolDataset):
         for path in (image_dir, split_path):
             if not os.path.exists(path):
                 raise FileNotFoundError(f"{path} not found; generate the demo data with "
-                                        f"`python -m demo.shapes --root {os.path.dirname(dataset_dir)}`")
+                                        f"`python -m demo.shapes --data {os.path.dirname(dataset_dir)}`")
         train, val, test = read_split(split_path, image_dir, name)
         if DEMO_DATASETS[name].test_only:  # as the ImageNet variants: train = test, no val
             return make_split_data(name, dataset_dir, split_path, test, None, test, test_only=True)

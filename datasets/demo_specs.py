@@ -1,7 +1,7 @@
 """The built-in demo datasets (coloured shapes) as data, and their on-disk layout (standard library only).
 
 One folder per dataset (``DEMO_DATASETS``), each holding ``images/<colour_shape>/<i>.png`` + ``split_zhou_<Name>.json``,
-written by ``python -m demo.shapes --root DATA``; ``datasets/demo_shapes.py`` makes one registered reader per entry.
+written by ``python -m demo.shapes --data DATA``; ``datasets/demo_shapes.py`` makes one registered reader per entry.
 
 Base-to-novel: ``DemoShapes`` and ``DemoShapesHard`` (48 classes, the same images in two label orders). Cross-dataset
 and domain generalisation, the toy counterparts of ImageNet and its targets: ``DemoNet`` (source, 24 classes),

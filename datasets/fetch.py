@@ -1,6 +1,6 @@
 """Fetch the benchmark datasets from the Hugging Face copy PromptKD publishes, into CoOp's layout under a data root.
 
-``python -m datasets.fetch --root $DATA [NAME ... | all] [--repo ID] [--repo-type T] [--revision REV] [--dry-run]``
+``python -m datasets.fetch --data $DATA [NAME ... | all] [--repo ID] [--repo-type T] [--revision REV] [--dry-run]``
 
 The repository's files are listed through the hub's API and picked per dataset by name (``eurosat.zip`` or a folder
 ``eurosat/`` for EuroSAT, whose folder is ``eurosat/``; case, ``-`` and ``_`` are ignored). Each file is downloaded
@@ -192,7 +192,7 @@ def imagenet_steps(root: str) -> list[str]:
             f"  2. unpack the training images into {folder}/images/train/<wnid>/ (one folder per class)",
             f"  3. unpack the validation images into {folder}/images/val/<wnid>/ (sorted into the same 1000 folders)",
             f"  4. put CoOp's classnames.txt into {folder}/",
-            f"  5. check it: python -m datasets.check --root {root} imagenet"]
+            f"  5. check it: python -m datasets.check --data {root} imagenet"]
 
 
 def fetch(root: str, requested: list[str], source: HubSource, dry_run: bool = False, other_splits: bool = False) -> int:
@@ -256,7 +256,7 @@ def fetch(root: str, requested: list[str], source: HubSource, dry_run: bool = Fa
             status = EXIT_USER_ERROR
     if placed:
         print("Checking what was placed (python -m datasets.check):")
-        if check.main(["--root", root, *placed, *(["--other-splits"] if other_splits else [])]) != 0:
+        if check.main(["--data", root, *placed, *(["--other-splits"] if other_splits else [])]) != 0:
             status = EXIT_USER_ERROR
     return status
 
@@ -266,7 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("names", nargs="*", default=["all"], metavar="NAME",
                    help="datasets by folder, DATASET.NAME or config name (eurosat, oxford_pets, ...); all (default): "
                         "every dataset of the copy (all but ImageNet)")
-    p.add_argument("--root", required=True, help="data root ($DATA): one folder per dataset")
+    p.add_argument("--data", "--root", dest="root", required=True,
+                   help="the datasets folder (DATA): one folder per dataset (--root: the former name)")
     p.add_argument("--repo", default=REPO_ID, help=f"hub repository (default {REPO_ID})")
     p.add_argument("--repo-type", default=REPO_TYPE, choices=("model", "dataset"),
                    help=f"kind of hub repository (default {REPO_TYPE}, as PromptKD links it)")

@@ -80,7 +80,7 @@ def dataset_folder(root: str, folder: str, name: str) -> str:
     """Absolute ``<root>/<folder>``; raises FileNotFoundError naming it when it is missing."""
     path = os.path.join(os.path.abspath(os.path.expanduser(root)), folder)
     if not os.path.isdir(path):
-        hint = layout_hint(name) if root else f"DATASET.ROOT (--root) is empty; {layout_hint(name)}"
+        hint = layout_hint(name) if root else f"DATASET.ROOT (--data) is empty; {layout_hint(name)}"
         raise FileNotFoundError(f"Dataset folder not found: {path} ({hint})")
     return path
 

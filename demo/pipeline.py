@@ -16,8 +16,9 @@ It prints the base-to-novel table, the routing rates and the paper's effects (th
 when it ran them); ``<output>/report.md`` holds them as markdown with the stage times, ``<output>/report.png`` the
 figure; the runner's lines and every command's log go to ``<output>/logs/``.
 
-Command line: ``python -m demo.pipeline [--full | --quick] [--workdir DIR] [--data DIR] [--output DIR] [--cache DIR]
-[--seeds S ...] [--threads N] [--jobs N]``. Environment: ``DEMO_DATA``, ``DEMO_OUTPUT``, ``DEMO_CACHE`` (flags win).
+Command line: ``python -m demo.pipeline [--full | --quick] [--workdir DIR] [--data DIR] [--output-root DIR]
+[--cache DIR] [--seeds S ...] [--threads N] [--jobs N]``. Environment: ``DEMO_DATA``, ``DEMO_OUTPUT``, ``DEMO_CACHE``
+(flags win).
 """
 from __future__ import annotations
 
@@ -40,10 +41,10 @@ from demo import report
 from demo.figure import report_figure
 from demo.pretrain import PRETRAIN_THREADS, SHIPPED, PretrainParams, default_params, default_path, pretrained_path
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
-from engine.errors import UserError, first_line
+from engine.errors import InvalidInputError, UserError, first_line
 from runner.local import LocalExecutor
 from runner.protocols import Planner, Sweep, merge_plans
-from runner.schedule import Report, run_plan
+from runner.schedule import Report, run_plan, stopped, stopping_on_signals
 from trainers.catalog import METHODS, TEACHER, find_method
 
 CONFIG = "demo"
@@ -176,7 +177,13 @@ class Demo:
     def run_jobs(self, planned: Sequence[Sweep]) -> Report:
         """Run the sweeps' jobs on the CPU slots; the runner's lines go to ``<logs>/runner.txt``, and one line per run
         that starts or ends, with the counts and the ETA, to the terminal."""
-        plans = {sweep.protocol: Planner(sweep).plan() for sweep in planned}
+        try:
+            plans = {sweep.protocol: Planner(sweep).plan() for sweep in planned}
+        except ValueError as e:  # a run's record contradicts this demo's files (a demo folder copied from another)
+            out = self.paths.output
+            raise InvalidInputError(f"{str(e).split('; ')[0]}: the runs under {out} were made with other tiny CLIP "
+                                    "files or teachers than this demo's (copied from another folder, or weights "
+                                    f"regenerated); move {out} away, or give the demo another --output-root") from None
         jobs = merge_plans(plans.values())
         executor = LocalExecutor([], cpu_jobs=max(1, self.workers), threads=self.threads)
         log = os.path.join(self.paths.logs, "runner.txt")
@@ -290,8 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     which.add_argument("--full", action="store_true", help="every method and protocol, seeds 1-3 (make demo-full)")
     which.add_argument("--quick", action="store_true", help="the reduced demo of the test suite")
     parser.add_argument("--workdir", default=".", help="folder under which data/demo, output/demo, demo_cache go")
-    parser.add_argument("--data", help="dataset root (default $DEMO_DATA or <workdir>/data/demo)")
-    parser.add_argument("--output", help="output root (default $DEMO_OUTPUT or <workdir>/output/demo)")
+    parser.add_argument("--data", "--root", dest="data",
+                        help="the datasets folder (default $DEMO_DATA or <workdir>/data/demo)")
+    parser.add_argument("--output-root", "--output", dest="output", metavar="DIR",
+                        help="the output root (default $DEMO_OUTPUT or <workdir>/output/demo)")
     parser.add_argument("--cache", help="tiny CLIP cache (default $DEMO_CACHE or <workdir>/demo_cache)")
     parser.add_argument("--seeds", type=int, nargs="+", help="seeds of every protocol (default: the size's)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run (default 1)")
@@ -303,10 +312,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seeds:
         size = replace(size, seeds=tuple(args.seeds))
     try:
-        return 0 if Demo(size, paths, args.threads, args.jobs).run() else 1
+        with stopping_on_signals():
+            return 0 if Demo(size, paths, args.threads, args.jobs).run() else 1
     except UserError as e:  # a missing, damaged or swapped tiny CLIP file, ...: one line, as every user error
         print(f"error: {first_line(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM or SIGHUP: the runs stopped as the runner stops them
+        line, status = stopped(e)
+        print(line, file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ classes (``DemoCool``, ``DemoSoft``, ``DemoFancy``) and test-only shifted render
 ImageNet-V2/-Sketch/-A/-R: a fresh draw (``DemoNetV2``), outline drawings (``SKETCH``), striped shapes on busy
 backgrounds (``TEXTURE``) and a cold, varying light (``RELIT``).
 
-Command line: ``python -m demo.shapes --root DATA`` writes one folder per dataset under ``DATA`` (``demo_shapes/``,
+Command line: ``python -m demo.shapes --data DATA`` writes one folder per dataset under ``DATA`` (``demo_shapes/``,
 ``demo_shapes_hard/``, ``demonet/``, ...; each skipped when already written with the same parameters).
 """
 from __future__ import annotations
@@ -478,19 +478,19 @@ def preview(path: str, size: int = 32, style: Style = DOWNSTREAM, per_class: int
 def main(argv: list[str] | None = None) -> None:
     """Command line of the generator."""
     parser = argparse.ArgumentParser(description="Write the demo dataset of coloured shapes in CoOp's layout.")
-    parser.add_argument("--root", required=True, help="dataset root (DATA); writes one folder per demo dataset")
-    parser.add_argument("--train-per-class", type=int, default=GenParams.train_per_class)
-    parser.add_argument("--val-per-class", type=int, default=GenParams.val_per_class)
-    parser.add_argument("--test-per-class", type=int, default=GenParams.test_per_class)
-    parser.add_argument("--xd-train-per-class", type=int, default=GenParams.xd_train_per_class,
-                        help="per class, cross-dataset / DG datasets (DemoNet, DemoCool, ...)")
-    parser.add_argument("--xd-val-per-class", type=int, default=GenParams.xd_val_per_class)
-    parser.add_argument("--xd-test-per-class", type=int, default=GenParams.xd_test_per_class)
+    parser.add_argument("--data", "--root", dest="root", required=True,
+                        help="the datasets folder (DATA); writes one folder per demo dataset")
+    for prefix, which in (("", "base-to-novel datasets"), ("xd_", "cross-dataset / DG datasets (DemoNet, ...)")):
+        for split in ("train", "val", "test"):
+            key = f"{prefix}{split}_per_class"
+            parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=getattr(GenParams, key),
+                                help=f"{split} images per class, {which}")
     parser.add_argument("--size", type=int, default=GenParams.size, help="image side in pixels")
-    parser.add_argument("--seed", type=int, default=GenParams.seed)
+    parser.add_argument("--seed", type=int, default=GenParams.seed, help="the seed of every drawing")
     parser.add_argument("--force", action="store_true", help="regenerate even when the manifest matches")
     parser.add_argument("--preview", metavar="PNG", help="also save a grid of samples (rows: colours)")
-    parser.add_argument("--preview-style", choices=sorted(STYLES), default="downstream")
+    parser.add_argument("--preview-style", choices=sorted(STYLES), default="downstream",
+                        help="the drawing style of the preview's samples")
     args = parser.parse_args(argv)
     params = GenParams(train_per_class=args.train_per_class, val_per_class=args.val_per_class,
                        test_per_class=args.test_per_class, size=args.size, seed=args.seed,

@@ -123,7 +123,8 @@ class Demo:
 def add_study_options(parser: argparse.ArgumentParser) -> None:
     """The options every demo study takes: its seeds, the folder its data and runs go under, threads per run and runs
     at once."""
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(FULL.seeds))
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(FULL.seeds),
+                        help=f"the seeds of every run (default {' '.join(map(str, FULL.seeds))})")
     parser.add_argument("--workdir", default=".", help="folder under which data/demo, output/demo, demo_cache go")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run (default 1)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="runs at once")

@@ -318,6 +318,12 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str, Iterable[st
     "saved-model": (_cmd_saved_model, "print which checkpoint an evaluation loads: best or last", ("dir",)),
     "holder": (_cmd_holder, "print the process holding the run folder's lock (empty when none)", ("dir",)),
 }
+PARAMS = {"dir": "a run folder", "output_root": "the output root (OUTPUT_ROOT, e.g. output)",
+          "protocol": f"one of {', '.join(PROTOCOL_ROLES)}", "role": "train_base, test_new, ... (the protocol's)",
+          "dataset": "the dataset's short name (eurosat)", "shots": "training images per class (0: all)",
+          "trainer": "the trainer (PETRCoOp: the run folders' name)", "config": "the config name",
+          "seed": "the seed"}
+"""The help text of each parameter of the subcommands."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -325,9 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.runs", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (run, help_text, params) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=f"{help_text[:1].upper()}{help_text[1:]}.")
         for param in params:
-            p.add_argument(param)
+            p.add_argument(param, help=PARAMS[param])
         p.set_defaults(run=run)
     args = parser.parse_args(argv)
     try:

@@ -1,8 +1,8 @@
 """Checks of the runner's arguments that argparse cannot make, done before any job starts: the ``--extra-opts``
 keys against the config schema (:func:`config_check`, in a process that may import torch: a local slot's warm worker,
-else a child process), a writable
-``--output``, and the folders and logs the runner writes (no link, FIFO or other file where one is expected). Each
-failure is a ValueError with a one-line message (``error:`` on the command line)."""
+else a child process), a writable ``--output-root``, and the folders and logs the runner writes (no link, FIFO or
+other file where one is expected). Each failure is a ValueError with a one-line message (``error:`` on the command
+line)."""
 from __future__ import annotations
 
 import json
@@ -55,7 +55,7 @@ standard input, its answer on standard output, as JSON)."""
 USER_KNOBS = ("EXTRA_OPTS", *PASSED_KNOBS)
 """The knobs a job takes from the user (``--extra-opts``, the environment) rather than from the sweep."""
 RUNNER_OPTIONS = {"SEED": "give the seeds with --seeds",
-                  "OUTPUT_DIR": "choose the output root with --output (each job writes its run folders under it)",
+                  "OUTPUT_DIR": "choose the output root with --output-root (each job writes its run folders under it)",
                   "DATASET.ROOT": "give the datasets folder with --data",
                   "DATASET.NAME": "name the datasets with --datasets (and the cross-dataset source with --source)",
                   "DATASET.NUM_SHOTS": "give the cross-dataset and DG students' shots with --shots (base-to-novel "
@@ -134,10 +134,10 @@ def check_writable(output: str) -> None:
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        raise ValueError(f"--output {output}: {existing} is a file, not a folder; choose another --output")
+        raise ValueError(f"--output-root {output}: {existing} is a file, not a folder; choose another --output-root")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"--output {output}: {existing} is not writable; choose another --output (or make it "
-                         "writable)")
+        raise ValueError(f"--output-root {output}: {existing} is not writable; choose another --output-root (or make "
+                         "it writable)")
 
 
 def mode_at(path: str) -> int | None:
@@ -149,7 +149,7 @@ def mode_at(path: str) -> int | None:
 
 
 def check_folders(root: str, folders: Iterable[str]) -> None:
-    """Each of ``folders`` and the folders between ``root`` (the ``--output`` or ``--log-dir`` given) and it that
+    """Each of ``folders`` and the folders between ``root`` (the ``--output-root`` or ``--log-dir`` given) and it that
     exist are folders, not symbolic links or other files: the runner makes the missing ones and writes its logs and
     tables in them, never through a link (which would write outside the output)."""
     for folder in folders:
@@ -161,8 +161,8 @@ def check_folders(root: str, folders: Iterable[str]) -> None:
                 break
             if not stat.S_ISDIR(mode):
                 raise ValueError(f"{current} is {file_kind(mode)}, not a folder: the runner writes its logs and tables "
-                                 f"under {root} and follows no link there; remove it, or choose another --output or "
-                                 "--log-dir")
+                                 f"under {root} and follows no link there; remove it, or choose another "
+                                 "--output-root or --log-dir")
 
 
 def check_logs(log_dir: str, jobs: Sequence[Job]) -> None:

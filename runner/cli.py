@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -36,9 +35,10 @@ from runner.costs import (
     projected_seconds,
 )
 from runner.jobs import KINDS, Job, command_line, job_states
-from runner.preflight import add_arguments, preflight
+from runner.preflight import add_arguments, check_slurm, preflight
 from runner.profiles import PROFILES
-from runner.protocols import PASSED_KNOBS, PROTOCOLS, Planner, Sweep
+from runner.protocols import PASSED_KNOBS, Planner, Sweep
+from runner.report import REPORT_DESCRIPTION, add_report_arguments, write_reports
 from trainers.catalog import METHODS, find_method
 from units.facts import BASE2NEW_DATASETS, XD_TARGETS, dataset_name, dg_targets
 
@@ -49,8 +49,8 @@ def default_methods(protocol: str) -> list[str]:
     return [m.name for m in rows if protocol == "base2new" or m.xd_config]
 COMMON_ENV = ("DATA", "OUTPUT_ROOT", "TEACHER_DIR", "PYTHON", *PASSED_KNOBS, "NPROC")
 """Environment the plan prints once instead of on every command (the same for every job)."""
-EXIT_FAILED, EXIT_USAGE, EXIT_SIGNALLED = 1, 2, 128
-"""Exit statuses: a job failed, bad arguments, and 128 + the signal that stopped the runner (the shells' rule)."""
+EXIT_FAILED, EXIT_USAGE = 1, 2
+"""Exit statuses: a job failed, bad arguments (a signal: 128 + it, ``runner.schedule.stopped``)."""
 SUMMARY_TAIL = 5
 """Log lines of each failed job in the final summary (the full tail was printed when it failed)."""
 
@@ -62,22 +62,50 @@ def xd_targets(source: str) -> tuple[str, ...]:
     return XD_TARGETS
 
 
+PROTOCOL_HELP = {"base2new": "base-to-novel: train on the base classes, test on the novel ones",
+                 "xd": "cross-dataset: from one source (ImageNet) to other datasets",
+                 "dg": "domain generalisation: from one source (ImageNet) to its shifted variants"}
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """``python -m runner {base2new,xd,dg,report} ...``: one subcommand per protocol (the sweep's options) and the
+    report of an existing output tree, each with its own ``--help``."""
     p = argparse.ArgumentParser(prog="python -m runner", description=__doc__.splitlines()[0],
                                 epilog="\n".join(__doc__.splitlines()[2:]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("protocol", choices=PROTOCOLS, help="base2new, xd (cross-dataset) or dg (domain generalisation)")
+    commands = p.add_subparsers(dest="protocol", required=True, metavar="{base2new,xd,dg,report}",
+                                title="protocols (python -m runner PROTOCOL --help for its options)")
+    for protocol, what in PROTOCOL_HELP.items():
+        sweep = commands.add_parser(protocol, help=what, description=f"{what}: the table of its methods, datasets "
+                                    "and seeds, as jobs of the unit commands (docs/RUNNER.md)",
+                                    epilog="\n".join(__doc__.splitlines()[2:]),
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        add_sweep_arguments(sweep, protocol)
+    report = commands.add_parser("report", help="report.md and report.png of an existing output tree",
+                                 description=REPORT_DESCRIPTION)
+    add_report_arguments(report)
+    return p
+
+
+def add_sweep_arguments(p: argparse.ArgumentParser, protocol: str) -> None:
+    """The options of a sweep of ``protocol``."""
     p.add_argument("--methods", nargs="+",
-                   help=f"methods in table order (the first is the Δ baseline), from {', '.join(METHODS)}; default: "
-                        "every method the protocol has")
+                   help=f"methods in table order (the first is the Δ baseline), from {', '.join(METHODS)} (or a "
+                        "method's trainer or scripts folder); default: every method the protocol has")
     p.add_argument("--datasets", nargs="+", default=["all"],
                    help="base-to-novel datasets, or the xd/dg targets (short names; 'all': the paper's)")
-    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    p.add_argument("--source", default="imagenet", help="xd/dg source dataset (default imagenet)")
-    p.add_argument("--shots", type=int, default=0, help="xd/dg students' train images per class (0: all)")
-    p.add_argument("--data", default=os.environ.get("DATA"), help="datasets folder (default $DATA)")
-    p.add_argument("--output", help="output root (default: the profile's, output or output-fast)")
-    p.add_argument("--teacher-dir", help="teachers folder (default $TEACHER_DIR, else the profile's)")
+    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3], help="the seeds of every run (default 1 2 3)")
+    if protocol == "base2new":
+        p.set_defaults(source="imagenet", shots=0)
+    else:
+        p.add_argument("--source", default="imagenet", help="the source dataset (default imagenet)")
+        p.add_argument("--shots", type=int, default=0, help="the students' train images per class (0: all)")
+    p.add_argument("--data", "--root", dest="data", default=os.environ.get("DATA"),
+                   help="the datasets folder (default $DATA; --root: CoOp's name)")
+    p.add_argument("--output-root", "--output", dest="output", metavar="DIR",
+                   help="the output root, under which the run folders, logs and tables go (OUTPUT_ROOT; default: "
+                        "the profile's, output or output-fast)")
+    p.add_argument("--teacher-dir", help="the teachers folder (default $TEACHER_DIR, else the profile's)")
     p.add_argument("--config", default="", help="one config name for every method (e.g. demo); default: each "
                                                 "method's paper config")
     p.add_argument("--backbone", default=os.environ.get("BACKBONE", ""), metavar="NAME|FILE",
@@ -91,13 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", choices=list(PROFILES), default="paper",
                    help="paper: the shipped configs (fp16, online teacher); fast: bf16 on bf16 cards, compile, "
                         "teacher cache views, persistent workers (docs/RUNNER.md)")
-    p.add_argument("--executor", choices=("local", "slurm"), default="local")
+    p.add_argument("--executor", choices=("local", "slurm"), default="local",
+                   help="local (default): this machine's GPUs, or CPU slots without one; slurm: one SLURM job per "
+                        "unit command, through submitit")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan (jobs, commands, GPU-hours) and the preflight, and stop; exit 2 when an input "
                         "is missing (without --skip-missing), so scripts can use it as a check")
     p.add_argument("--verbose", action="store_true",
                    help="also print every job's command line in the plan (each job's log starts with it anyway)")
-    p.add_argument("--log-dir", help="per-job logs (default <output>/logs/<protocol>)")
+    p.add_argument("--log-dir", help="per-job logs (default <output root>/logs/<protocol>)")
     p.add_argument("--gpus-per-job", type=int, default=1,
                    help="GPUs per run (NPROC: torchrun when > 1; 0: CPU jobs, as on a CPU-only SLURM partition)")
     p.add_argument("--procs-per-job", type=int,
@@ -110,8 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--jobs-per-gpu", type=int, default=1, help="jobs sharing one GPU")
     local.add_argument("--cpu-jobs", type=int, default=1, help="jobs at once without a GPU")
     slurm = p.add_argument_group("slurm executor (submitit)")
-    slurm.add_argument("--partition")
-    slurm.add_argument("--account")
+    slurm.add_argument("--partition", help="the partition the jobs are queued on (default: the cluster's)")
+    slurm.add_argument("--account", help="the account the jobs are charged to (default: yours)")
     slurm.add_argument("--time", type=int, default=1440, help="time limit per job in minutes (default 1440)")
     slurm.add_argument("--cpus-per-job", type=int, help="CPUs per job (default: the cluster's)")
     slurm.add_argument("--max-jobs", type=int, default=256, help="jobs queued at once")
@@ -119,7 +149,6 @@ def build_parser() -> argparse.ArgumentParser:
     slurm.add_argument("--slurm-opt", nargs="+", default=[], metavar="KEY=VALUE",
                        help="more sbatch options, e.g. qos=high constraint=a100")
     add_arguments(p)
-    return p
 
 
 def positive(args: argparse.Namespace, *names: str) -> None:
@@ -153,7 +182,7 @@ def make_sweep(args: argparse.Namespace) -> Sweep:
         dataset_name(name)  # ValueError naming the datasets there are (configs/datasets/<name>.yaml)
     output = args.output or profile.output
     if profile.fast and any(c.isspace() for c in os.path.abspath(output)):
-        raise ValueError(f"--output {output!r}: the fast profile passes its teacher cache folder in EXTRA_OPTS, "
+        raise ValueError(f"--output-root {output!r}: the fast profile passes its teacher cache folder in EXTRA_OPTS, "
                          "which cannot hold spaces; choose a path without spaces")
     knobs = {k: os.environ[k] for k in PASSED_KNOBS if os.environ.get(k)}
     knobs.update((knob, value) for knob, value in (("BACKBONE", args.backbone), ("TEACHER_NAME", args.teacher_name))
@@ -291,11 +320,9 @@ def print_left_out(report) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["report"]:
-        from runner.report import main as report_main
-
-        return report_main(argv[1:])
     args = build_parser().parse_args(argv)
+    if args.protocol == "report":
+        return write_reports(args)
     local = None  # the local executor, made before the checks: its first warm worker runs the --extra-opts check
     try:
         sweep = make_sweep(args)
@@ -304,6 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.dry_run and args.executor == "local":
             local = make_executor(args, log_dir)
         check_opts_keys(sweep.extra_opts, jobs, local.call if local else None)
+        if args.executor == "slurm":
+            check_slurm()
         if not args.dry_run:
             check_writable(sweep.output)
             check_folders(sweep.output, [os.path.join(sweep.output, sweep.protocol)])  # the table's
@@ -323,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_summary(sweep, shown, "to run", args.cpus_per_gpu)
         close(verdict.closing, verdict.status)
         return verdict.status
-    from runner.schedule import run_plan, stop_signal
+    from runner.schedule import run_plan, stopped
     from runner.tables import table_path, write_tables
 
     try:
@@ -349,10 +378,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         status, text, written = write_tables(sweep, [run for job in jobs if job.name in verified for run in job.runs],
                                              local.call if local else None)
     except KeyboardInterrupt as e:
-        signum = stop_signal(e)
-        print(f"interrupted ({signal.Signals(signum).name}): rerun the same command to continue (finished runs are "
-              "skipped, interrupted ones resume)", file=sys.stderr)
-        return EXIT_SIGNALLED + signum
+        line, status = stopped(e)
+        print(line, file=sys.stderr)
+        return status
     finally:
         executor.close()
     if text:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -238,6 +239,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--other-splits", action="store_true",
                        help="accept splits whose classes or counts differ from the published ones (a created split, "
                             "a small test tree)")
+
+
+SLURM_FIX = "run the runner on a SLURM login node (or set SLURM_CONF to its slurm.conf), or use --executor local"
+SINFO_TIMEOUT_S = 120.0
+"""How long SLURM may take to answer ``sinfo`` (a hang guard: a busy slurmctld answers in seconds)."""
+
+
+def check_slurm() -> None:
+    """ValueError with one line when this machine cannot submit SLURM jobs: a client binary missing
+    (``runner.slurm.require_slurm``), or SLURM not answering ``sinfo`` (no slurm.conf, slurmctld unreachable), asked
+    once before any job is planned on it."""
+    from runner.slurm import require_slurm
+
+    require_slurm()
+    if shutil.which("sinfo") is None:
+        raise ValueError(f"--executor slurm: sinfo not found on this machine; {SLURM_FIX}")
+    try:
+        done = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=SINFO_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"--executor slurm: SLURM does not answer here (`sinfo` gave no reply within "
+                         f"{SINFO_TIMEOUT_S:g} s); {SLURM_FIX}") from None
+    if done.returncode != 0:
+        said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        raise ValueError(f"--executor slurm: SLURM does not answer here (`sinfo` exited {done.returncode}"
+                         f"{': ' + said[-1] if said else ''}); {SLURM_FIX}")
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The sweep report beside each protocol's table (``<output>/<protocol>/report.md`` and ``report.png``:
 ``analysis.report``), made at the end of every sweep from the runs it verified, and ``python -m runner report
-OUTPUT`` for an existing output tree. Reading the routing dumps imports torch, which the runner itself never imports:
-the report is made in a local slot's warm worker, else in a child process."""
+OUTPUT_ROOT`` for an existing output tree. Reading the routing dumps imports torch, which the runner itself never
+imports: the report is made in a local slot's warm worker, else in a child process."""
 from __future__ import annotations
 
 import argparse
@@ -42,21 +42,27 @@ def report_here(argv: list[str]) -> tuple[int, str]:
     return status, out.getvalue().strip()
 
 
-def main(argv: Sequence[str]) -> int:
-    """``python -m runner report OUTPUT [--protocols ...] [--source S]``: the report of each protocol found under
-    OUTPUT; 0 when one was written, 2 when none could be."""
-    p = argparse.ArgumentParser(prog="python -m runner report",
-                                description="Write report.md and report.png beside each protocol's runs of an "
-                                            "output tree (base-to-novel, cross-dataset, DG).")
-    p.add_argument("output", help="the output root a sweep wrote (holding base2new/, xd/ or dg/)")
-    p.add_argument("--protocols", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS))
+REPORT_DESCRIPTION = ("Write report.md and report.png beside each protocol's runs of an output tree (base-to-novel, "
+                      "cross-dataset, DG); exit status 2 when it holds none.")
+
+
+def add_report_arguments(p: argparse.ArgumentParser) -> None:
+    """``python -m runner report``'s options."""
+    p.add_argument("output", metavar="OUTPUT_ROOT",
+                   help="the output root a sweep wrote (holding base2new/, xd/ or dg/)")
+    p.add_argument("--protocols", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS),
+                   help="the protocols to report (default: each one found under OUTPUT_ROOT)")
     p.add_argument("--source", default="imagenet", help="the cross-dataset / DG source (default imagenet)")
-    args = p.parse_args(argv)
+
+
+def write_reports(args: argparse.Namespace) -> int:
+    """``python -m runner report OUTPUT_ROOT [--protocols ...] [--source S]``: the report of each protocol found
+    under it; 0 when one was written, 2 when none could be."""
     output = os.path.abspath(args.output)
     found = [protocol for protocol in args.protocols if os.path.isdir(os.path.join(output, protocol))]
     if not found:
-        print(f"error: {output} holds no {' / '.join(args.protocols)} folder of runs: give the --output of a sweep",
-              file=sys.stderr)
+        print(f"error: {output} holds no {' / '.join(args.protocols)} folder of runs: give the output root of a "
+              "sweep", file=sys.stderr)
         return EXIT_NOTHING
     written = 0
     for protocol in found:

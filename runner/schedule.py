@@ -49,6 +49,14 @@ def stop_signal(interrupt: KeyboardInterrupt) -> int:
     return interrupt.signum if isinstance(interrupt, Stopped) else signal.SIGINT
 
 
+def stopped(interrupt: KeyboardInterrupt) -> tuple[str, int]:
+    """The line that ends a runner stopped by ``interrupt`` (Ctrl-C, or a :class:`Stopped`) and its exit status, 128 +
+    the signal (the shells' rule)."""
+    signum = stop_signal(interrupt)
+    return (f"interrupted ({signal.Signals(signum).name}): rerun the same command to continue (finished runs are "
+            "skipped, interrupted ones resume)", 128 + signum)
+
+
 def stopping_on_signals() -> AbstractContextManager[None]:
     """While the block runs in the main thread, SIGTERM and SIGHUP raise :class:`Stopped` there (the previous
     handlers come back after it)."""

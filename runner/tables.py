@@ -27,11 +27,11 @@ MODES = {"base2new": "b2n", "xd": "xd", "dg": "dg"}
 def table_argv(sweep: Sweep, root: str, fmt: str = "plain") -> list[str]:
     """``parse_test_res.py`` arguments of the sweep's table over the output root ``root``, its methods in the order
     given."""
-    trainers = list(dict.fromkeys(m.trainer for m in sweep.methods))
+    methods = [m.name for m in sweep.methods]
     mode = MODES[sweep.protocol]
     if mode == "b2n":
-        return [mode, os.path.join(root, "base2new"), "--methods", *trainers, "--format", fmt]
-    return [mode, root, "--source", sweep.source, "--targets", *sweep.datasets, "--methods", *trainers,
+        return [mode, os.path.join(root, "base2new"), "--methods", *methods, "--format", fmt]
+    return [mode, root, "--source", sweep.source, "--targets", *sweep.datasets, "--methods", *methods,
             "--format", fmt]
 
 
@@ -84,7 +84,7 @@ def write_tables(sweep: Sweep, verified: Iterable[str],
             atomic_write_text(content, path)
         targets = sweep.datasets if sweep.protocol != "base2new" else ()
         _, line = write_report(view, sweep.protocol, os.path.dirname(table_path(sweep, "txt")), sweep.source,
-                               targets, list(dict.fromkeys(m.trainer for m in sweep.methods)), call)
+                               targets, [m.name for m in sweep.methods], call)
     return status, text, line.replace(view, sweep.output)
 
 

@@ -111,6 +111,43 @@ def documented_commands() -> list[Documented]:
     return [command for name in DOC_FILES for command in commands_of(name)]
 
 
+def quoted_block(doc: str, first: str, after: str = "") -> list[str]:
+    """The lines of ``doc``'s fenced block that starts with the line ``first`` (the first such block after the line
+    holding ``after``)."""
+    lines = read_doc(doc).split("\n")
+    begin = next(i for i, line in enumerate(lines) if after in line)
+    start = next(i for i in range(begin, len(lines)) if lines[i].startswith(first))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("```"))
+    return lines[start:end]
+
+
+DASHES = re.compile(r"^-+(?: +-+)*$")
+NUMBER = re.compile(r"^[-+]?[\d,]*\.?\d+%?$")
+
+
+def table_shapes(lines: list[str]) -> list[tuple[list[str], list[list[str]]]]:
+    """The shape of each plain table (tabulate's ``simple``: a header, a dashes line, rows up to a blank line) in
+    ``lines``: its column names and rows, each number as ``#``; what a page's table must share with the table a
+    command prints, whatever the measurement."""
+    shapes = []
+    for i, line in enumerate(lines):
+        if i == 0 or not DASHES.match(line.rstrip()):
+            continue
+        starts = [m.start() for m in re.finditer(r"-+", line)]
+        rows = []
+        for row in lines[i + 1:]:
+            if not row.strip():
+                break
+            rows.append(["#" if NUMBER.match(cell) else cell for cell in cut(row, starts)])
+        shapes.append((cut(lines[i - 1], starts), rows))
+    return shapes
+
+
+def cut(line: str, starts: list[int]) -> list[str]:
+    """The cells of a table's ``line`` whose columns start at ``starts``."""
+    return [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None])]
+
+
 def markdown_table(text: str, header: str) -> list[list[str]]:
     """The rows (cells stripped) of the markdown table in ``text`` whose header row starts with ``header``."""
     lines = text.split("\n")

@@ -791,10 +791,12 @@ def test_bad_input_matrix(case, tmp_path, tiny_clip_file, monkeypatch, capsys):
     before = _snapshot(tmp_path / "run")
     capsys.readouterr()
     status = train.cli(argv)
-    err = capsys.readouterr().err
+    terminal = capsys.readouterr()
+    err = terminal.err
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert status == train.EXIT_USER_ERROR and len(lines) == 1, err[-3000:]
     assert err.rstrip().endswith(lines[0]) and "Traceback" not in err
+    assert "** Config **" not in terminal.out  # the config dump goes to the run's log, not above the error line
     line = lines[0]
     assert line.startswith(expected[:-3]) if expected.endswith("...") else line == expected
     out = tmp_path / "run"

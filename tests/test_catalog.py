@@ -13,6 +13,7 @@ import pytest
 from datasets.demo_specs import DEMO_DATASETS
 from engine.registry import DATASET_REGISTRY, Registry
 from tests.helpers_run import HANG_GUARD_S
+from trainers.catalog import find_method
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -113,3 +114,17 @@ def test_dataset_folders_without_torch_are_the_readers_folders(tmp_path):
                             "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"],
                            cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert light.stdout.strip() == "[]", light.stderr
+
+
+@pytest.mark.parametrize("name,method", [
+    ("PETR+CoOp", "PETR+CoOp"), ("PETRCoOp", "PETR+CoOp"), ("petr_coop", "PETR+CoOp"), ("petr+kgcoop", "PETR+KgCoOp"),
+    ("teacher", "PromptSRC"), ("zsclip", "ZeroshotCLIP"), ("clip", "ZeroshotCLIP")])
+def test_a_method_is_found_by_every_name_the_tables_and_folders_give_it(name, method):
+    """The name the tables print, its trainer, its scripts folder (where one method has them) and the aliases."""
+    assert find_method(name).name == method
+
+
+def test_a_trainer_of_several_methods_is_refused_naming_them():
+    with pytest.raises(ValueError, match=r"^'PETRX' is the trainer of PETR\+KgCoOp, PETR\+CoCoOp, PETR\+MaPLe, "
+                                         r"PETR\+IVLP: name one of them$"):
+        find_method("PETRX")

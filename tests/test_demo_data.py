@@ -187,5 +187,5 @@ def test_tree_of_another_label_order_is_rewritten_with_its_fewshot_cache(tmp_pat
 
 
 def test_missing_data_names_the_generator(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"python -m demo\.shapes --root"):
+    with pytest.raises(FileNotFoundError, match=r"python -m demo\.shapes --data"):
         build_dataset(make_cfg(tmp_path, "DemoShapes"))

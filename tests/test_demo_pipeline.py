@@ -7,7 +7,9 @@ files, with HM and chance level computed here.
 """
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import replace
@@ -16,8 +18,10 @@ import numpy as np
 import pytest
 
 from demo.pipeline import DEMO, FULL, QUICK, SOURCE, Paths, default_paths, failures, stage_times, sweeps
+from demo.pipeline import Demo as Pipeline
 from demo.study import FULL as STUDY
 from demo.study import Demo
+from engine.errors import InvalidInputError, first_line
 from engine.utils import read_json
 from runner.jobs import record_job
 from runner.protocols import Planner, merge_plans
@@ -222,3 +226,45 @@ def test_quick_demo_shows_the_effects(quick_demo):
     assert "| PETR+CoOp " in markdown and "Time per stage" in markdown and "(report.png)" in markdown
     with open(os.path.join(output, "report.png"), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_demo_folder_made_with_other_files_is_one_error_line(tmp_path):
+    """A demo's output copied from another folder records a teacher this demo's tiny CLIPs are not: planning stops
+    with one line naming the run, the folder and the fix, not a traceback."""
+    paths = Paths(str(tmp_path / "data"), str(tmp_path / "out"), str(tmp_path / "cache"))
+    run = tmp_path / "out/base2new/train_base/demo_shapes_hard/shots_0/PromptKD/demo/seed1"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"config": {
+        "TRAINER.PROMPTKD.TEACHER_NAME": "/elsewhere/demo_cache/teacher.pt",
+        "TRAINER.PROMPTKD.TEACHER_CKPT": "/elsewhere/output/demo/teachers/DemoShapesHard"}}))
+    with pytest.raises(InvalidInputError) as error:
+        Pipeline(DEMO, paths).run_jobs(sweeps(DEMO, paths, ("student.pt", "teacher.pt")))
+    assert first_line(error.value) == (
+        f"PromptKD test demo_shapes_hard seed1: {run} was distilled from the teacher "
+        "/elsewhere/output/demo/teachers/DemoShapesHard (TEACHER_NAME /elsewhere/demo_cache/teacher.pt), whose text "
+        f"features score its student: the runs under {tmp_path / 'out'} were made with other tiny CLIP files or "
+        "teachers than this demo's (copied from another folder, or weights regenerated); move "
+        f"{tmp_path / 'out'} away, or give the demo another --output-root")
+
+
+@pytest.mark.slow  # the quick demo's data and tiny CLIPs, then runs that a signal stops
+def test_a_signal_stops_the_demo_with_the_runners_line(quick_demo, tmp_path):
+    """SIGTERM to ``scripts/demo.sh`` while its runs train: the runs stop as the runner stops them, and the demo ends
+    with the line the runner prints for a signal and 128 + the signal, no traceback."""
+    work, _ = quick_demo
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(["bash", "scripts/demo.sh", "--quick", "--data", str(work / "data" / "demo"), "--cache",
+                             str(work / "demo_cache"), "--output-root", str(tmp_path / "out")], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if " started " in line:  # a run is training: the runner's signal handling is in place
+            proc.send_signal(signal.SIGTERM)
+            break
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 128 + signal.SIGTERM, out[-2000:] + err[-2000:]
+    # Python's resource tracker may add its own warning after the demo has ended: a warm worker that was idle when
+    # the runner passed the signal on dies of it with a semaphore of its job's still registered (runner/local.py)
+    ours = [line for line in err.splitlines() if "resource_tracker" not in line]
+    assert "Traceback" not in err and ours[-1] == (
+        "interrupted (SIGTERM): rerun the same command to continue (finished runs are skipped, interrupted ones "
+        "resume)"), err[-3000:]

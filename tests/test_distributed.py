@@ -255,7 +255,7 @@ def test_scripts_launch_through_torchrun_when_nproc_is_set(tmp_path):
                                "1"], cwd=REPO, env=env, capture_output=True, text=True, check=True,
                               timeout=HANG_GUARD_S)
         argv = json.loads(done.stdout.splitlines()[-1])["argv"]
-        assert argv[:len(launch) + 1] == [*launch, "--root"], nproc
+        assert argv[:len(launch) + 1] == [*launch, "--data"], nproc
     env = {**os.environ, "DATA": str(tmp_path), "NPROC": "two", "TEACHER_CKPT": "none", "PYTHON": sys.executable}
     done = subprocess.run(["bash", "scripts/petr/base2new_train.sh", "eurosat", "1"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=HANG_GUARD_S)

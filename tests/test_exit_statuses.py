@@ -78,7 +78,8 @@ CHECKS: dict[tuple[str, str], tuple[Shell | InProcess | Named | Rule, ...]] = {
         "tests/test_runner_local.py::test_a_sweep_whose_jobs_were_refused_publishes_no_stale_table"),),
     (RUNNER, "2"): (Shell("python -m runner base2new --datasets eurosat --data {tmp}/none --dry-run",
                           "error: EuroSAT: {tmp}/none/eurosat: dataset folder missing"),
-                    Shell("python -m runner base2new --datasets nosuch --data {tmp}", "error: ")),
+                    Shell("python -m runner base2new --datasets nosuch --data {tmp}", "error: "),
+                    Named("tests/test_runner_bad_input.py::test_bad_arguments_stop_before_anything_starts")),
     (RUNNER, "130, 143, 129"): (Named("tests/test_runner_schedule.py::test_a_signal_to_the_runner_stops_its_jobs"),),
     (PARSE, "0"): (Shell("python parse_test_res.py paper", "== base2novel"),),
     (PARSE, "2"): (Shell("python parse_test_res.py b2n {tmp}/none", "parse_test_res.py: error: directory not found"),),
@@ -92,7 +93,7 @@ CHECKS: dict[tuple[str, str], tuple[Shell | InProcess | Named | Rule, ...]] = {
     (CLIP, "2"): (InProcess("clip.download", ("ViT-B/16", "--dir", "{tmp}", "--dry-run"), "missing: ViT-B/16: "),
                   InProcess("clip.download", ("NoSuch",), "error: unknown CLIP model(s) NoSuch")),
     (TEACHERS, "0"): (Named("tests/test_fetch_teachers.py::test_fetch_verify_and_place"),),
-    (TEACHERS, "2"): (InProcess("tools.fetch_teachers", ("--dir", "{tmp}", "EuroSAT"), "error: cannot list "),
+    (TEACHERS, "2"): (InProcess("tools.fetch_teachers", ("--teacher-dir", "{tmp}", "EuroSAT"), "error: cannot list "),
                       InProcess("tools.fetch_teachers", ("--dir", "{tmp}", "NoSuch"), "error: unknown teacher(s)")),
     (RUNS, "0"): (Shell("python -m engine.runs state {tmp}", "new"),),
     (RUNS, "2"): (Shell("python -m engine.runs saved-model {tmp}", "error: no checkpoint in {tmp}"),),
@@ -102,6 +103,8 @@ CHECKS: dict[tuple[str, str], tuple[Shell | InProcess | Named | Rule, ...]] = {
     (DEMO, "1"): (Named(
         "tests/test_demo_pipeline.py::test_demo_skips_finished_runs_and_a_failure_stops_only_its_dependents"),),
     (DEMO, "2"): (InProcess("demo.pipeline", ("--jobs",), "usage: "),),
+    (DEMO, "130, 143, 129"): (Named(
+        "tests/test_demo_pipeline.py::test_a_signal_stops_the_demo_with_the_runners_line"),),
     (SHIPPED, "0"): (Named("tests/test_demo_shipped.py::test_clip_files_expand_once_into_files_clip_load_reads"),),
     (SHIPPED, "2"): (InProcess("demo.shipped", ("expand", "--weights", "{tmp}/none", "--cache", "{tmp}"), "error: "),),
     (WRAPPERS, "0"): (Shell("python -m units.wrappers --check"),),

@@ -233,7 +233,8 @@ def test_download_through_open_clip_from_a_hub_stand_in(tmp_path, monkeypatch, c
     payload = b"tiny stand-in for an open_clip weight file\n" * 50
     repo = HubRepo(HUB, {"open_clip_model.safetensors": payload}, lfs={"open_clip_model.safetensors"})
     with serve(repo.handler()) as url:  # huggingface_hub reads HF_ENDPOINT once, at import: a fresh process
-        done = download([TAG, "--dir", str(tmp_path / "hub")], {"HF_ENDPOINT": url, "HF_HOME": str(tmp_path / "h")})
+        done = download([TAG, "--dir", str(tmp_path / "hub")], {"HF_ENDPOINT": url, "HF_HOME": str(tmp_path / "h"),
+                                                                "PETR_OFFLINE": ""})
     assert done.returncode == 0, done.stderr
     path = find_weights(TAG, str(tmp_path / "hub"))
     assert open(path, "rb").read() == payload
@@ -244,7 +245,8 @@ def test_download_through_open_clip_from_a_hub_stand_in(tmp_path, monkeypatch, c
     bad = HubRepo(HUB, {"open_clip_model.safetensors": payload}, lfs={"open_clip_model.safetensors"},
                   corrupt={"open_clip_model.safetensors"})
     with serve(bad.handler()) as url:
-        done = download([TAG, "--dir", str(tmp_path / "bad")], {"HF_ENDPOINT": url, "HF_HOME": str(tmp_path / "h")})
+        done = download([TAG, "--dir", str(tmp_path / "bad")], {"HF_ENDPOINT": url, "HF_HOME": str(tmp_path / "h"),
+                                                                "PETR_OFFLINE": ""})
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1
     assert f"but the hub lists {hashlib.sha256(payload).hexdigest()}: the download is corrupt" in errors[0]
@@ -274,7 +276,7 @@ def test_offline_a_real_tag_is_one_line_naming_file_place_and_check(offline, cap
     out, err = capsys.readouterr()
     assert out == "" and err.splitlines() == [
         f"error: {TAG}: open_clip weights not in the hub cache nor placed by hand, and they cannot be downloaded here "
-        f"(HF_HUB_OFFLINE is set); {offline_line(offline / 'w', offline / 'hub')}"]
+        f"(PETR_OFFLINE=1 is set: this node does not download); {offline_line(offline / 'w', offline / 'hub')}"]
     assert clip_download.main(["--dry-run", TAG]) == 2
     assert capsys.readouterr().out.splitlines() == [
         f"missing: {TAG}: https://huggingface.co/{HUB}/resolve/main/open_clip_model.safetensors -> "
@@ -283,6 +285,22 @@ def test_offline_a_real_tag_is_one_line_naming_file_place_and_check(offline, cap
     with pytest.raises(InputNotFoundError) as e:
         clip.load_model(TAG)
     assert str(e.value) == err.splitlines()[0].removeprefix("error: ")
+
+
+def test_a_hub_that_does_not_answer_is_one_line_naming_the_folder_given(tmp_path):
+    """No offline knob, and the hub does not answer (a closed port stands for a node without a route): the hub is
+    asked once, so the fetch prints its one line and no client retries, and the line names the ``--dir`` given."""
+    done = download([TAG, "--dir", str(tmp_path / "hub")],
+                    {"HF_ENDPOINT": "http://127.0.0.1:9", "PETR_OFFLINE": "", "HF_HUB_OFFLINE": "",
+                     "HF_HOME": str(tmp_path / "h"), "HOME": str(tmp_path / "home")})
+    url = f"http://127.0.0.1:9/{HUB}/resolve/main/open_clip_model.safetensors"
+    assert (done.returncode, done.stdout) == (2, "") and done.stderr.splitlines() == [
+        f"error: {TAG}: open_clip weights not in the hub cache nor placed by hand, and they cannot be downloaded here "
+        f"({url} does not answer: [Errno 111] Connection refused); on a machine with internet run `python -m "
+        f"clip.download {TAG} --dir {tmp_path / 'hub'}` and copy {tmp_path}/hub/models--laion--CLIP-ViT-B-16-laion2B-"
+        f"s34B-b88K to the same place here, or download {url} (or open_clip_pytorch_model.bin, where the hub has no "
+        f"open_clip_model.safetensors) into {tmp_path}/home/.cache/clip/{HUB}/ (sha256sum must print the SHA256 "
+        f"listed at {url.replace('/resolve/', '/blob/')})"]
 
 
 def test_the_preflight_resolves_open_clip_names_without_torch(offline, tiny_openclip_name):

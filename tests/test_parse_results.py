@@ -589,3 +589,18 @@ def test_routed_rows_are_labelled_by_method(tmp_path, capsys):
     make_b2n_tree(str(other), "PETRX", "vit_b16_x", {"eurosat": ([80.0], [60.0])}, tuned_trainer="KgCoOp")
     make_b2n_tree(str(other), "PETRX", "vit_b16_x", {"dtd": ([80.0], [60.0])}, tuned_trainer="CoCoOp")
     assert set(collect_b2n([str(other)])) == {"PETRX"}
+
+
+@pytest.mark.parametrize("name", ["PETR+CoOp", "PETRCoOp", "petr_coop", "PETR+*"])
+def test_every_name_of_a_method_selects_its_rows(tmp_path, capsys, name):
+    """``--methods`` and ``--baseline`` take a method as the tables print it (PETR+CoOp), its trainer, its scripts
+    folder or a glob, and the table names the row by its method; an entry that names no run is one warning line."""
+    root = str(tmp_path)
+    make_b2n_tree(root, "PETRCoOp", "vit_b16_ctxv1", {"eurosat": ([80.0], [60.0])}, tuned_trainer="CoOp")
+    make_b2n_tree(root, "CoOp", "vit_b16_ctxv1", {"eurosat": ([78.0], [50.0])})
+    baseline = "petr_coop" if "*" in name else name
+    assert ptr.main(["b2n", root, "--methods", "CoOp", name, "CoOpp", "--baseline", baseline, "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    assert [row["method"] for row in csv.DictReader(io.StringIO(out))] == ["CoOp", "PETR+CoOp", "CoOp", "PETR+CoOp"]
+    assert "Δ = row − PETR+CoOp (baseline: set with --baseline;" in err
+    assert warnings(err) == [f"warning: --methods CoOpp names no run under {root} (methods there: CoOp, PETR+CoOp)"]

@@ -110,3 +110,8 @@ def test_petr_x_rows_are_named_by_the_learner_they_routed_on(tmp_path, capsys):
         write(root, f"xd/train/democool/shots_16/PETRX/vit_b16_{x}/seed1", cool, tuned_trainer=tuned)
     rows = table(capsys, "xd", root, "--source", "demonet", "--methods", "PETRX", "--format", "csv")
     assert rows["PETR+KgCoOp"] == ["1", "60.00", "40.00", "40.00"] and rows["PETR+MaPLe"][1:3] == ["58.00", "44.00"]
+    by_name = table(capsys, "xd", root, "--source", "demonet", "--methods", "PETR+MaPLe", "--format", "csv")
+    assert list(by_name) == ["method", "PETR+MaPLe"]  # the method the table prints, not its trainer's other rows
+    assert parse_test_res.main(["xd", root, "--source", "demonet", "--methods", "PETR+CoCoOp", "PETR+MaPLe"]) == 0
+    assert capsys.readouterr().err.splitlines()[0] == (f"warning: --methods PETR+CoCoOp names no run under {root} "
+                                                       "(methods there: PETR+KgCoOp, PETR+MaPLe)")

@@ -98,6 +98,11 @@ def test_scripts_give_clear_errors(script_env):
     no_teacher = {k: v for k, v in script_env.items() if k != "TEACHER_CKPT"}
     done = run_script("petr/base2new_train.sh", "eurosat", "2", env=no_teacher)
     assert done.returncode != 0 and "no teacher at" in done.stderr and "TEACHER_CKPT=none" in done.stderr
+    assert "train it with `bash scripts/teacher/base2new_train.sh eurosat 2`" in done.stderr
+    done = run_script("petr/dg_train.sh", "demonet_sketch", "1", env={**no_teacher, "SOURCE": "demonet"})
+    assert done.returncode == 2 and done.stderr.startswith(  # the source's teacher, trained by xd_train.sh
+        f"error: no teacher at {no_teacher['TEACHER_DIR']}/DemoNet-xd: train it with "
+        "`SOURCE=demonet bash scripts/teacher/xd_train.sh 1`"), done.stderr
     done = run_script("petr/base2new_train.sh", "eurosatt", "1", env=script_env)
     assert done.returncode != 0 and "unknown dataset 'eurosatt'" in done.stderr
     done = run_script("petr/base2new_test.sh", "dtd", "1", env=script_env)

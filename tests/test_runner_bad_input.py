@@ -4,6 +4,7 @@ first words of the line; some cases first place a file, link or FIFO where the r
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -19,7 +20,8 @@ CASES = {
     "unknown dataset": (["--datasets", "nosuch"], 2, f"error: unknown dataset 'nosuch'; use one of: {DATASET_NAMES}"),
     "unknown xd source": (["--protocol", "xd", "--datasets", "dtd", "--source", "nosuch"], 2,
                           "error: unknown dataset 'nosuch'; use one of: caltech101 "),
-    "negative shots": (["--shots", "-3"], 2, "error: --shots -3: give 0 (every train image) or a number of images"),
+    "negative shots": (["--protocol", "xd", "--shots", "-3"], 2,
+                       "error: --shots -3: give 0 (every train image) or a number of images"),
     "odd extra-opts": (["--extra-opts", "OPTIM.MAX_EPOCH 2 OPTIM.LR"], 2,
                        "error: --extra-opts 'OPTIM.MAX_EPOCH 2 OPTIM.LR': an odd number of words (3); it takes KEY "
                        "VALUE pairs"),
@@ -31,7 +33,7 @@ CASES = {
                                           "error: --extra-opts: CoOp: OPTIM.LR is -1.0; it must be a number > 0"),
     "extra-opts OUTPUT_DIR": (["--extra-opts", "OUTPUT_DIR {tmp}/elsewhere/run"], 2,
                               "error: --extra-opts: OUTPUT_DIR is set by the runner for each job: leave it out and "
-                              "choose the output root with --output"),
+                              "choose the output root with --output-root"),
     "extra-opts SEED": (["--extra-opts", "OPTIM.MAX_EPOCH 2 SEED 5"], 2,
                         "error: --extra-opts: SEED is set by the runner for each job: leave it out and give the seeds "
                         "with --seeds"),
@@ -56,10 +58,13 @@ CASES = {
                                   "DATASET.SOURCE_DATASET ImageNet"], 2,
                                  "error: --extra-opts: DATASET.SOURCE_DATASET is set by the runner for each job: "
                                  "leave it out and name the cross-dataset source with --source"),
-    "output under a file": (["--output", "{tmp}/file/out"], 2,
-                            "error: --output {tmp}/file/out: {tmp}/file is a file, not a folder"),
-    "read-only output": (["--output", "{tmp}/read-only/out"], 2,
-                         "error: --output {tmp}/read-only/out: {tmp}/read-only is not writable"),
+    "output under a file": (["--output-root", "{tmp}/file/out"], 2,
+                            "error: --output-root {tmp}/file/out: {tmp}/file is a file, not a folder"),
+    "read-only output (--output, the former name)": (["--output", "{tmp}/read-only/out"], 2,
+                                                     "error: --output-root {tmp}/read-only/out: {tmp}/read-only is not "
+                                                     "writable"),
+    "SLURM that does not answer": (["--executor", "slurm"], 2,
+                                   "error: --executor slurm: SLURM does not answer here (`sinfo` exited 1: sinfo: "),
     "job log a symbolic link": ([], 2, "error: {tmp}/logs/CoOp_train_dtd_seed1.log is a symbolic link, not a regular "
                                        "file: the runner appends the output of job 'CoOp train dtd seed1' to this log"),
     "job log a FIFO": ([], 2, "error: {tmp}/logs/CoOp_train_dtd_seed1.log is a FIFO, not a regular file: "),
@@ -76,6 +81,8 @@ PLACED = {
 }
 """What a case places before the runner starts (relative to the test's folder): a symbolic link to ``elsewhere``
 (a file outside the output) or a FIFO."""
+ENV = {"SLURM that does not answer": {"SLURM_CONF": "{tmp}/no-cluster/slurm.conf"}}
+"""Environment a case sets: SLURM's own binaries, pointed at a cluster configuration that is not there."""
 
 
 def place(tmp_path, placed: dict[str, str]) -> None:
@@ -101,8 +108,10 @@ def tree(root) -> dict[str, tuple[str, int]]:
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_arguments_stop_before_anything_starts(tmp_path, case):
     args, status, first = CASES[case]
-    if case == "read-only output" and os.geteuid() == 0:
+    if case.startswith("read-only output") and os.geteuid() == 0:
         pytest.skip("root may write into a read-only folder")
+    if case in ENV and shutil.which("sinfo") is None:
+        pytest.skip("SLURM's client binaries are not installed (test_runner_slurm_unit.py covers a machine without)")
     (tmp_path / "data").mkdir()
     (tmp_path / "file").write_text("")
     (tmp_path / "read-only").mkdir(mode=0o555)
@@ -112,9 +121,10 @@ def test_bad_arguments_stop_before_anything_starts(tmp_path, case):
     protocol = args[1] if args[:1] == ["--protocol"] else "base2new"
     args = args[2:] if args[:1] == ["--protocol"] else args
     argv = ["--methods", "PromptKD" if protocol == "xd" else "CoOp", "--datasets", "dtd", "--seeds", "1", "--data",
-            str(tmp_path / "data"), "--output", str(tmp_path / "out"), "--log-dir", str(tmp_path / "logs"),
+            str(tmp_path / "data"), "--output-root", str(tmp_path / "out"), "--log-dir", str(tmp_path / "logs"),
             *[a.format(tmp=tmp_path) for a in args]]
-    done = subprocess.run([sys.executable, "-m", "runner", protocol, *argv], cwd=REPO, capture_output=True,
+    env = {**os.environ, **{k: v.format(tmp=tmp_path) for k, v in ENV.get(case, {}).items()}}
+    done = subprocess.run([sys.executable, "-m", "runner", protocol, *argv], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=HANG_GUARD_S)
     assert done.returncode == status, done.stdout[-2000:] + done.stderr[-2000:]
     assert done.stderr.startswith(first.format(tmp=tmp_path)) and len(done.stderr.splitlines()) == 1, done.stderr

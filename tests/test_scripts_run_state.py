@@ -254,7 +254,7 @@ def test_data_unset_is_an_error_line_and_relative_paths_are_the_callers(tmp_path
     run_folder = tmp_path / "out" / "base2new" / "train_base" / "eurosat" / "shots_16" / "CoOp" / "vit_b16_ctxv1"
     assert f"-> {run_folder}/seed1\n" in done.stdout, done.stderr
     argv = json.loads(done.stdout.splitlines()[-1])["argv"]
-    assert argv[argv.index("--root") + 1] == f"{tmp_path}/datasets"
+    assert argv[argv.index("--data") + 1] == f"{tmp_path}/datasets"
     # a Python without site-packages (no torch): one line before anything runs
     bare = tmp_path / "bare_python.sh"
     bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')

@@ -44,7 +44,7 @@ def test_petr_base2new_train_and_test(tmp_path):
     done, commands = runner.record(["bash", "scripts/petr/base2new_train.sh", "eurosat", "1"])
     assert done.stdout == f"Training PETR on eurosat (seed 1, α=1000.0) -> {train_dir}\n", done.stderr
     assert commands == [[
-        "train.py", "--root", data, "--seed", "1", "--trainer", "PETR", "--dataset-config-file",
+        "train.py", "--data", data, "--seed", "1", "--trainer", "PETR", "--dataset-config-file",
         "configs/datasets/eurosat.yaml", "--config-file", "configs/trainers/PETR/vit_b16_ep40_batch8_4ctx.yaml",
         "--output-dir", train_dir, "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "base", "TRAINER.MODAL",
         "base2novel", "TRAINER.PETR.KD_WEIGHT", "1000.0", "TRAINER.PETR.TEACHER_CKPT", f"{teachers}/EuroSAT",
@@ -59,7 +59,7 @@ def test_petr_base2new_train_and_test(tmp_path):
     done, commands = runner.record(["bash", "scripts/petr/base2new_test.sh", "eurosat", "1"], {"NPROC": "2"})
     assert done.stdout == f"Evaluating PETR on the novel classes of eurosat (seed 1) -> {test_dir}\n"
     assert commands == [[
-        "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "train.py", "--root", data,
+        "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "train.py", "--data", data,
         "--seed", "1", "--trainer", "PETR", "--dataset-config-file", "configs/datasets/eurosat.yaml",
         "--config-file", "configs/trainers/PETR/vit_b16_ep40_batch8_4ctx.yaml", "--output-dir", test_dir,
         "--model-dir", train_dir, "--load-epoch", "last", "--eval-only", "DATASET.NUM_SHOTS", "0",
@@ -92,7 +92,7 @@ def test_a_distilled_student_is_tested_against_the_teacher_it_was_distilled_from
     done, commands = runner.record(["bash", "scripts/promptkd/base2new_test.sh", "eurosat", "1"], knobs)
     assert done.stdout == f"Evaluating PromptKD on the novel classes of eurosat (seed 1) -> {test_dir}\n", done.stderr
     assert commands == [[
-        "train.py", "--root", data, "--seed", "1", "--trainer", "PromptKD", "--dataset-config-file",
+        "train.py", "--data", data, "--seed", "1", "--trainer", "PromptKD", "--dataset-config-file",
         "configs/datasets/eurosat.yaml", "--config-file",
         "configs/trainers/PromptKD/vit_b16_c2_ep20_batch8_4+4ctx.yaml", "--output-dir", test_dir, "--model-dir",
         train_dir, "--load-epoch", "last", "--eval-only", "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "new",
@@ -159,7 +159,7 @@ def test_promptkd_xd_train(tmp_path):
     assert done.stdout == (f"Training PromptKD (cross, ImageNet teacher) on dtd (seed 2, 0 shots, α=1000.0) -> "
                            f"{run}\n")
     assert commands == [[
-        "train.py", "--root", data, "--seed", "2", "--trainer", "PromptKD", "--dataset-config-file",
+        "train.py", "--data", data, "--seed", "2", "--trainer", "PromptKD", "--dataset-config-file",
         "configs/datasets/dtd.yaml", "--config-file",
         "configs/trainers/PromptKD/vit_b16_c2_ep20_batch8_4+4ctx_cross_datasets.yaml", "--output-dir", run,
         "--move-aside", "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "all", "TRAINER.MODAL", "cross",
@@ -176,7 +176,7 @@ def test_coop_main_runs_each_seed(tmp_path):
     assert done.stdout == "".join(f"Training CoOp on 4 shots of caltech101 (seed {seed}) -> {run}\n"
                                   for seed, run in zip((1, 3), runs))
     assert commands == [[
-        "train.py", "--root", data, "--seed", str(seed), "--trainer", "CoOp", "--dataset-config-file",
+        "train.py", "--data", data, "--seed", str(seed), "--trainer", "CoOp", "--dataset-config-file",
         "configs/datasets/caltech101.yaml", "--config-file", "configs/trainers/CoOp/vit_b16.yaml", "--output-dir",
         run, "TRAINER.COOP.N_CTX", "16", "TRAINER.COOP.CSC", "False", "TRAINER.COOP.CLASS_TOKEN_POSITION", "end",
         "DATASET.NUM_SHOTS", "4", "MODEL.BACKBONE.NAME", "s.pt", "OPTIM.MAX_EPOCH", "1", "INPUT.SIZE", "(32,32)"]
@@ -198,7 +198,7 @@ def test_petr_x_base2new_routes_on_the_coop_run(tmp_path):
     assert done.stdout.splitlines() == [
         f"PETR+X on CoOp run {coop}: router fit and base-class evaluation of imagenet (seed 1) -> {base}",
         f"PETR+X on CoOp run {coop}: novel-class evaluation of imagenet (seed 1) with the router of {base} -> {new}"]
-    head = ["train.py", "--root", data, "--seed", "1", "--trainer", "PETRX", "--dataset-config-file",
+    head = ["train.py", "--data", data, "--seed", "1", "--trainer", "PETRX", "--dataset-config-file",
             "configs/datasets/imagenet.yaml", "--config-file", "configs/trainers/PETRX/vit_b16.yaml"]
     x = ["TRAINER.PETRX.TUNED_TRAINER", "CoOp", "TRAINER.PETRX.TUNED_MODEL_DIR", coop, "TRAINER.PETRX.TUNED_LOAD_EPOCH",
          "3"]
@@ -218,7 +218,7 @@ def test_zsclip_zeroshot_has_no_seed_and_relative_paths_are_the_callers(tmp_path
     run = f"{tmp_path}/zs/ZeroshotCLIP/vit_b16_ensemble/dtd"
     assert done.stdout == f"Zero-shot CLIP (vit_b16_ensemble) on dtd -> {run}\n", done.stderr
     assert commands == [[
-        "train.py", "--root", f"{tmp_path}/data", "--trainer", "ZeroshotCLIP", "--dataset-config-file",
+        "train.py", "--data", f"{tmp_path}/data", "--trainer", "ZeroshotCLIP", "--dataset-config-file",
         "configs/datasets/dtd.yaml", "--config-file", "configs/trainers/ZeroshotCLIP/vit_b16_ensemble.yaml",
         "--output-dir", run, "--eval-only", "MODEL.BACKBONE.NAME", "s.pt", "OPTIM.MAX_EPOCH", "1", "INPUT.SIZE",
         "(32,32)"]]
@@ -252,7 +252,7 @@ def test_unit_call_takes_its_knobs_not_the_environment(tmp_path, monkeypatch, ca
     line, argv = capsys.readouterr().out.splitlines()
     assert line == f"Training CoOp on 4 shots of caltech101 (seed 2) -> {run}"
     assert json.loads(argv) == {"dir": run, "argv": [
-        "train.py", "--root", f"{tmp_path}/data", "--seed", "2", "--trainer", "CoOp", "--dataset-config-file",
+        "train.py", "--data", f"{tmp_path}/data", "--seed", "2", "--trainer", "CoOp", "--dataset-config-file",
         "configs/datasets/caltech101.yaml", "--config-file", "configs/trainers/CoOp/vit_b16.yaml", "--output-dir",
         run, "TRAINER.COOP.N_CTX", "16", "TRAINER.COOP.CSC", "False", "TRAINER.COOP.CLASS_TOKEN_POSITION", "end",
         "DATASET.NUM_SHOTS", "4"]}
@@ -289,6 +289,18 @@ def test_units_help_lists_every_method_and_exits_0():
     bare = subprocess.run([sys.executable, "-m", "units"], cwd=REPO, capture_output=True, text=True,
                           timeout=HANG_GUARD_S)
     assert bare.returncode == 2 and bare.stderr.count("\n") == 1 and bare.stderr.startswith("error: ")
+
+
+@pytest.mark.parametrize("name", ["PETR+CoOp", "PETRCoOp"])
+def test_a_method_is_named_as_the_tables_name_it_or_by_its_scripts_folder(name):
+    """``python -m units METHOD``: the method's name in the tables or its trainer runs its scripts folder's command."""
+    def argv(method: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "units", "--print-argv", method, "base2new_train", "eurosat", "1"],
+                              cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert argv(name) == argv("petr_coop") and "PETRCoOp/vit_b16_ctxv1/seed1" in argv(name)
 
 
 def test_a_stopping_signal_waits_for_torchruns_status():

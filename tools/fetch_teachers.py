@@ -1,16 +1,16 @@
 """Fetch PromptKD's released ViT-L/14 teachers from the Google Drive folder PromptKD publishes, with ``gdown``.
 
-``python -m tools.fetch_teachers --dir teachers [NAME ... | all] [--folder ID] [--dry-run]``
+``python -m tools.fetch_teachers --teacher-dir teachers [NAME ... | all] [--folder ID] [--dry-run]``
 
 The folder is listed, and each teacher's file (an archive or a checkpoint named like the teacher: ``EuroSAT.zip``,
-``StandfordCars/...``; case, ``-`` and ``_`` ignored) is downloaded into a temporary folder inside ``--dir``, unpacked
-there, and its checkpoint (``<Teacher>/VLPromptLearner*/model-best.pth.tar`` or ``model.pth.tar-<E>``) is verified by
-loading it with the restricted loader (no pickled code runs) and mapping its prompt keys; only then is it placed as
-``<dir>/<Teacher>/VLPromptLearner/<file>`` with the ``checkpoint`` pointer naming it (the layout of a teacher trained
-here and published), where the student scripts and the runner find it (``TEACHER_DIR``). A failed, partial or
-refused download is one line and leaves nothing in ``--dir``. Offline (``PETR_OFFLINE=1`` or ``HF_HUB_OFFLINE=1``,
-or Google Drive does not answer one quick probe), each teacher gets one line: what, from where, to where, and how to
-place it by hand. Teachers already in ``--dir`` are verified the same way.
+``StandfordCars/...``; case, ``-`` and ``_`` ignored) is downloaded into a temporary folder inside ``--teacher-dir``,
+unpacked there, and its checkpoint (``<Teacher>/VLPromptLearner*/model-best.pth.tar`` or ``model.pth.tar-<E>``) is
+verified by loading it with the restricted loader (no pickled code runs) and mapping its prompt keys; only then is it
+placed as ``<dir>/<Teacher>/VLPromptLearner/<file>`` with the ``checkpoint`` pointer naming it (the layout of a teacher
+trained here and published), where the student scripts and the runner find it (``TEACHER_DIR``). A failed, partial or
+refused download is one line and leaves nothing in ``--teacher-dir``. Offline (``PETR_OFFLINE=1`` or
+``HF_HUB_OFFLINE=1``, or Google Drive does not answer one quick probe), each teacher gets one line: what, from where,
+to where, and how to place it by hand. Teachers already in ``--teacher-dir`` are verified the same way.
 """
 from __future__ import annotations
 
@@ -201,7 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tools.fetch_teachers", description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="*", default=["all"], metavar="NAME",
                    help=f"teachers: {', '.join(TEACHERS)} (any case; all, the default: every one)")
-    p.add_argument("--dir", default="teachers", help="teacher folder the students read (TEACHER_DIR; default teachers)")
+    p.add_argument("--teacher-dir", "--dir", dest="dir", default=os.environ.get("TEACHER_DIR") or "teachers",
+                   help="the teachers folder the students read (default $TEACHER_DIR, else teachers; --dir: the "
+                        "former name)")
     p.add_argument("--folder", default=FOLDER_ID, help=f"Google Drive folder id (default {FOLDER_ID})")
     p.add_argument("--dry-run", action="store_true", help="list what would be fetched, from where, to where")
     return p

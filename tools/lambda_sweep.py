@@ -79,10 +79,11 @@ def sweep_table(summary: dict, lambdas: Sequence[float]) -> tuple[list[str], lis
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Training-set routing accuracy of the Mahalanobis router per λ.")
     p.add_argument("dirs", nargs="+", help="output roots, method folders or run folders with PETR dumps")
-    p.add_argument("--lambdas", nargs="+", type=float, default=list(DEFAULT_LAMBDAS))
+    p.add_argument("--lambdas", nargs="+", type=float, default=list(DEFAULT_LAMBDAS),
+                   help=f"the λ values of the table's rows (default {' '.join(map(str, DEFAULT_LAMBDAS))})")
     p.add_argument("--percentile", type=float,
                    help="percentile of the seen-train distances (default: each run's router.json)")
-    p.add_argument("--format", choices=list(FORMATS), default="plain")
+    p.add_argument("--format", choices=list(FORMATS), default="plain", help="plain text, GitHub markdown or CSV")
     p.add_argument("--json", help="also write the numbers to this JSON file")
     args = p.parse_args(argv)
     try:

@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--lam", type=float, help="λ of the Mahalanobis threshold (default: each run's router.json)")
     p.add_argument("--percentile", type=float,
                    help="percentile of the seen-train scores (default: each run's router.json)")
-    p.add_argument("--format", choices=list(FORMATS), default="plain")
+    p.add_argument("--format", choices=list(FORMATS), default="plain", help="plain text, GitHub markdown or CSV")
     p.add_argument("--json", help="also write the numbers to this JSON file")
     args = p.parse_args(argv)
     try:

@@ -127,9 +127,8 @@ METHODS = {m.name: m for m in (*ROWS, *PETR_X)}
 ZERO_SHOT, TEACHER = METHODS["ZeroshotCLIP"], METHODS["PromptSRC"]
 TRAINERS: dict[str, str] = {m.trainer: m.module for m in METHODS.values()}
 """Registered trainer name -> the module whose class registers it."""
-ALIASES = {"zsclip": "ZeroshotCLIP", "clip": "ZeroshotCLIP", "teacher": "PromptSRC", "petrcoop": "PETR+CoOp",
-           "petr_coop": "PETR+CoOp"}
-"""Other spellings (lower case) of the names in :data:`METHODS`."""
+ALIASES = {"clip": "ZeroshotCLIP"}
+"""Other spellings (lower case) of the names in :data:`METHODS`, besides each method's trainer and scripts folder."""
 PETR_X_LEARNERS = {(m.name.lower() if m.commands == "teacher" else m.scripts): m
                    for m in sorted((m for m in ROWS if m.routable), key=lambda m: m.commands == "teacher")}
 """The prompt learners PETR+X routes on, by the name its scripts take (the scripts folder; the teacher's by its
@@ -153,12 +152,19 @@ def method_trainer(name: str) -> str:
 
 
 def find_method(name: str) -> Method:
-    """The method called ``name`` (any case, or an alias); ValueError listing the names otherwise."""
-    by_lower = {k.lower(): v for k, v in METHODS.items()}
-    key = ALIASES.get(name.lower(), name).lower()
-    if key not in by_lower:
-        raise ValueError(f"unknown method '{name}'; choose from {', '.join(METHODS)}")
-    return by_lower[key]
+    """The method called ``name`` (any case): its name as the tables print it (``PETR+CoOp``), an alias, or its
+    trainer or scripts folder where only one method has it (``PETRCoOp``, ``petr_coop``); ValueError listing the
+    names otherwise (``PETRX``: the PETR+X methods it could be)."""
+    lower = name.lower()
+    lower = ALIASES.get(lower, lower).lower()
+    named = [m for m in METHODS.values() if m.name.lower() == lower]
+    named = named or [m for m in METHODS.values() if lower in (m.trainer.lower(), m.scripts)]
+    if len(named) == 1:
+        return named[0]
+    if named:
+        raise ValueError(f"'{name}' is the {'trainer' if named[0].trainer.lower() == lower else 'scripts folder'} of "
+                         f"{', '.join(m.name for m in named)}: name one of them")
+    raise ValueError(f"unknown method '{name}'; choose from {', '.join(METHODS)}")
 
 
 def by_scripts(folder: str) -> Method:
@@ -167,6 +173,18 @@ def by_scripts(folder: str) -> Method:
         if method.scripts == folder:
             return method
     raise KeyError(folder)
+
+
+def scripts_folder(name: str) -> str:
+    """The scripts folder of the unit commands ``name`` names: ``name`` when it is one (``petr_coop``), else the
+    folder of the method :func:`find_method` finds (``PETR+CoOp``, ``PETRCoOp``); ``name`` itself when neither
+    does (its caller says it is unknown)."""
+    if any(m.scripts == name for m in METHODS.values()):
+        return name
+    try:
+        return find_method(name).scripts
+    except ValueError:
+        return name
 
 
 def register_trainers() -> None:

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 
+from trainers.catalog import scripts_folder
 from units.call import UnitCall, usage_list
 
 EXIT_INTERRUPTED = 130
@@ -43,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "instead of running it; needs no data, teacher or weights")
     mode.add_argument("--check-argv", action="store_true", help="as --print-argv, but stop as the command would on a "
                       "missing prerequisite (DATA, the finished run it reads, a teacher)")
-    p.add_argument("method", help="a scripts folder: petr, coop, promptkd, ...")
+    p.add_argument("method", help="a scripts folder (petr, coop, petr_coop, ...) or a method as the tables name it "
+                                  "(PETR+CoOp)")
     p.add_argument("command", help="one of the method's commands: base2new_train, base2new_test, ...")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the command's arguments (dataset, seed, ...)")
     return p
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run (or with ``--print-argv`` / ``--check-argv`` print) the unit command of ``argv``; returns the exit
     status."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    call = UnitCall(args.method, args.command, tuple(args.args), os.environ,
+    call = UnitCall(scripts_folder(args.method), args.command, tuple(args.args), os.environ,
                     os.environ.get("UNITS_CALLER_DIR") or os.getcwd())
     return call(dry=args.print_argv or args.check_argv, check=not args.print_argv)
 

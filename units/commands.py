@@ -22,6 +22,7 @@ from engine.digests import file_digest
 from engine.published import TEACHER_RECORD, read_record, record_differences, record_of_run
 from engine.runs import pointed_checkpoint, read_run_json
 from trainers.catalog import PETR_X_LEARNERS, Method, find_method
+from trainers.catalog import TEACHER as TEACHER_METHOD
 from units.facts import (
     BASE2NEW_DATASETS,
     DG_TARGETS,
@@ -212,14 +213,14 @@ def distilled_b2n(u: Unit, args: list[str], test: bool) -> None:
     dataset, seed = args
     config, k = u.knob("CFG", u.method.config), "0"
     u.require_data()
-    folder = teacher_folder(dataset, "base2new")
+    teacher = student_teacher(u, dataset, seed)
     alpha = kd_weight(dataset, u.env)
     petr = u.trainer == "PETR"
     kd = [u.key("KD_WEIGHT"), alpha] if petr or not test else []
     temperature = [] if petr or test else [u.key("TEMPERATURE"), "1.0"]
     model = u.run_dir("base2new/train_base", dataset, k, config, seed)
     if not test:
-        ckpt = u.teacher_ckpt(folder)
+        ckpt = u.teacher_ckpt(*teacher)
         u.train(f"Training {u.trainer} on {dataset} (seed {seed}, α={alpha})", dataset, model,
                 ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "base", "TRAINER.MODAL", "base2novel", *kd,
                  *temperature, u.key("TEACHER_CKPT"), ckpt], config, seed)
@@ -229,16 +230,25 @@ def distilled_b2n(u: Unit, args: list[str], test: bool) -> None:
             f"{dataset} {seed}")
     u.train(f"Evaluating {u.trainer} on the novel classes of {dataset} (seed {seed})", dataset, out,
             [*u.eval_args(model), "DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "new", "TRAINER.MODAL",
-             "base2novel", *kd, *distilled_from(u, model, folder)], config, seed)
+             "base2novel", *kd, *distilled_from(u, model, teacher)], config, seed)
 
 
-def distilled_from(u: Unit, model: str, folder: str) -> list[str]:
+def student_teacher(u: Unit, dataset: str, seed: str) -> tuple[str, str]:
+    """The teacher a student distils from (its folder under TEACHER_DIR, and the teacher command that publishes it):
+    base-to-novel ``dataset``'s, or the SOURCE's for the cross-dataset and DG protocols (``dataset`` "")."""
+    scripts = f"scripts/{TEACHER_METHOD.scripts}"
+    if dataset:
+        return teacher_folder(dataset, "base2new"), f"bash {scripts}/base2new_train.sh {dataset} {seed}"
+    return teacher_folder(u.source, "xd", u.source), f"SOURCE={u.source} bash {scripts}/xd_train.sh {seed}"
+
+
+def distilled_from(u: Unit, model: str, teacher: tuple[str, str]) -> list[str]:
     """The teacher options of a test of the distilled student in ``model``: the teacher it was distilled from, as its
     run.json records it (TEACHER_NAME, TEACHER_CKPT), so a test needs no teacher knob of its own. The student's logits
     are scored against its teacher's text features of the tested classes, so the teacher is read again, and another
     teacher would score another classifier: a TEACHER_CKPT or TEACHER_NAME naming another one is refused. A run that
     records none (upstream's, or one a plan names before it exists) takes the teacher as its training does
-    (``Unit.teacher_ckpt``, the teacher folder ``folder``)."""
+    (``Unit.teacher_ckpt`` of ``teacher``: :func:`student_teacher`)."""
     ns = f"TRAINER.{u.method.ns}"
     try:
         identity = read_run_json(model)
@@ -248,7 +258,7 @@ def distilled_from(u: Unit, model: str, folder: str) -> list[str]:
     config = config if isinstance(config, dict) else {}
     name, ckpt = config.get(f"{ns}.TEACHER_NAME"), config.get(f"{ns}.TEACHER_CKPT")
     if not (isinstance(name, str) and name and isinstance(ckpt, str)):
-        return [f"{ns}.TEACHER_CKPT", u.teacher_ckpt(folder)]
+        return [f"{ns}.TEACHER_CKPT", u.teacher_ckpt(*teacher)]
     recorded = os.path.realpath(os.path.join(REPO, ckpt)) if ckpt else "none"  # train.py runs from the repository
     given = u.env.get("TEACHER_CKPT", "")
     asked = "none" if given == "none" else os.path.realpath(u.path("TEACHER_CKPT")) if given else ""
@@ -278,7 +288,7 @@ def promptkd_xd_train(u: Unit, args: list[str]) -> None:
     dataset, seed, config, k, source_name = student_transfer(u, args, f"{u.sibling('xd_train')} <dataset> <seed>")
     alpha = u.knob("KD_WEIGHT", "1000.0")
     out = u.run_dir("xd/train", dataset, k, config, seed)
-    ckpt = u.teacher_ckpt(f"{source_name}-xd")
+    ckpt = u.teacher_ckpt(*student_teacher(u, "", seed))
     u.train(f"Training {u.trainer} (cross, {source_name} teacher) on {dataset} (seed {seed}, {k} shots, α={alpha})",
             dataset, out, ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "all", "TRAINER.MODAL", "cross",
                            u.key("KD_WEIGHT"), alpha, u.key("TEMPERATURE"), "1.0", u.key("TEACHER_CKPT"), ckpt],
@@ -295,7 +305,7 @@ def promptkd_xd_test(u: Unit, args: list[str]) -> None:
             f"{u.sibling('xd_train')} {u.source} {seed}")
     u.train(f"Evaluating the {source_name}-distilled {u.trainer} on {dataset} ({modal}, seed {seed})", dataset, out,
             [*u.eval_args(model), "DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "all", "TRAINER.MODAL", modal,
-             *distilled_from(u, model, f"{source_name}-xd")], config, seed)
+             *distilled_from(u, model, student_teacher(u, "", seed))], config, seed)
 
 
 def petr_transfer(u: Unit, args: list[str], tree: str, test: bool) -> None:
@@ -312,7 +322,7 @@ def petr_transfer(u: Unit, args: list[str], tree: str, test: bool) -> None:
     opts = ["DATASET.NUM_SHOTS", k, "DATASET.SUBSAMPLE_CLASSES", "all", "DATASET.SOURCE_DATASET", source_name,
             "TRAINER.MODAL", modal, u.key("KD_WEIGHT"), alpha]
     if not test:
-        ckpt = u.teacher_ckpt(f"{source_name}-xd")
+        ckpt = u.teacher_ckpt(*student_teacher(u, "", seed))
         u.train(f"Training {u.trainer} ({modal}: {source_name} -> {dataset}, seed {seed}, {k} shots, α={alpha})",
                 dataset, model, [*opts, u.key("TEACHER_CKPT"), ckpt], config, seed)
         return
@@ -320,7 +330,7 @@ def petr_transfer(u: Unit, args: list[str], tree: str, test: bool) -> None:
     u.needs(u.finished(model), f"no finished training run in {model}: run {u.sibling(tree + '_train')} {dataset} "
             f"{seed}")
     u.train(f"Evaluating {u.trainer} ({modal}: {source_name} -> {dataset}) on {dataset} (seed {seed})", dataset, out,
-            [*u.eval_args(model), *opts, *distilled_from(u, model, f"{source_name}-xd")], config, seed)
+            [*u.eval_args(model), *opts, *distilled_from(u, model, student_teacher(u, "", seed))], config, seed)
 
 
 def petr_reproduce(u: Unit, args: list[str]) -> None:

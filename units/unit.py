@@ -159,9 +159,10 @@ class Unit:
             load = ["--load-epoch", "last"] if which == "last" else []
         return ["--model-dir", model_dir, *load, "--eval-only"]
 
-    def teacher_ckpt(self, folder: str) -> str:
+    def teacher_ckpt(self, folder: str, trained_by: str) -> str:
         """The TEACHER_CKPT override: TEACHER_CKPT (a file or PromptSRC run), else ``<TEACHER_DIR>/<folder>``; ""
-        for TEACHER_CKPT=none (a plain CLIP teacher, with a note)."""
+        for TEACHER_CKPT=none (a plain CLIP teacher, with a note). ``trained_by``: the teacher command that publishes
+        the folder's teacher, which a missing one names."""
         ckpt = self.env.get("TEACHER_CKPT", "")
         if ckpt == "none":
             if not self.planning:
@@ -171,10 +172,10 @@ class Unit:
         if not ckpt:
             path = f"{self.path('TEACHER_DIR') or 'teachers'}/{folder}"
             if not os.path.exists(path) and self.check:
-                raise UnitError(f"no teacher at {path}: set TEACHER_DIR (folder of per-dataset teachers), "
-                                "TEACHER_CKPT=/path/to/checkpoint-or-PromptSRC-run, or TEACHER_CKPT=none; train one "
-                                "with scripts/teacher/base2new_train.sh or import PromptKD's with "
-                                "tools/import_promptkd_teacher.py")
+                raise UnitError(f"no teacher at {path}: train it with `{trained_by}` (the same DATA, CFG, "
+                                "TEACHER_NAME and TEACHER_DIR), fetch PromptKD's with python -m tools.fetch_teachers, "
+                                "or set TEACHER_DIR (folder of per-dataset teachers), "
+                                "TEACHER_CKPT=/path/to/checkpoint-or-PromptSRC-run or TEACHER_CKPT=none")
             return path
         path = self.path("TEACHER_CKPT")
         self.needs(os.path.exists(path), f"TEACHER_CKPT={path} does not exist")
@@ -229,7 +230,7 @@ def train_argv(data: str, trainer: str, dataset: str, config: str, out: str, see
     """``train.py`` and its arguments for one run of ``trainer`` with ``configs/trainers/<trainer>/<config>.yaml`` on
     ``dataset`` (a short name) into ``out`` (no ``--seed`` for an empty one), then ``args``: the one builder of a
     run's command line, for the unit commands and the demo's studies."""
-    return ["train.py", "--root", data, *(["--seed", str(seed)] if seed != "" else []), "--trainer", trainer,
+    return ["train.py", "--data", data, *(["--seed", str(seed)] if seed != "" else []), "--trainer", trainer,
             "--dataset-config-file", dataset_yaml(dataset), "--config-file",
             f"configs/trainers/{trainer}/{config}.yaml", "--output-dir", out, *args]
 

@@ -62,7 +62,7 @@ def test_trainer_argv_takes_the_shared_inputs(tmp_path):
     files = {"student": "/in/clip/ViT-B-16.pt", "teacher": "/in/clip/ViT-L-14.pt", "teacher_ckpt": "/in/t.pth.tar"}
     argv = trainer_argv("PETR", SPEC, files, "/data", "/out", CPU, "bf16", "K", "V", subsample="all")
     assert argv == [
-        "--root", "/data", "--seed", "1", "--trainer", "PETR", "--no-train",
+        "--data", "/data", "--seed", "1", "--trainer", "PETR", "--no-train",
         "--dataset-config-file", f"{REPO}/configs/datasets/eurosat.yaml",
         "--config-file", f"{REPO}/configs/trainers/PETR/vit_b16_ep40_batch8_4ctx.yaml", "--output-dir", "/out",
         "INPUT.SIZE", "(32, 32)", "DATASET.NUM_SHOTS", "0", "DATASET.SUBSAMPLE_CLASSES", "all",
