@@ -391,6 +391,7 @@ def _train_or_evaluate(args: argparse.Namespace, cfg, claim):
     import torch
 
     from engine import build_trainer, collect_env_info, set_random_seed, setup_logger
+    from engine.config import check_workers
     from engine.data_manager import close_loaders
     from engine.distributed import barrier, init_distributed, is_main, shutdown_distributed
     from engine.errors import first_line, is_user_error
@@ -404,6 +405,7 @@ def _train_or_evaluate(args: argparse.Namespace, cfg, claim):
         for note in claim.notes if claim is not None else ():
             print(note)
         check_config(cfg, config_schema())
+        check_workers(cfg)
         if cfg.SEED >= 0:
             print(f"Setting fixed seed: {cfg.SEED}")
             set_random_seed(cfg.SEED)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import IO, Any
 
 from .digests import file_digest, open_digest
 from .errors import CorruptFileError, InputNotFoundError
+from .json_text import parse_json
 from .run_files import file_kind, inside
 
 REGENERABLE = ("fewshot", "cache")
@@ -157,8 +157,8 @@ def read_input_text(path: str, role: str, errors: str = "strict") -> str:
 def read_input_json(path: str, role: str) -> Any:
     """The JSON value the input file ``path`` holds, recorded as ``role``; malformed JSON is one error naming it."""
     try:
-        return json.loads(read_input_text(path, role))
-    except (ValueError, UnicodeDecodeError) as e:
+        return parse_json(read_input_text(path, role))
+    except ValueError as e:
         raise CorruptFileError(f"Malformed JSON in {path} ({e}); restore the file or write it again") from None
 
 

@@ -14,7 +14,6 @@ folders and, once finished, ``results.json``. An upstream Dassl folder run again
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from .errors import ConfigError, UserError
 from .inputs import open_input, read_input_text
+from .json_text import parse_json
 from .run_lock import LOCK_FILE as LOCK_FILE  # a run-folder name, exported here with the others
 from .run_lock import describe_holder, lock_holder
 
@@ -259,7 +259,7 @@ def read_run_json(path: str) -> object:
     fpath = os.path.join(path, IDENTITY_FILE)
     if not os.path.isfile(fpath):
         return None
-    return json.loads(read_input_text(fpath, "run-record"))
+    return parse_json(read_input_text(fpath, "run-record"))
 
 
 def has_identity(path: str) -> bool:

@@ -589,6 +589,55 @@ def _backbone_file(expected: str, content: bytes = b"", obj=None):
     return setup
 
 
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+"""A JSON text nesting 100,000 lists: the parser's recursion limit is far below."""
+DEEP = "is no readable JSON (its arrays or objects nest deeper than ..."
+HUGE = "99999999999999999999"
+"""More than any C integer holds."""
+AT_MOST = "and at most 2147483647 in size"
+WORKER_LIMIT = max(8, 4 * len(os.sched_getaffinity(0)))
+"""What this machine lets a run start: 4 loader processes per CPU, 8 at least."""
+
+
+def _split_bytes(content: bytes, expected: str):
+    """The split file replaced by ``content``; ``expected`` with {split} for its path."""
+    def setup(tmp, data, tree, clip_file, mp):
+        with open(tree.split_file, "wb") as f:
+            f.write(content)
+        return coop_argv(data, tmp / "run", clip_file), expected.format(split=tree.split_file)
+    return setup
+
+
+def _deep_fewshot(tmp, data, tree, clip_file, mp):
+    path = os.path.join(tree.dataset_dir, "split_fewshot", "shot_2-seed_1.json")
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as f:
+        f.write(DEEP_JSON)
+    return coop_argv(data, tmp / "run", clip_file), f"error: Malformed JSON in {path} (its arrays or objects nest ..."
+
+
+def _deep_run_json(tmp, data, tree, clip_file, mp):
+    """A finished run's folder whose run.json nests 100,000 lists."""
+    (tmp / "run").mkdir()
+    (tmp / "run" / "run.json").write_text(DEEP_JSON)
+    (tmp / "run" / "results.json").write_text("{}")
+    return (coop_argv(data, tmp / "run", clip_file),
+            f"error: {tmp / 'run' / 'run.json'} is not valid JSON (its arrays or objects nest deeper than ...")
+
+
+def _deep_model_record(tmp, data, tree, clip_file, mp):
+    """--eval-only of a run folder whose run.json (the record its prompt settings are read from) nests 100,000 lists."""
+    _model_dir(tmp, {"state_dict": {"ctx": torch.zeros(4, 64)}, "epoch": 1})
+    (tmp / "trained" / "run.json").write_text(DEEP_JSON)
+    return (_eval_argv(data, tmp, clip_file),
+            f"error: {tmp / 'trained' / 'run.json'} is not valid JSON (its arrays or objects nest deeper than ...")
+
+
+def _huge_seed(tmp, data, tree, clip_file, mp):
+    argv = coop_argv(data, tmp / "run", clip_file)
+    argv[argv.index("--seed") + 1] = HUGE
+    return argv, f"error: SEED is {HUGE}; it must be an integer >= -1 (-1: not seeded) {AT_MOST}"
+
 # case -> (setup, files left in the output folder, few-shot file written)
 CASES = {
     "unknown trainer": (_unknown_trainer, ["log.txt"], False),
@@ -661,11 +710,11 @@ CASES = {
     "sampler bogus": (_choice("DATALOADER.TRAIN_X.SAMPLER", "bogus", "RandomSampler, SequentialSampler"),
                       ["log.txt"], False),
     "INPUT.SIZE (32,)": (_opts("INPUT.SIZE", "(32,)", expected=(
-        "error: INPUT.SIZE is (32,); it must be two equal integers >= 1, e.g. (224, 224) (height, width: CLIP takes "
-        "square images)")), ["log.txt"], False),
+        "error: INPUT.SIZE is (32,); it must be two equal integers from 1 to 4096, e.g. (224, 224) (height, width: "
+        "CLIP takes square images)")), ["log.txt"], False),
     "INPUT.SIZE (32, 48)": (_opts("INPUT.SIZE", "(32, 48)", expected=(
-        "error: INPUT.SIZE is (32, 48); it must be two equal integers >= 1, e.g. (224, 224) (height, width: CLIP "
-        "takes square images)")), ["log.txt"], False),
+        "error: INPUT.SIZE is (32, 48); it must be two equal integers from 1 to 4096, e.g. (224, 224) (height, "
+        "width: CLIP takes square images)")), ["log.txt"], False),
     "INPUT.SIZE (48, 48) on a 32 px CLIP": (_opts("INPUT.SIZE", "(48, 48)", expected=(
         "error: images of size (48, 48) give 36 patches; this CLIP expects 32x32 inputs: set INPUT.SIZE (32, 32)")),
         ["log.txt", "run.json"], True),
@@ -750,10 +799,32 @@ CASES = {
                                 ["log.txt"], False),
     "225-Mpixel PNG in a split": (_huge_image, ["log.txt", "run.json"], False),
     "prompt_learner/ is a symbolic link": (_model_folder_linked, ["log.txt", "run.json"], True),
+    "DATALOADER.NUM_WORKERS 100000": (_opts("DATALOADER.NUM_WORKERS", "100000", expected=(
+        f"error: DATALOADER.NUM_WORKERS is 100000; this machine runs at most {WORKER_LIMIT} loader processes for a run "
+        "(4 per CPU this process may use, 8 at least): set it to at most that (0 loads in the run's own process)")),
+        ["log.txt"], False),
+    f"OPTIM.MAX_EPOCH {HUGE}000": (_opts("OPTIM.MAX_EPOCH", HUGE + "000", expected=(
+        f"error: OPTIM.MAX_EPOCH is {HUGE}000; it must be an integer >= 0 {AT_MOST}")), ["log.txt"], False),
+    f"DATALOADER.TRAIN_X.BATCH_SIZE {HUGE}": (_opts("DATALOADER.TRAIN_X.BATCH_SIZE", HUGE, expected=(
+        f"error: DATALOADER.TRAIN_X.BATCH_SIZE is {HUGE}; it must be an integer >= 1 {AT_MOST}")), ["log.txt"], False),
+    f"DATALOADER.TEST.BATCH_SIZE {HUGE}": (_opts("DATALOADER.TEST.BATCH_SIZE", HUGE, expected=(
+        f"error: DATALOADER.TEST.BATCH_SIZE is {HUGE}; it must be an integer >= 1 {AT_MOST}")), ["log.txt"], False),
+    f"--seed {HUGE}": (_huge_seed, ["log.txt"], False),
+    f"INPUT.SIZE ({HUGE}, {HUGE})": (_opts("INPUT.SIZE", f"({HUGE}, {HUGE})", expected=(
+        f"error: INPUT.SIZE is ({HUGE}, {HUGE}); it must be two equal integers from 1 to 4096, e.g. (224, 224) "
+        "(height, width: CLIP takes square images)")), ["log.txt"], False),
+    "split file not UTF-8": (_split_bytes(b'{"train": [["a\xff.png", 0, "x"]]}', (
+        "error: Split file {split} is no readable JSON ('utf-8' codec can't decode byte 0xff in position ...")),
+        ["log.txt"], False),
+    "split file nesting 100,000 lists": (_split_bytes(DEEP_JSON.encode(), "error: Split file {split} " + DEEP),
+                                         ["log.txt"], False),
+    "few-shot file nesting 100,000 lists": (_deep_fewshot, ["log.txt"], True),
+    "run.json nesting 100,000 lists": (_deep_run_json, ["results.json", "run.json"], False),
+    "--model-dir run.json nesting 100,000 lists": (_deep_model_record, [], False),
 }
 UNTOUCHED = {"rerun with another config (finished run)", "output folder in use by a live run",
              "split changed under a finished run (stale few-shot file)", "CLIP weights replaced under a finished run",
-             "run.lock is a symbolic link", "log.txt is a symbolic link"}
+             "run.lock is a symbolic link", "log.txt is a symbolic link", "run.json nesting 100,000 lists"}
 """Cases that stop before the run's log opens: what the folder held stays byte for byte (its log included)."""
 
 
@@ -789,6 +860,7 @@ def test_bad_input_matrix(case, tmp_path, tiny_clip_file, monkeypatch, capsys):
     tree = write_eurosat(tmp_path / "data", train_per_class=3)
     argv, expected = setup(tmp_path, tmp_path / "data", tree, tiny_clip_file, monkeypatch)
     before = _snapshot(tmp_path / "run")
+    placed = _snapshot(os.path.join(tree.dataset_dir, "split_fewshot"))  # a few-shot file the case put there
     capsys.readouterr()
     status = train.cli(argv)
     err = capsys.readouterr().err
@@ -808,7 +880,8 @@ def test_bad_input_matrix(case, tmp_path, tiny_clip_file, monkeypatch, capsys):
     assert has_fewshot == fewshot
     assert not (tmp_path / "ran").exists()  # no pickled command ran
     assert not os.path.isdir(tmp_path / "outside") or os.listdir(tmp_path / "outside") == []  # nothing written there
-    _row(case, status, line, out, "written (valid)" if has_fewshot else "none")
+    assert not placed or _snapshot(os.path.join(tree.dataset_dir, "split_fewshot")) == placed
+    _row(case, status, line, out, "left as it was" if placed else "written (valid)" if has_fewshot else "none")
 
 
 def test_a_changed_split_moves_aside_then_names_the_stale_fewshot_file(tmp_path, tiny_clip_file, capsys):

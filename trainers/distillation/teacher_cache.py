@@ -50,6 +50,7 @@ from engine.dataset_base import Datum
 from engine.decoding import as_tensor, decoder_for, decoder_of, load_image, split_stages
 from engine.errors import ConfigError
 from engine.inputs import declare_cache, open_input
+from engine.json_text import load_json
 from engine.preemption import worker_init_fn
 from engine.tensor_transforms import finish_pixels
 from engine.transforms import INTERPOLATION_MODES
@@ -259,7 +260,7 @@ def _read(meta_path: str, data_path: str, key: str) -> tuple[dict, TeacherCache 
     """The stored metadata and, when its key is ``key`` and the data file exists, the cache itself."""
     try:
         with open_input(meta_path, "cache", text=True) as f:
-            meta = json.load(f)
+            meta = load_json(f)
         if not isinstance(meta, dict):
             raise ValueError(f"a {type(meta).__name__}, not a JSON object")
     except (OSError, ValueError) as e:
