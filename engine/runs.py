@@ -45,6 +45,10 @@ POINTER_FILE = "checkpoint"
 """File in a model folder naming the last checkpoint saved there (Dassl's layout)."""
 BEST_MODEL_FILE = "model-best.pth.tar"
 """The checkpoint kept by ``TEST.FINAL_MODEL best_val`` in each model folder."""
+TEACHER_RECORD = "teacher.json"
+"""The record beside a published teacher's checkpoint folder (``engine/published.py``); no run writes it."""
+RUN_FILES = (RESULTS_FILE, IDENTITY_FILE, LOCK_FILE, RESUME_FILE)
+"""The files only a run folder holds, beside its logs: what tells a run's folder from any other."""
 
 STATES = ("new", "failed", "resumable", "running", "finished", "finished-upstream")
 """What :func:`run_state` answers."""
@@ -238,6 +242,32 @@ def run_log(path: str) -> str | None:
     state of a folder, PETR+X's record of its tuned run, the results library)."""
     logs = log_files(path)
     return next((log for log in reversed(logs) if upstream_finished(_read_text(log))), logs[-1] if logs else None)
+
+
+def foreign_folder(path: str) -> str:
+    """Why ``path`` cannot be a run's output folder, "" when it can (it is new, empty or holds a run: its
+    :data:`RUN_FILES` or a log): it lies inside another run's folder, is a model folder of a run or a published
+    teacher, or holds files no run wrote (a dataset, the file system's root). Hidden entries are not counted."""
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    while True:
+        held = next((name for name in RUN_FILES if os.path.isfile(os.path.join(folder, name))), None)
+        if held:
+            return f"lies inside the run folder {folder} (it holds {held})"
+        if folder == os.path.dirname(folder):
+            break
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(path):
+        return ""
+    names = sorted(name for name in os.listdir(path) if not name.startswith("."))
+    if TEACHER_RECORD in names:
+        return f"is a published teacher's folder (it holds {TEACHER_RECORD})"
+    if POINTER_FILE in names:
+        return f"is a model folder of a run (it holds the pointer file '{POINTER_FILE}')"
+    if names and not set(names) & set(RUN_FILES) and not log_files(path):
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        return f"holds {len(names)} files or folders of no run ({shown}) and no {LOG_FILE} or {IDENTITY_FILE} of one"
+    return ""
 
 
 # ----- state --------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from clip.weights import find_weights
 from engine.atomic import atomic_write_text
 from engine.errors import UserError, first_line
 from engine.inputs import input_changes
@@ -165,10 +166,11 @@ def _records(run: str) -> dict:
 
 def is_recorded(job: Job) -> bool:
     """Each of ``job``'s runs was finished by this job with its present record (:func:`job_record`), and every file
-    the run read still holds the bytes it read (``engine.inputs.input_changes`` of its ledger)."""
+    the run read still holds the bytes it read (``engine.inputs.input_changes`` of its ledger; a CLIP found by a
+    name: the file the name finds now)."""
     record, roots = job_record(job), input_roots(job)
-    return all(_records(run).get(job.name) == record and not input_changes(_run_json(run).get("inputs"), roots)[0]
-               for run in job.runs)
+    return all(_records(run).get(job.name) == record
+               and not input_changes(_run_json(run).get("inputs"), roots, find_weights)[0] for run in job.runs)
 
 
 def record_job(job: Job) -> None:

@@ -542,8 +542,10 @@ def _nested_lists(tmp, data, tree, clip_file, mp):
 
 
 def _model_folder_linked(tmp, data, tree, clip_file, mp):
-    """The run folder's prompt_learner/ is a symbolic link to a folder outside it (which must stay empty)."""
+    """The run folder (the log of an attempt in it) has its prompt_learner/ as a symbolic link to a folder outside it
+    (which must stay empty)."""
     (tmp / "run").mkdir()
+    (tmp / "run" / "log.txt").write_text("an attempt that saved nothing\n")
     (tmp / "outside").mkdir()
     path = tmp / "run" / "prompt_learner"
     os.symlink(tmp / "outside", path)
@@ -1112,3 +1114,57 @@ def test_repeated_split_entries_and_16_bit_images_are_handled_with_a_note(tmp_pa
     fewshot = "written (valid)" if os.path.isdir(os.path.join(tree.dataset_dir, "split_fewshot")) else "none"
     _row("image listed twice in a split", status, repeated, tmp_path / "run", fewshot)
     _row("16-bit grayscale images", status, sixteen, tmp_path / "run", fewshot)
+
+
+REFUSED_FOLDER = ("; a run writes only in a folder of its own (new, empty or holding that run): choose another "
+                  "--output-dir")
+
+
+def _no_run(folder) -> str:
+    """Why ``folder``, holding files of no run, is refused (its non-hidden entries, the first three named)."""
+    names = sorted(name for name in os.listdir(folder) if not name.startswith("."))
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return f"holds {len(names)} files or folders of no run ({shown}) and no log.txt or run.json of one"
+
+
+def test_an_output_dir_that_holds_no_run_of_this_trainer_is_refused(tmp_path, tiny_clip_file, capsys):
+    """--output-dir where the run would write into what is not its own: the file system's root, a dataset's folder, a
+    finished run's model folder or a folder inside that run, an upstream run's model folder, a published teacher
+    (which would otherwise be "resumed"), a finished run of another trainer: one error line each (exit 2), before
+    anything is written; the folder stays as it was."""
+    tree = write_eurosat(tmp_path / "data", train_per_class=3)
+    coop = tmp_path / "coop"
+    assert train.cli(coop_argv(tmp_path / "data", coop, tiny_clip_file)) == 0
+    upstream = tmp_path / "upstream"
+    (upstream / "prompt_learner").mkdir(parents=True)
+    (upstream / "prompt_learner" / "checkpoint").write_text("model.pth.tar-1\n")
+    (upstream / "log.txt").write_text("an upstream Dassl log\n")
+    teacher = tmp_path / "teacher"
+    (teacher / "VLPromptLearner").mkdir(parents=True)
+    (teacher / "VLPromptLearner" / "checkpoint").write_text("model.pth.tar-1\n")
+    (teacher / "teacher.json").write_text("{}")
+    inside = f"lies inside the run folder {coop} (it holds results.json)"
+    cases = {"output folder /": ("/", _no_run("/")),
+             "output folder a dataset's folder": (tree.dataset_dir, _no_run(tree.dataset_dir)),
+             "output folder a finished run's model folder": (coop / "prompt_learner", inside),
+             "output folder inside a finished run": (coop / "prompt_learner" / "seed1", inside),
+             "output folder an upstream run's model folder": (upstream / "prompt_learner", (
+                 "is a model folder of a run (it holds the pointer file 'checkpoint')")),
+             "output folder a published teacher's": (teacher, (
+                 "is a published teacher's folder (it holds teacher.json)"))}
+    for case, (folder, reason) in cases.items():
+        before = sorted(os.listdir(folder)) if folder == "/" else _snapshot(tmp_path)
+        capsys.readouterr()
+        status = train.cli(coop_argv(tmp_path / "data", folder, tiny_clip_file))
+        line = f"error: OUTPUT_DIR {folder} {reason}{REFUSED_FOLDER}"
+        assert (status, capsys.readouterr().err.splitlines()) == (2, [line]), case
+        assert (sorted(os.listdir(folder)) if folder == "/" else _snapshot(tmp_path)) == before, case
+        _row(case, status, line, folder, "none", ["(as it was)"])
+    before = _snapshot(coop)
+    argv = zeroshot_argv(tmp_path / "data", coop, tiny_clip_file)
+    assert train.cli(argv) == 2 and _snapshot(coop) == before
+    line = (f'error: {coop} holds a finished run that differs from this one: TRAINER.NAME "CoOp" → "ZeroshotCLIP". '
+            "Nothing was changed: give this run another --output-dir (scripts: OUTPUT_ROOT), or add --move-aside "
+            f"(scripts: MOVE_ASIDE=1) to move that run to {tmp_path / '.coop.old-1'} and start this one")
+    assert capsys.readouterr().err.splitlines() == [line]
+    _row("output folder a finished run of another trainer", 2, line, coop, "none", ["(as it was)"])

@@ -226,6 +226,28 @@ def test_petr_x_notes_an_unfinished_or_unrecorded_tuned_run(case, tree, tmp_path
 
 
 
+def test_a_rerun_after_the_tuned_runs_record_changed_is_refused(tree, tmp_path, tiny_clip_file, capsys):
+    """The prompt settings PETR+X takes from its tuned run's record are in its identity: the record naming another
+    class-token position after PETR+X finished makes the rerun a changed run (one error line), not a skip."""
+    tuned = tmp_path / "coop"
+    record = {"TRAINER.NAME": "CoOp", "DATASET.NAME": "EuroSAT", "MODEL.BACKBONE.NAME": tiny_clip_file,
+              "TRAINER.COOP.CLASS_TOKEN_POSITION": "middle"}
+    coop_tuned_run(tuned, record)
+    out = tmp_path / "petr_x"
+    argv = run_argv(tree.root, out, "PETRX", tiny_clip_file, "base", "TRAINER.PETRX.TUNED_MODEL_DIR", str(tuned),
+                    config="vit_b16")
+    assert train.cli(argv) == 0
+    assert json.loads((out / "run.json").read_text())["config"]["TRAINER.COOP.CLASS_TOKEN_POSITION"] == "middle"
+    (tuned / "run.json").write_text(json.dumps({"trainer": "CoOp", "seed": 1, "mode": "train", "config": {
+        **record, "TRAINER.COOP.CLASS_TOKEN_POSITION": "end"}}))
+    capsys.readouterr()
+    assert train.cli(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {out} holds a finished run that differs from this one: TRAINER.COOP.CLASS_TOKEN_POSITION \"middle\" → "
+        f"\"end\". Nothing was changed: give this run another --output-dir (scripts: OUTPUT_ROOT), or add --move-aside "
+        f"(scripts: MOVE_ASIDE=1) to move that run to {tmp_path / '.petr_x.old-1'} and start this one"]
+
+
 def test_backbones_are_the_same_by_weights_when_both_are_files(tmp_path, tiny_clip_file):
     copy, other = tmp_path / "copy.pt", tmp_path / "other.pt"
     weights = open(tiny_clip_file, "rb").read()
