@@ -589,3 +589,62 @@ def test_routed_rows_are_labelled_by_method(tmp_path, capsys):
     make_b2n_tree(str(other), "PETRX", "vit_b16_x", {"eurosat": ([80.0], [60.0])}, tuned_trainer="KgCoOp")
     make_b2n_tree(str(other), "PETRX", "vit_b16_x", {"dtd": ([80.0], [60.0])}, tuned_trainer="CoCoOp")
     assert set(collect_b2n([str(other)])) == {"PETRX"}
+
+
+def test_b2n_reads_the_classes_from_run_json_or_the_log_when_results_json_records_none(tmp_path, capsys):
+    """Seed 1's base and novel results.json swapped and stripped of subsample_classes: the classes come from what the
+    run records beside it (train_base's run.json config, test_new's log config dump), so both are left out, one line
+    each naming the file that says so; seed 2 is the row."""
+    root = str(tmp_path / "base2new")
+    make_b2n_tree(root, "PETR", "cfg", {"eurosat": ([50.0, 80.0], [33.33, 60.0])})
+    base, new = (run_dir(root, role, "eurosat", "PETR", "cfg", 1) for role in ("train_base", "test_new"))
+    write_results_json(base, 33.33, dataset="eurosat", trainer="PETR")
+    write_results_json(new, 50.0, dataset="eurosat", trainer="PETR")
+    with open(os.path.join(base, "run.json"), "w") as f:
+        json.dump({"trainer": "PETR", "config": {"DATASET.SUBSAMPLE_CLASSES": "new"}}, f)
+    write_dassl_log(new, upstream_cfg("PETR", "EuroSAT", 1, subsample="base"))
+    assert ptr.main(["b2n", root, "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    row = csv_table(out)["eurosat"]
+    assert (row["seeds"], row["Base"], row["Novel"]) == ("1/1", "80.00", "60.00")
+    assert warnings(err) == [
+        f"warning: {new}/log.txt records DATASET.SUBSAMPLE_CLASSES 'base' (the base classes) but lies in a folder of "
+        f"the novel classes{LEFT_OUT}",
+        f"warning: {base}/run.json records DATASET.SUBSAMPLE_CLASSES 'new' (the novel classes) but lies in a folder of "
+        f"the base classes{LEFT_OUT}"]
+
+
+@pytest.mark.parametrize("recorded,shown", [("NaN", "nan"), ("Infinity", "inf"), ("-5", "-5"), ("150", "150")])
+def test_an_accuracy_that_is_no_percentage_is_left_out_with_one_warning(tmp_path, capsys, recorded, shown):
+    """No evaluation gives NaN, infinity, a negative accuracy or one above 100: seed 1's base value is left out of the
+    b2n table and of its folder's summary (the means are seed 2's alone), one warning line naming the file."""
+    root = str(tmp_path / "base2new")
+    make_b2n_tree(root, "PETR", "cfg", {"eurosat": ([50.0, 80.0], [30.0, 60.0])})
+    base = run_dir(root, "train_base", "eurosat", "PETR", "cfg", 1)
+    path = os.path.join(base, "results.json")
+    with open(path) as f:
+        text = f.read().replace('"accuracy": 50.0', f'"accuracy": {recorded}')
+    with open(path, "w") as f:
+        f.write(text)
+    warning = (f"warning: {path} records accuracy {shown}, which is no percentage (0 to 100): left out (restore the "
+               "file or run the evaluation again)")
+    assert ptr.main(["b2n", root, "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    row = csv_table(out)["eurosat"]
+    assert (row["Base"], row["Novel"]) == ("80.00", "45.00") and warnings(err) == [warning]
+    assert ptr.main([os.path.dirname(base), "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    assert csv_rows(out)[1:] == [["seed1", "base", "-"], ["seed2", "base", "80.00"]] and warnings(err) == [warning]
+    assert "* accuracy: 80.00% +- 0.00% (population std (np.std), as upstream, n=1) on the base classes" in err
+
+
+@pytest.mark.parametrize("content", [b'{"accuracy": "\xff"}', b"[" * 100_000 + b"]" * 100_000],
+                         ids=["not UTF-8", "nesting 100,000 lists"])
+def test_an_unreadable_results_json_is_one_error_line(tmp_path, capsys, content):
+    path = tmp_path / "seed1" / "results.json"
+    path.parent.mkdir()
+    path.write_bytes(content)
+    assert ptr.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"parse_test_res.py: error: malformed {path}: ") and \
+        err[0].endswith("(delete it or re-run the evaluation)")
