@@ -26,7 +26,7 @@ import train
 from engine.inputs import active, expand_key, input_changes, open_input, read_input_json, recording, root_key
 from engine.run_lock import LOCK_FILE
 from tests.helpers_petr import write_eurosat
-from tests.helpers_run import REPO, train_argv
+from tests.helpers_run import REPO, refused_line, train_argv
 from trainers.catalog import PETR_X_LEARNERS, ROWS, TRAINERS
 
 _EVENTS: list | None = None
@@ -287,12 +287,6 @@ def _zeroshot(data, out, backbone: str) -> list[str]:
     return [os.path.join(REPO, arg) if arg.startswith("configs/") else arg for arg in argv]
 
 
-def _refused(out, change: str) -> str:
-    return (f"error: {out} holds a finished run that differs from this one: {change}. Nothing was changed: give this "
-            "run another --output-dir (scripts: OUTPUT_ROOT), or add --move-aside (scripts: MOVE_ASIDE=1) to move that "
-            f"run to {out.parent / ('.' + out.name + '.old-1')} and start this one")
-
-
 def _sha256(path) -> str:
     return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
@@ -311,7 +305,7 @@ def test_images_are_read_by_content_though_not_through_the_ledger(tmp_path, tiny
         first, second = [os.path.join(tree.dataset_dir, "2750", rel) for rel, _, _ in json.load(f)["test"][:2]]
     shutil.copytree(tmp_path / "data", tmp_path / "other")
     shutil.copyfile(second, first.replace(str(tmp_path / "data"), str(tmp_path / "other")))
-    changed = _refused(out, "image bytes (test: the images these splits list hold other bytes now)")
+    changed = refused_line(out, "image bytes (test: the images these splits list hold other bytes now)")
     for root in (tmp_path / "other", tmp_path / "data"):
         if root == tmp_path / "data":
             shutil.copyfile(second, first)
@@ -350,6 +344,6 @@ def test_a_clip_name_is_compared_by_the_file_it_resolves_to_now(tmp_path, tiny_c
         monkeypatch.chdir(cwd)
         capsys.readouterr()
         assert train.cli(argv) == 2
-        assert capsys.readouterr().err.splitlines() == [_refused(out, (
+        assert capsys.readouterr().err.splitlines() == [refused_line(out, (
             f"clip ViT-B/16 now resolves to {found}, not {first}: content sha256 {_sha256(first)[:12]} → "
             f"{_sha256(found)[:12]}"))]

@@ -375,23 +375,35 @@ def csv_table(out: str) -> dict[str, dict[str, str]]:
     return {row["dataset"]: row for row in csv.DictReader(io.StringIO(out))}
 
 
-def test_b2n_leaves_out_swapped_base_and_novel_results(tmp_path, capsys):
+@pytest.mark.parametrize("records", ["results.json", "run.json and log.txt"])
+def test_b2n_leaves_out_swapped_base_and_novel_results(tmp_path, capsys, records):
     """Seed 1's base and novel results.json swapped (train_base records the novel classes, test_new the base ones):
-    both left out, one line each naming the file, the recorded classes and the folder's; seed 2 is the row."""
+    both left out, one line each naming the file, the recorded classes and the folder's; seed 2 is the row. The
+    classes a results.json does not record come from what the run records beside it (train_base's run.json config,
+    test_new's log config dump)."""
     root = str(tmp_path / "base2new")
     make_b2n_tree(root, "PETR", "cfg", {"eurosat": ([50.0, 80.0], [33.33, 60.0])})
     base, new = (run_dir(root, role, "eurosat", "PETR", "cfg", 1) for role in ("train_base", "test_new"))
-    write_results_json(base, 33.33, dataset="eurosat", trainer="PETR", subsample_classes="new")
-    write_results_json(new, 50.0, dataset="eurosat", trainer="PETR", subsample_classes="base")
+    in_results = records == "results.json"
+    write_results_json(base, 33.33, dataset="eurosat", trainer="PETR", **({"subsample_classes": "new"} if in_results
+                                                                          else {}))
+    write_results_json(new, 50.0, dataset="eurosat", trainer="PETR", **({"subsample_classes": "base"} if in_results
+                                                                        else {}))
+    if not in_results:
+        with open(os.path.join(base, "run.json"), "w") as f:
+            json.dump({"trainer": "PETR", "config": {"DATASET.SUBSAMPLE_CLASSES": "new"}}, f)
+        write_dassl_log(new, upstream_cfg("PETR", "EuroSAT", 1, subsample="base"))
     assert ptr.main(["b2n", root, "--format", "csv"]) == 0
     out, err = capsys.readouterr()
     row = csv_table(out)["eurosat"]
     assert (row["seeds"], row["Base"], row["Novel"]) == ("1/1", "80.00", "60.00")
+    (new_file, base_file, key) = (("results.json", "results.json", "subsample_classes") if in_results else
+                                  ("log.txt", "run.json", "DATASET.SUBSAMPLE_CLASSES"))
     assert warnings(err) == [
-        f"warning: {new}/results.json records subsample_classes 'base' (the base classes) but lies in a folder of the "
-        f"novel classes{LEFT_OUT}",
-        f"warning: {base}/results.json records subsample_classes 'new' (the novel classes) but lies in a folder of the "
-        f"base classes{LEFT_OUT}"]
+        f"warning: {new}/{new_file} records {key} 'base' (the base classes) but lies in a folder of the novel "
+        f"classes{LEFT_OUT}",
+        f"warning: {base}/{base_file} records {key} 'new' (the novel classes) but lies in a folder of the base "
+        f"classes{LEFT_OUT}"]
 
 
 def test_a_run_of_another_seed_is_left_out(tmp_path, capsys):
@@ -589,29 +601,6 @@ def test_routed_rows_are_labelled_by_method(tmp_path, capsys):
     make_b2n_tree(str(other), "PETRX", "vit_b16_x", {"eurosat": ([80.0], [60.0])}, tuned_trainer="KgCoOp")
     make_b2n_tree(str(other), "PETRX", "vit_b16_x", {"dtd": ([80.0], [60.0])}, tuned_trainer="CoCoOp")
     assert set(collect_b2n([str(other)])) == {"PETRX"}
-
-
-def test_b2n_reads_the_classes_from_run_json_or_the_log_when_results_json_records_none(tmp_path, capsys):
-    """Seed 1's base and novel results.json swapped and stripped of subsample_classes: the classes come from what the
-    run records beside it (train_base's run.json config, test_new's log config dump), so both are left out, one line
-    each naming the file that says so; seed 2 is the row."""
-    root = str(tmp_path / "base2new")
-    make_b2n_tree(root, "PETR", "cfg", {"eurosat": ([50.0, 80.0], [33.33, 60.0])})
-    base, new = (run_dir(root, role, "eurosat", "PETR", "cfg", 1) for role in ("train_base", "test_new"))
-    write_results_json(base, 33.33, dataset="eurosat", trainer="PETR")
-    write_results_json(new, 50.0, dataset="eurosat", trainer="PETR")
-    with open(os.path.join(base, "run.json"), "w") as f:
-        json.dump({"trainer": "PETR", "config": {"DATASET.SUBSAMPLE_CLASSES": "new"}}, f)
-    write_dassl_log(new, upstream_cfg("PETR", "EuroSAT", 1, subsample="base"))
-    assert ptr.main(["b2n", root, "--format", "csv"]) == 0
-    out, err = capsys.readouterr()
-    row = csv_table(out)["eurosat"]
-    assert (row["seeds"], row["Base"], row["Novel"]) == ("1/1", "80.00", "60.00")
-    assert warnings(err) == [
-        f"warning: {new}/log.txt records DATASET.SUBSAMPLE_CLASSES 'base' (the base classes) but lies in a folder of "
-        f"the novel classes{LEFT_OUT}",
-        f"warning: {base}/run.json records DATASET.SUBSAMPLE_CLASSES 'new' (the novel classes) but lies in a folder of "
-        f"the base classes{LEFT_OUT}"]
 
 
 @pytest.mark.parametrize("recorded,shown", [("NaN", "nan"), ("Infinity", "inf"), ("-5", "-5"), ("150", "150")])

@@ -22,6 +22,7 @@ from tests.helpers_baselines import deep_prompt_reference, maple_reference
 from tests.helpers_clip import reference_encode_image, reference_encode_text, rel_err
 from tests.helpers_petr import write_eurosat
 from tests.helpers_routed import BASE, NEW, check_against_reference, coop_branch, reference_routing, run_argv
+from tests.helpers_run import refused_line
 from tests.helpers_upstream import (
     UPSTREAM_KILLED_LOG,
     UPSTREAM_TRAIN_LOG,
@@ -243,9 +244,7 @@ def test_a_rerun_after_the_tuned_runs_record_changed_is_refused(tree, tmp_path, 
     capsys.readouterr()
     assert train.cli(argv) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"error: {out} holds a finished run that differs from this one: TRAINER.COOP.CLASS_TOKEN_POSITION \"middle\" → "
-        f"\"end\". Nothing was changed: give this run another --output-dir (scripts: OUTPUT_ROOT), or add --move-aside "
-        f"(scripts: MOVE_ASIDE=1) to move that run to {tmp_path / '.petr_x.old-1'} and start this one"]
+        refused_line(out, 'TRAINER.COOP.CLASS_TOKEN_POSITION "middle" → "end"')]
 
 
 def test_backbones_are_the_same_by_weights_when_both_are_files(tmp_path, tiny_clip_file):

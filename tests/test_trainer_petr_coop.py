@@ -22,6 +22,7 @@ from tests.helpers_routed import (
     run_argv,
     script_runner,
 )
+from tests.helpers_run import refused_line
 from tests.helpers_upstream import write_dassl_checkpoint
 from trainers.petr_coop import coop_checkpoint_path
 
@@ -138,9 +139,7 @@ def test_plugin_builds_its_branch_with_the_coop_runs_recorded_settings(tmp_path,
     capsys.readouterr()
     assert train.cli(argv) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"error: {out} holds a finished run that differs from this one: TRAINER.COOP.CLASS_TOKEN_POSITION \"middle\" → "
-        f"\"end\". Nothing was changed: give this run another --output-dir (scripts: OUTPUT_ROOT), or add --move-aside "
-        f"(scripts: MOVE_ASIDE=1) to move that run to {tmp_path / '.petr_coop.old-1'} and start this one"]
+        refused_line(out, 'TRAINER.COOP.CLASS_TOKEN_POSITION "middle" → "end"')]
 
 def upstream_coop_run(coop_dir, dest, marker: str) -> torch.Tensor:
     """The CoOp run rewritten as upstream Dassl saves it (fp16 ctx + class-token buffers, optimiser, pickled
