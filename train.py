@@ -252,12 +252,15 @@ def input_roots(cfg) -> dict[str, str]:
 
 def _claim(args: argparse.Namespace, cfg, command: str):
     """Lock OUTPUT_DIR and compare the run there with this one: config first, then (for a finished or interrupted
-    run) the data. A finished run whose data cannot be read any more is skipped on its config alone, with a note."""
+    run) the data. A finished run whose data cannot be read any more is skipped on its config alone, with a note. The
+    CLIP files it found by a name are compared with those the name finds now (``clip.weights.find_weights``)."""
+    from clip.weights import find_weights
     from engine.errors import UserError, first_line
     from engine.run_identity import claim_run, run_identity
 
     identity = None if args.no_train else run_identity(cfg, args.eval_only, args.model_dir, args.load_epoch)
-    claim = claim_run(cfg.OUTPUT_DIR, identity, command, args.move_aside, cfg.RESUME, input_roots(cfg))
+    claim = claim_run(cfg.OUTPUT_DIR, identity, command, args.move_aside, cfg.RESUME, input_roots(cfg),
+                      cfg.TRAINER.NAME, find_weights)
     try:
         if claim.check_data:
             try:
@@ -344,20 +347,19 @@ def main(argv: list[str] | None = None):
     with recording("") as ledger:
         cfg = setup_cfg(args)
         ledger.run_dir, ledger.roots = os.path.abspath(cfg.OUTPUT_DIR), input_roots(cfg)
-        cfg, notes = evaluated_config(args, cfg)
+        cfg, notes = recorded_config(args, cfg)
         with writing_in(ledger.run_dir):
             return _claim_and_run(args, cfg, command, notes)
 
 
-def evaluated_config(args: argparse.Namespace, cfg) -> tuple[object, list[str]]:
-    """The config of an ``--eval-only`` run: the keys that shaped the evaluated model (its trainer's ``RECORDED_KEYS``)
-    as the run in ``--model-dir`` records them (``trainers.prompting.tuned_run.evaluated_config``), and the line to log
-    when they differ from the merged config's."""
-    if not (args.eval_only and args.model_dir):
-        return cfg, []
-    from trainers.prompting.tuned_run import evaluated_config as recorded_config
+def recorded_config(args: argparse.Namespace, cfg) -> tuple[object, list[str]]:
+    """The config of a run that reads the model of finished runs (an ``--eval-only`` run's ``--model-dir``, a plug-in's
+    seen branch): the keys that shaped it (the ``RECORDED_KEYS`` of the trainer that made it) as that run records them
+    (``trainers.prompting.tuned_run.recorded_config``), and the lines to log when they differ from the merged
+    config's. Taken before the run's identity is made: a changed record is a changed run."""
+    from trainers.prompting.tuned_run import recorded_config as taken
 
-    return recorded_config(cfg, args.model_dir)
+    return taken(cfg, args.model_dir if args.eval_only else "")
 
 
 def _claim_and_run(args: argparse.Namespace, cfg, command: str, notes: list[str]):
@@ -398,6 +400,7 @@ def _train_or_evaluate(args: argparse.Namespace, cfg, claim):
     import torch
 
     from engine import build_trainer, collect_env_info, set_random_seed, setup_logger
+    from engine.config import check_workers
     from engine.data_manager import close_loaders
     from engine.distributed import barrier, init_distributed, is_main, shutdown_distributed
     from engine.errors import first_line, is_user_error
@@ -411,6 +414,7 @@ def _train_or_evaluate(args: argparse.Namespace, cfg, claim):
         for note in claim.notes if claim is not None else ():
             print(note)
         check_config(cfg, config_schema())
+        check_workers(cfg)
         if cfg.SEED >= 0:
             print(f"Setting fixed seed: {cfg.SEED}")
             set_random_seed(cfg.SEED)

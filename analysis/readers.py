@@ -2,26 +2,39 @@
 which classes its accuracy covers; and whether what it records is the run of the folder it lies in.
 
 A run records its dataset, seed, trainer and evaluated classes: ours in results.json (``dataset``, ``seed``,
-``trainer``, ``subsample_classes``), an upstream one in the config dump at the top of its log (``DATASET.NAME``,
-``SEED``, ``TRAINER.NAME``, ``DATASET.SUBSAMPLE_CLASSES``). A run that records another value than its folder's is
-left out of every table with one ``warning:`` line naming the file, the recorded value and the folder's.
+``trainer``, ``subsample_classes``) and in the config of its run.json, an upstream one in the config dump at the top
+of its log (``DATASET.NAME``, ``SEED``, ``TRAINER.NAME``, ``DATASET.SUBSAMPLE_CLASSES``); the first of results.json,
+run.json and the log that records a value answers. A run that records another value than its folder's is left out of
+every table with one ``warning:`` line naming the file, the recorded value and the folder's. A metric is a percentage:
+a value that is not a number from 0 to 100 (NaN, infinity, -5, 150) is left out with one ``warning:`` line.
 """
 from __future__ import annotations
 
 import functools
-import json
+import math
 import os
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from analysis.errors import ResultsError
 from analysis.layout import LOG_FILE, RESULT_FILE, ROLE_DIRS, find_runs, parse_run_path, seed_of
-from engine.runs import FINISH_SIGNAL, RESULT_SIGNAL, has_identity, logged_config, logged_value, metric_pattern, run_log
+from engine.json_text import load_json
+from engine.runs import (
+    FINISH_SIGNAL,
+    IDENTITY_FILE,
+    RESULT_SIGNAL,
+    has_identity,
+    logged_config,
+    logged_value,
+    metric_pattern,
+    read_run_json,
+    run_log,
+)
 from trainers.catalog import method_name
 
 VAL_HEADER = "Evaluate on the *val* set"
@@ -91,9 +104,9 @@ def _read_results(run_dir: str) -> dict | None:
     if not os.path.isfile(json_path):
         return None
     try:
-        with open(json_path) as f:
-            record = json.load(f)
-    except json.JSONDecodeError as e:
+        with open(json_path, encoding="utf-8") as f:
+            record = load_json(f)
+    except ValueError as e:
         raise ResultsError(f"malformed {json_path}: {e} (delete it or re-run the evaluation)") from None
     if not isinstance(record, dict):
         raise ResultsError(f"malformed {json_path}: a JSON {type(record).__name__}, not an object (delete it or re-run "
@@ -112,20 +125,35 @@ def classes_words(classes: str) -> str:
     return "all classes" if classes == "all" else f"the {classes} classes"
 
 
+def _identity_config(run_dir: str) -> dict:
+    """The config the run's run.json records ({} without one, or when it is unreadable: the run is then read from
+    its other records)."""
+    try:
+        identity = read_run_json(run_dir)
+    except (OSError, ValueError):
+        return {}
+    config = identity.get("config") if isinstance(identity, dict) else None
+    return config if isinstance(config, dict) else {}
+
+
 @dataclass(frozen=True)
 class RunRecord:
-    """One run folder, read once: ``results`` (its results.json; None without one) and ``log`` (the log
-    ``engine.runs.run_log`` picks, "" without one) with its ``text``."""
+    """One run folder, read once: ``results`` (its results.json; None without one), ``identity`` (the config its
+    run.json records; {} without one) and ``log`` (the log ``engine.runs.run_log`` picks, "" without one) with its
+    ``text``."""
 
     path: str
     results: dict | None
     log: str
     text: str
+    identity: dict = field(default_factory=dict)
+    warned: set = field(default_factory=set, compare=False, repr=False)
+    """The (file, metric) pairs whose impossible value was warned about (each once)."""
 
     @classmethod
     def read(cls, path: str) -> RunRecord:
         log = run_log(path) or ""
-        return cls(path, _read_results(path), log, read_text(log) if log else "")
+        return cls(path, _read_results(path), log, read_text(log) if log else "", _identity_config(path))
 
     @functools.cached_property
     def config(self) -> dict[str, str]:
@@ -139,13 +167,27 @@ class RunRecord:
 
     def value(self, keyword: str = "accuracy", test_log: bool = False) -> float | None:
         """``keyword``: results.json first, else the log (after ``Finish training``, or ``=> result`` with
-        ``test_log``); None if neither has it."""
+        ``test_log``); None if neither has it, or when it is no percentage (:meth:`percentage`)."""
         value = value_from_results_json(self.results, keyword)
-        return value if value is not None else value_from_log(self.text, keyword, test_log)
+        if value is not None:
+            return self.percentage(value, keyword, os.path.join(self.path, RESULT_FILE))
+        return self.percentage(value_from_log(self.text, keyword, test_log), keyword, self.log)
 
     def val_values(self, keyword: str = "accuracy") -> list[float]:
-        """``keyword`` of every validation block of the log (:func:`val_values_from_log`)."""
-        return val_values_from_log(self.text, keyword)
+        """``keyword`` of every validation block of the log (:func:`val_values_from_log`) that is a percentage."""
+        values = (self.percentage(v, keyword, self.log) for v in val_values_from_log(self.text, keyword))
+        return [v for v in values if v is not None]
+
+    def percentage(self, value: float | None, keyword: str, where: str) -> float | None:
+        """``value`` when it is a percentage, a finite number from 0 to 100; else None, with one ``warning:`` line
+        (once per file and metric) naming the file: a value no evaluation gives is left out of the tables."""
+        if value is None or (math.isfinite(value) and 0 <= value <= 100):
+            return value
+        if (where, keyword) not in self.warned:
+            self.warned.add((where, keyword))
+            print(f"warning: {where} records {keyword} {value:g}, which is no percentage (0 to 100): left out (restore "
+                  "the file or run the evaluation again)", file=sys.stderr)
+        return None
 
     @property
     def routed_on(self) -> str:
@@ -167,13 +209,18 @@ class RunRecord:
         return (self.results is None and self.config.get("TRAINER.NAME") == "PromptKD"
                 and self.config.get("TRAINER.MODAL") == "base2novel" and not has_identity(self.path))
 
-    def recorded(self, what: str) -> tuple[str, Any]:
-        """``(key, value)`` of ``what`` (a :data:`RECORDED_KEYS` entry) as the run records it; value None when it
-        records none."""
-        json_key, log_key = RECORDED_KEYS[what]
-        key, scope = (json_key, self.results) if self.results is not None else (log_key, self.config)
-        value = scope.get(key)
-        return key, None if value in (None, "") else value
+    def recorded(self, what: str) -> tuple[str, Any, str]:
+        """``(key, value, file)`` of ``what`` (a :data:`RECORDED_KEYS` entry) as the run records it: results.json,
+        else the config of its run.json, else the config dump of its log (each as the file says it); value None (and
+        file :attr:`source`) when none records it."""
+        json_key, config_key = RECORDED_KEYS[what]
+        identity = os.path.join(self.path, IDENTITY_FILE)
+        scopes = [(json_key, self.results or {}, self.source), (config_key, self.identity, identity),
+                  (config_key, self.config, self.log)]
+        for key, scope, where in scopes:
+            if scope.get(key) not in (None, ""):
+                return key, scope[key], where
+        return (json_key if self.results is not None else config_key), None, self.source
 
     @property
     def classes(self) -> str | None:
@@ -184,36 +231,38 @@ class RunRecord:
         value = self.recorded("classes")[1]
         return None if value is None else CLASSES.get(str(value), str(value))
 
-    def _classes_misfit(self, expected: str) -> str | None:
+    def _classes_misfit(self, expected: str) -> tuple[str, str] | None:
         if self.upstream_promptkd:  # base on val, novel on test: it fits a base-to-novel folder of either
-            return None if expected in ("base", "novel") else (
+            return None if expected in ("base", "novel") else (self.source, (
                 f"TRAINER.NAME 'PromptKD' with TRAINER.MODAL 'base2novel' (upstream PromptKD: the base classes on val, "
-                f"the novel classes on test) but lies in a folder of {classes_words(expected)}")
-        key, value = self.recorded("classes")
+                f"the novel classes on test) but lies in a folder of {classes_words(expected)}"))
+        key, value, where = self.recorded("classes")
         if value is None or self.classes == expected:
             return None
-        return f"{key} {value!r} ({classes_words(self.classes)}) but lies in a folder of {classes_words(expected)}"
+        return where, (f"{key} {value!r} ({classes_words(self.classes)}) but lies in a folder of "
+                       f"{classes_words(expected)}")
 
     def misfit(self, dataset: str | None = None, seed: int | None = None, trainer: str | None = None,
                classes: str | None = None) -> bool:
-        """True, with one warning line on stderr, when the run records another dataset (a dataset folder name of
-        the layout, matched to its DATASET.NAME), seed, trainer or classes than the folder it lies in; what the
-        run does not record, or the folder does not say (None), is not compared."""
-        found = []
-        key, value = self.recorded("dataset")
+        """True, with one warning line on stderr per file that says so, when the run records another dataset (a
+        dataset folder name of the layout, matched to its DATASET.NAME), seed, trainer or classes than the folder it
+        lies in; what the run does not record, or the folder does not say (None), is not compared."""
+        found: dict[str, list[str]] = {}
+        key, value, where = self.recorded("dataset")
         if dataset is not None and value is not None and not same_dataset(str(value), dataset):
-            found.append(f"{key} {value!r} but lies in the folder of {dataset}")
-        key, value = self.recorded("seed")
+            found.setdefault(where, []).append(f"{key} {value!r} but lies in the folder of {dataset}")
+        key, value, where = self.recorded("seed")
         if seed is not None and value is not None and _integer(value) != seed:
-            found.append(f"{key} {value} but lies in the folder {os.path.basename(os.path.normpath(self.path))}")
-        key, value = self.recorded("trainer")
+            found.setdefault(where, []).append(
+                f"{key} {value} but lies in the folder {os.path.basename(os.path.normpath(self.path))}")
+        key, value, where = self.recorded("trainer")
         if trainer is not None and value is not None and str(value) != trainer:
-            found.append(f"{key} {value!r} but lies in the folder of {trainer}")
+            found.setdefault(where, []).append(f"{key} {value!r} but lies in the folder of {trainer}")
         if classes is not None and (why := self._classes_misfit(classes)):
-            found.append(why)
-        if found:
-            print(f"warning: {self.source} records {'; '.join(found)}: not this folder's run, left out (move it to "
-                  "the folder of the run it records)", file=sys.stderr)
+            found.setdefault(why[0], []).append(why[1])
+        for where, reasons in found.items():
+            print(f"warning: {where} records {'; '.join(reasons)}: not this folder's run, left out (move it to the "
+                  "folder of the run it records)", file=sys.stderr)
         return bool(found)
 
     def misfits_its_folder(self) -> bool:

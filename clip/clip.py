@@ -129,11 +129,12 @@ def _is_safetensors(f: BinaryIO) -> bool:
     return len(head) == 9 and head[8:] == b"{"
 
 
-def _read_state_dict(path: str) -> dict:
+def _read_state_dict(path: str, found_by: str = "") -> dict:
     """State dict from a TorchScript archive, a plain (possibly {'state_dict': ...}-wrapped) torch.save file or a
-    safetensors file, read through the inputs ledger (``engine.inputs``: role ``clip``)."""
+    safetensors file, read through the inputs ledger (``engine.inputs``: role ``clip``, with the name ``found_by``
+    that resolved to it, if any, so a run compares what the name resolves to later)."""
     try:
-        with open_input(path, "clip") as f:
+        with open_input(path, "clip", name=found_by) as f:
             if _is_safetensors(f):
                 return safetensors.torch.load(f.read())
             if _is_torchscript(f):
@@ -163,19 +164,22 @@ def load_model(name_or_path: str, device: str | torch.device = "cpu", dtype: tor
     Names are looked up in ./clip/, $CLIP_WEIGHTS_DIR and ~/.cache/clip, then downloaded (SHA-256 checked); an
     open_clip tag in the Hugging Face hub cache first, then downloaded through open_clip (``clip/openclip.py``).
     """
-    return _build(name_or_path, weights_path(name_or_path)).to(device=device, dtype=dtype or torch.float32)
+    path = weights_path(name_or_path)
+    found_by = name_or_path if path != name_or_path else ""
+    return _build(name_or_path, path, found_by).to(device=device, dtype=dtype or torch.float32)
 
 
-def _build(name: str, path: str) -> CLIP:
-    """The frozen CLIP of ``name`` from its weight file ``path``: OpenAI's format, or an open_clip name's model."""
+def _build(name: str, path: str, found_by: str = "") -> CLIP:
+    """The frozen CLIP of ``name`` from its weight file ``path`` (``found_by``: the name that resolved to it, for the
+    inputs ledger): OpenAI's format, or an open_clip name's model."""
     spec = open_clip_name(name)
     try:
         if spec is not None:
             from . import openclip
 
             config = openclip.model_config(spec)  # a config that does not fit is refused before the weights are read
-            return openclip.build(spec, config, _read_state_dict(path))
-        return build_model(_read_state_dict(path))
+            return openclip.build(spec, config, _read_state_dict(path, found_by))
+        return build_model(_read_state_dict(path, found_by))
     except UserError:
         raise
     except ValueError as e:  # build_model: a dict that is no CLIP of a supported shape

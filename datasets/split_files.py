@@ -5,7 +5,6 @@ data-root check and the runner's preflight read them exactly as the readers do, 
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import OrderedDict
@@ -13,6 +12,7 @@ from typing import IO
 
 from engine.errors import InvalidInputError
 from engine.inputs import open_input
+from engine.json_text import load_json
 
 SPLITS = ("train", "val", "test")
 Entry = tuple[str, int, str]
@@ -107,9 +107,10 @@ def split_entries(split_path: str, name: str) -> dict[str, list[Entry]]:
     each checked (:func:`checked_entry`); a malformed file is a ValueError naming it."""
     try:
         with open_list(split_path) as f:
-            split = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"Malformed JSON in {split_path}: {e}") from None
+            split = load_json(f)
+    except ValueError as e:
+        raise InvalidInputError(f"Split file {split_path} is no readable JSON ({e}); download the split file again "
+                                f"({layout_hint(name)})") from None
     if not isinstance(split, dict) or any(not isinstance(split.get(key), list) for key in SPLITS):
         raise InvalidInputError(f"Split file {split_path} must hold a JSON object with keys train, val and test; "
                                 f"re-download it ({layout_hint(name)})")

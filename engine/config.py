@@ -7,6 +7,7 @@ The tree is a ``Config``: yacs' merge, except that an int is accepted (as a floa
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from yacs.config import CfgNode as CN
@@ -14,6 +15,7 @@ from yacs.config import CfgNode as CN
 from .compile import COMPILE_MODES
 from .data_manager import SAMPLERS
 from .decoding import DECODERS
+from .errors import ConfigError
 from .optim import AVAI_OPTIMS, AVAI_SCHEDULERS, AVAI_WARMUPS
 from .schema import FRACTION, NON_NEGATIVE, POSITIVE, Bool, Choice, Int, Number, Rule, Seq, SquareSize, Text
 from .transforms import AVAI_CHOICES, INTERPOLATION_MODES
@@ -313,6 +315,29 @@ ENGINE_SCHEMA: dict[str, Rule] = {
 }
 """The rule of every engine key (Dassl's tree and ``PROJECT_KEYS``); registry names (trainer, dataset, evaluator)
 are checked when they are built, with a "did you mean"."""
+
+
+WORKERS_PER_CPU = 4
+"""Loader workers a run may start per CPU this process may use (``DATALOADER.NUM_WORKERS``; more only queue)."""
+MIN_WORKER_LIMIT = 8
+"""The fewest the limit allows on any machine: the shipped configs' count."""
+
+
+def worker_limit() -> int:
+    """The most loader workers a run of this process may start: :data:`WORKERS_PER_CPU` per CPU it may use,
+    :data:`MIN_WORKER_LIMIT` at least."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(MIN_WORKER_LIMIT, WORKERS_PER_CPU * cpus)
+
+
+def check_workers(cfg: CN) -> None:
+    """ConfigError when ``DATALOADER.NUM_WORKERS`` asks for more loader processes than this machine runs
+    (:func:`worker_limit`; its rule in ``ENGINE_SCHEMA`` checks the type, this the machine, where the run starts)."""
+    workers, limit = cfg.DATALOADER.NUM_WORKERS, worker_limit()
+    if workers > limit:
+        raise ConfigError(f"DATALOADER.NUM_WORKERS is {workers}; this machine runs at most {limit} loader processes "
+                          f"for a run ({WORKERS_PER_CPU} per CPU this process may use, {MIN_WORKER_LIMIT} at least): "
+                          "set it to at most that (0 loads in the run's own process)")
 
 
 def get_cfg_default() -> CN:

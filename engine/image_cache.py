@@ -6,7 +6,7 @@ transform's random crops taken from the stored image: epochs after the first dec
 Meant for the few-shot trainers (CoOp, CoCoOp, MaPLe, IVLP, PromptSRC: 16 images per class, drawn for 10 to 200
 epochs). The crops are drawn on the stored image's size, so the augmentation is not the run's without the cache (the
 same distribution of crop areas and ratios, over fewer source pixels); it is a setting, off by default. The file is
-keyed like the teacher cache (the image paths, the side, the interpolation and the decoder that resized them),
+keyed like the teacher cache (the image paths and bytes, the side, the interpolation and the decoder that resized them),
 declared as a cache of the run and read through the inputs ledger; a stale file is written again. Size: the stored
 pixels, 3 · side · (side · aspect) bytes per image (196,608 for a 4:3 image at side 256).
 """
@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, Dataset
 from .array_file import ArrayFile, ArrayWriter, open_keyed, write_arrays
 from .dataset_base import Datum
 from .decoding import PIL_RESAMPLING, as_tensor, decoder_of, load_image
+from .digests import files_digest
 from .inputs import declare_cache
 from .preemption import worker_init_fn
 from .tensor_transforms import resized_crop, resized_size
@@ -111,8 +112,9 @@ def load_or_build(cfg, split: str, source: Sequence[Datum]) -> ImageCache:
         dist.barrier()
     side, interpolation, decoder = cfg.DATALOADER.IMAGE_CACHE_SIDE, cfg.INPUT.INTERPOLATION, decoder_of(cfg)
     folder = cfg.DATALOADER.IMAGE_CACHE_DIR or os.path.join(cfg.OUTPUT_DIR, "image_cache")
-    made_from = {"images": _sha([item.impath for item in source]), "side": side, "interpolation": interpolation,
-                 "decoder": decoder}
+    paths = [item.impath for item in source]
+    made_from = {"images": _sha(paths), "image_bytes": files_digest(paths), "side": side,
+                 "interpolation": interpolation, "decoder": decoder}
     key = _sha(made_from)
     path = os.path.join(folder, f"{cfg.DATASET.NAME}_{split}_{made_from['images'][:12]}_side{side}.pixels")
     declare_cache(folder, "decoded training images")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import IO, Any
 
 from .digests import file_digest, open_digest
 from .errors import CorruptFileError, InputNotFoundError
+from .json_text import parse_json
 from .run_files import file_kind, inside
 
 REGENERABLE = ("fewshot", "cache")
@@ -61,10 +61,12 @@ class Ledger:
         """Whether ``path`` lies in the run's own folder (its outputs, never inputs)."""
         return bool(self.run_dir) and inside(path, self.run_dir)
 
-    def add(self, role: str, path: str, digest: str) -> None:
+    def add(self, role: str, path: str, digest: str, name: str = "") -> None:
+        """Record the file ``path`` read as ``role`` with its SHA-256 and, when it was found by resolving a ``name``
+        (a CLIP model name), that name: what the name resolves to is compared again later."""
         if role not in ROLES:
             raise ValueError(f"unknown input role {role!r}; one of {', '.join(ROLES)}")
-        self.inputs[root_key(path, self.roots)] = {"role": role, "sha256": digest}
+        self.inputs[root_key(path, self.roots)] = {"role": role, "sha256": digest, **({"name": name} if name else {})}
 
 
 _ACTIVE: list[Ledger] = []
@@ -118,10 +120,11 @@ def declare_cache(folder: str, what: str) -> None:
         ledger.caches[os.path.abspath(folder)] = what
 
 
-def open_input(path: str, role: str, text: bool = False, errors: str = "strict") -> IO:
+def open_input(path: str, role: str, text: bool = False, errors: str = "strict", name: str = "") -> IO:
     """Open the input file ``path`` for reading (binary, or UTF-8 text with ``text``) and record it in the active
-    ledger as ``role`` (:data:`ROLES`) with the SHA-256 of the file being read. Anything but a regular file is refused
-    without blocking (a FIFO); a missing file is an InputNotFoundError naming it."""
+    ledger as ``role`` (:data:`ROLES`) with the SHA-256 of the file being read (and the ``name`` it was found by, if
+    any: :meth:`Ledger.add`). Anything but a regular file is refused without blocking (a FIFO); a missing file is an
+    InputNotFoundError naming it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -135,7 +138,7 @@ def open_input(path: str, role: str, text: bool = False, errors: str = "strict")
     ledger = active()
     if ledger is not None and not ledger.owns(path):
         try:
-            ledger.add(role, path, open_digest(f, path))
+            ledger.add(role, path, open_digest(f, path), name)
         except BaseException:
             f.close()
             raise
@@ -157,21 +160,41 @@ def read_input_text(path: str, role: str, errors: str = "strict") -> str:
 def read_input_json(path: str, role: str) -> Any:
     """The JSON value the input file ``path`` holds, recorded as ``role``; malformed JSON is one error naming it."""
     try:
-        return json.loads(read_input_text(path, role))
-    except (ValueError, UnicodeDecodeError) as e:
+        return parse_json(read_input_text(path, role))
+    except ValueError as e:
         raise CorruptFileError(f"Malformed JSON in {path} ({e}); restore the file or write it again") from None
 
 
-def input_changes(recorded: Mapping[str, Any] | None, roots: Mapping[str, str]) -> tuple[list[str], list[str]]:
+Resolver = Callable[[str], "str | None"]
+"""What a weight name resolves to now (``clip.weights.find_weights``; None: no file yet), for the inputs a run found
+by a name."""
+
+
+def input_changes(recorded: Mapping[str, Any] | None, roots: Mapping[str, str],
+                  resolve: Resolver | None = None) -> tuple[list[str], list[str]]:
     """What changed since a run recorded its ``inputs`` ledger (names expanded with ``roots`` as they are now): one
     ``ROLE PATH content sha256 OLD → NEW`` line per file that holds other bytes now (or cannot be read), and a note
     per file that is gone. A gone file contradicts nothing the run computed (a cleared download cache, a deleted
-    training run whose test is kept): it is noted, not counted as a change."""
+    training run whose test is kept): it is noted, not counted as a change. A file the run found by a name (a CLIP
+    model name) is the one ``resolve(name)`` finds now (``clip.weights.find_weights``; None: none there, the
+    recorded file is compared), so weights placed elsewhere since, that the name now finds, count too."""
     changes, gone = [], []
-    for name, entry in sorted((recorded or {}).items()):
-        role, digest = (entry.get("role", "input"), entry.get("sha256")) if isinstance(entry, dict) else ("input", "")
-        path = expand_key(name, roots)
+    for key, entry in sorted((recorded or {}).items()):
+        entry = entry if isinstance(entry, dict) else {}
+        role, digest, name = entry.get("role", "input"), entry.get("sha256"), entry.get("name")
+        path = expand_key(key, roots)
         if role in BY_VALUE:
+            continue
+        found = resolve(name) if resolve is not None and isinstance(name, str) and name else None
+        if found and os.path.abspath(found) != os.path.abspath(path):
+            try:
+                now = file_digest(found)
+            except OSError as e:
+                changes.append(f"{role} {name} now resolves to {found}, which cannot be read ({e.strerror or e})")
+                continue
+            if now != digest:
+                changes.append(f"{role} {name} now resolves to {found}, not {path}: content sha256 "
+                               f"{str(digest)[:12]} → {now[:12]}")
             continue
         try:
             now = file_digest(path)
@@ -185,4 +208,3 @@ def input_changes(recorded: Mapping[str, Any] | None, roots: Mapping[str, str]) 
         if now != digest:
             changes.append(f"{role} {path} content sha256 {str(digest)[:12]} → {now[:12]}")
     return changes, gone
-

@@ -12,10 +12,8 @@ from typing import Any
 
 from .errors import InvalidInputError
 from .inputs import read_input_json
-from .runs import IDENTITY_FILE, read_run_json
+from .runs import IDENTITY_FILE, TEACHER_RECORD, read_run_json
 
-TEACHER_RECORD = "teacher.json"
-"""The record beside a published teacher's checkpoint folder."""
 FIELDS = ("trainer", "dataset", "subsample", "config", "backbone")
 """What a record says of the run that a plan compares with the teacher it would train (the seed is recorded, not
 compared: the students of every seed share their dataset's teacher)."""

@@ -3,10 +3,12 @@ folder by a run (lock, then compare with what the folder holds). Standard librar
 
 The identity is the merged config minus the keys that cannot change the result (:data:`IGNORED_KEYS`), the mode
 (train or eval-only), for an evaluation the model folder and load epoch, the inputs ledger (``engine.inputs``: role,
-path and SHA-256 of every file the run read, whichever key, folder or record led to it) and a digest of the data
-(:func:`data_digest`). A rerun into a folder holding a finished or interrupted run of another identity, or one whose
-recorded inputs now hold other bytes, stops before it trains (:class:`RunMismatchError`, naming the differing keys
-and files) unless asked to move that run aside; nothing is deleted.
+path and SHA-256 of every file the run read, whichever key, folder or record led to it, and what a weight name
+resolves to) and a digest of the data (:func:`data_digest`: the splits' lists and their images' bytes). A rerun into
+a folder holding a finished or interrupted run of another identity, or one whose recorded inputs now hold other
+bytes, stops before it trains (:class:`RunMismatchError`, naming the differing keys and files) unless asked to move
+that run aside; nothing is deleted. A folder that holds no run (a dataset, a model folder, a teacher) or a run of
+another trainer is no folder for this run.
 """
 from __future__ import annotations
 
@@ -17,10 +19,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import UserError
-from .inputs import Ledger, input_changes
+from .digests import file_digests, files_digest
+from .errors import ConfigError, UserError
+from .inputs import Ledger, Resolver, input_changes, read_input_text
+from .json_text import parse_json
 from .run_lock import RunLock
-from .runs import IDENTITY_FILE, RUNNER_KEY, read_run_json, unlocked_state
+from .runs import (
+    IDENTITY_FILE,
+    RESULTS_FILE,
+    RUNNER_KEY,
+    foreign_folder,
+    logged_config,
+    read_run_json,
+    run_log,
+    unlocked_state,
+)
 
 IGNORED_KEYS = frozenset({"OUTPUT_DIR", "RESUME", "DATASET.ROOT", "VERBOSE", "TRAIN.PRINT_FREQ",
                           "TRAIN.CHECKPOINT_FREQ", "TRAIN.STEP_RESUME_MINUTES", "DATALOADER.NUM_WORKERS"})
@@ -62,12 +75,18 @@ def run_identity(cfg: Mapping, eval_only: bool = False, model_dir: str = "",
     return identity
 
 
+BYTES = " bytes"
+"""The data digest's key of a split's image bytes is the split's name with this suffix (``train_x bytes``)."""
+
+
 def data_digest(dataset: Any, root: str) -> dict[str, str]:
     """SHA-256 per split of what a run trains and tests on: each item's image path (relative to ``root``), label,
-    domain and class name, in order, and the class names; image bytes are not read."""
+    domain and class name, in order, and the class names; and per split (``<split> bytes``) of its images' bytes
+    (``engine.digests.file_digests``: each image hashed once per machine while it stays the same file)."""
     splits = getattr(dataset, "splits", None)
     named = {name: getattr(dataset, name, None) for name in ("train_x", "train_u", "val", "test")}
     named["router_x"] = getattr(splits, "router_x", None)
+    known = file_digests(item.impath for items in named.values() for item in items or ())
     digests = {}
     for name, items in named.items():
         if items:
@@ -76,6 +95,7 @@ def data_digest(dataset: Any, root: str) -> dict[str, str]:
                 h.update(f"{os.path.relpath(item.impath, root)}\t{item.label}\t{item.domain}\t{item.classname}\n"
                          .encode())
             digests[name] = h.hexdigest()
+            digests[name + BYTES] = files_digest([item.impath for item in items], known)
     digests["classes"] = hashlib.sha256(json.dumps(sorted(dataset.lab2cname.items())).encode()).hexdigest()
     return digests
 
@@ -98,10 +118,21 @@ def identity_differences(recorded: Mapping, current: Mapping, with_data: bool = 
               if old_model.get(k) != new_model.get(k)]
     if with_data and recorded.get("data") and current.get("data"):
         old_data, new_data = recorded["data"], current["data"]
+        if not records_bytes(recorded):  # made before runs recorded their images' bytes: not compared
+            new_data = {k: v for k, v in new_data.items() if not k.endswith(BYTES)}
         changed = sorted(k for k in old_data.keys() | new_data.keys() if old_data.get(k) != new_data.get(k))
-        if changed:
-            diffs.append(f"data ({', '.join(changed)}: other images, labels or classes)")
+        lists = [k for k in changed if not k.endswith(BYTES)]
+        pixels = [k[:-len(BYTES)] for k in changed if k.endswith(BYTES) and k[:-len(BYTES)] not in lists]
+        if lists:
+            diffs.append(f"data ({', '.join(lists)}: other images, labels or classes)")
+        if pixels:
+            diffs.append(f"image bytes ({', '.join(pixels)}: the images these splits list hold other bytes now)")
     return diffs
+
+
+def records_bytes(identity: Mapping) -> bool:
+    """Whether a recorded identity holds its images' bytes (runs made before they were recorded hold only lists)."""
+    return any(key.endswith(BYTES) for key in identity.get("data") or {})
 
 
 def read_identity(path: str) -> dict | None:
@@ -159,10 +190,14 @@ class RunClaim:
         diffs = identity_differences(self.recorded, self.identity)
         if diffs:
             self._mismatch(diffs)
+        elif not records_bytes(self.recorded):
+            self.notes.append(f"note: {self.folder}/{IDENTITY_FILE} records no digest of its images' bytes (made by "
+                              "an older version): the images were compared by their paths, labels and classes only")
 
     def _mismatch(self, diffs: list[str]) -> None:
         aside = aside_path(self.folder)
-        what = "a finished" if self.state == "finished" else "an interrupted"
+        what = {"finished": "a finished", "finished-upstream": "a finished", "failed": "a failed"}.get(
+            self.state, "an interrupted")
         listed = "; ".join(diffs[:6]) + (f"; and {len(diffs) - 6} more" if len(diffs) > 6 else "")
         if not self.move_aside:
             raise RunMismatchError(
@@ -193,26 +228,54 @@ class RunClaim:
 
 
 def claim_run(folder: str, identity: dict | None, command: str, move_aside: bool = False,
-              resume_from: str = "", roots: Mapping[str, str] | None = None) -> RunClaim:
-    """Lock ``folder`` and decide what a run with ``identity`` (None: a run that neither trains nor evaluates) does
-    there: skip (the same run finished), resume, start, or stop with :class:`RunMismatchError` (another run's
-    results or resume state are there; with ``move_aside`` that run is moved to :func:`aside_path` instead).
-    ``resume_from`` (``--resume``, another folder) must hold the same run. ``roots``: the run's roots as the inputs
-    ledger names them (``{"DATASET.ROOT": ...}``), against which the recorded inputs are compared."""
+              resume_from: str = "", roots: Mapping[str, str] | None = None, trainer: str = "",
+              resolve: Resolver | None = None) -> RunClaim:
+    """Lock ``folder`` and decide what a run of ``trainer`` with ``identity`` (None: a run that neither trains nor
+    evaluates) does there: skip (the same run finished), resume, start, or stop with :class:`RunMismatchError`
+    (another run's results or resume state are there, or any run of another trainer; with ``move_aside`` that run is
+    moved to :func:`aside_path` instead). A folder that holds no run (``engine.runs.foreign_folder``) is refused
+    before anything is written there. ``resume_from`` (``--resume``, another folder) must hold the same run.
+    ``roots``: the run's roots as the inputs ledger names them (``{"DATASET.ROOT": ...}``), against which the
+    recorded inputs are compared; ``resolve``: what a weight name the run found a file by resolves to now."""
+    reason = foreign_folder(folder)
+    if reason:
+        raise ConfigError(f"OUTPUT_DIR {folder} {reason}; a run writes only in a folder of its own (new, empty or "
+                          "holding that run): choose another --output-dir")
     lock = RunLock(folder).acquire(command)
     try:
         claim = RunClaim(folder, unlocked_state(folder), lock, identity, move_aside=move_aside)
+        other = recorded_trainer(folder) if trainer and claim.state != "new" else ""
+        if other and other != trainer:
+            claim._mismatch([f"TRAINER.NAME {_short(other)} → {_short(trainer)}"])
         if identity is not None:
-            _decide(claim, roots or {})
+            _decide(claim, roots or {}, resolve)
             if resume_from and os.path.abspath(resume_from) != os.path.abspath(folder):
-                _check_resume_source(resume_from, identity, roots or {})
+                _check_resume_source(resume_from, identity, roots or {}, resolve)
     except BaseException:
         lock.release()
         raise
     return claim
 
 
-def _decide(claim: RunClaim, roots: Mapping[str, str]) -> None:
+def recorded_trainer(folder: str) -> str:
+    """The trainer the run in ``folder`` records ("" for none): its ``run.json``, else its ``results.json``, else the
+    config dump of its log (an upstream run)."""
+    identity = read_identity(folder)
+    if identity:
+        return str(identity.get("trainer") or (identity.get("config") or {}).get("TRAINER.NAME") or "")
+    results = os.path.join(folder, RESULTS_FILE)
+    if os.path.isfile(results):
+        try:
+            recorded = parse_json(read_input_text(results, "run-record"))
+        except ValueError:
+            recorded = None
+        if isinstance(recorded, dict) and recorded.get("trainer"):
+            return str(recorded["trainer"])
+    log = run_log(folder)
+    return logged_config(read_input_text(log, "run-record", errors="replace")).get("TRAINER.NAME", "") if log else ""
+
+
+def _decide(claim: RunClaim, roots: Mapping[str, str], resolve: Resolver | None) -> None:
     folder, state = claim.folder, claim.state
     claim.recorded = read_identity(folder)
     if state == "finished-upstream":
@@ -231,7 +294,7 @@ def _decide(claim: RunClaim, roots: Mapping[str, str]) -> None:
         return
     diffs = identity_differences(claim.recorded, claim.identity, with_data=False)
     if state in ("finished", "resumable"):
-        changes, gone = input_changes(claim.recorded.get("inputs"), roots)
+        changes, gone = input_changes(claim.recorded.get("inputs"), roots, resolve)
         diffs += changes
         claim.notes += [f"note: {what}, which {folder} read, is gone; the run was compared on its other inputs"
                         for what in gone]
@@ -255,10 +318,11 @@ def _failed_note(folder: str) -> str:
             "(failed or interrupted): not finished, not resumable; running it again from the start")
 
 
-def _check_resume_source(resume_from: str, identity: dict, roots: Mapping[str, str]) -> None:
+def _check_resume_source(resume_from: str, identity: dict, roots: Mapping[str, str],
+                         resolve: Resolver | None) -> None:
     recorded = read_identity(resume_from)
     diffs = identity_differences(recorded, identity, with_data=False) + \
-        input_changes(recorded.get("inputs"), roots)[0] if recorded else []
+        input_changes(recorded.get("inputs"), roots, resolve)[0] if recorded else []
     if diffs:
         raise RunMismatchError(f"RESUME {resume_from} holds a run with another config: {'; '.join(diffs[:6])}; "
                                "resume from a run of this config, or drop --resume")

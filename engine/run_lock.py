@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 
 from .errors import UserError, output_dir_error
+from .json_text import parse_json
 from .run_files import open_run_file
 
 LOCK_FILE = "run.lock"
@@ -43,7 +44,7 @@ def lock_holder(path: str) -> dict | None:
 
 def _holder_record(fd: int) -> dict:
     try:
-        record = json.loads(os.pread(fd, 65536, 0).decode("utf-8", "replace") or "{}")
+        record = parse_json(os.pread(fd, 65536, 0).decode("utf-8", "replace") or "{}")
     except ValueError:
         record = {}
     return record if isinstance(record, dict) else {}

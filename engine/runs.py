@@ -14,7 +14,6 @@ folders and, once finished, ``results.json``. An upstream Dassl folder run again
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from .errors import ConfigError, UserError
 from .inputs import open_input, read_input_text
+from .json_text import parse_json
 from .run_lock import LOCK_FILE as LOCK_FILE  # a run-folder name, exported here with the others
 from .run_lock import describe_holder, lock_holder
 
@@ -45,6 +45,10 @@ POINTER_FILE = "checkpoint"
 """File in a model folder naming the last checkpoint saved there (Dassl's layout)."""
 BEST_MODEL_FILE = "model-best.pth.tar"
 """The checkpoint kept by ``TEST.FINAL_MODEL best_val`` in each model folder."""
+TEACHER_RECORD = "teacher.json"
+"""The record beside a published teacher's checkpoint folder (``engine/published.py``); no run writes it."""
+RUN_FILES = (RESULTS_FILE, IDENTITY_FILE, LOCK_FILE, RESUME_FILE)
+"""The files only a run folder holds, beside its logs: what tells a run's folder from any other."""
 
 STATES = ("new", "failed", "resumable", "running", "finished", "finished-upstream")
 """What :func:`run_state` answers."""
@@ -240,6 +244,32 @@ def run_log(path: str) -> str | None:
     return next((log for log in reversed(logs) if upstream_finished(_read_text(log))), logs[-1] if logs else None)
 
 
+def foreign_folder(path: str) -> str:
+    """Why ``path`` cannot be a run's output folder, "" when it can (it is new, empty or holds a run: its
+    :data:`RUN_FILES` or a log): it lies inside another run's folder, is a model folder of a run or a published
+    teacher, or holds files no run wrote (a dataset, the file system's root). Hidden entries are not counted."""
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    while True:
+        held = next((name for name in RUN_FILES if os.path.isfile(os.path.join(folder, name))), None)
+        if held:
+            return f"lies inside the run folder {folder} (it holds {held})"
+        if folder == os.path.dirname(folder):
+            break
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(path):
+        return ""
+    names = sorted(name for name in os.listdir(path) if not name.startswith("."))
+    if TEACHER_RECORD in names:
+        return f"is a published teacher's folder (it holds {TEACHER_RECORD})"
+    if POINTER_FILE in names:
+        return f"is a model folder of a run (it holds the pointer file '{POINTER_FILE}')"
+    if names and not set(names) & set(RUN_FILES) and not log_files(path):
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        return f"holds {len(names)} files or folders of no run ({shown}) and no {LOG_FILE} or {IDENTITY_FILE} of one"
+    return ""
+
+
 # ----- state --------------------------------------------------------------------------------------------------
 def run_state(path: str) -> str:
     """The state of the run folder ``path``, one of :data:`STATES`:
@@ -259,7 +289,7 @@ def read_run_json(path: str) -> object:
     fpath = os.path.join(path, IDENTITY_FILE)
     if not os.path.isfile(fpath):
         return None
-    return json.loads(read_input_text(fpath, "run-record"))
+    return parse_json(read_input_text(fpath, "run-record"))
 
 
 def has_identity(path: str) -> bool:

@@ -50,9 +50,18 @@ class Text(Rule):
         return "a string"
 
 
+INT_LIMIT = 2**31 - 1
+"""The largest integer any key takes (a C int): every count, size and seed of a run fits in one, and a larger value
+would overflow where torch, NumPy or the OS take it (a seed, a batch of islice, an ETA) instead of being refused."""
+MAX_IMAGE_SIDE = 4096
+"""The largest ``INPUT.SIZE`` side: more than any CLIP's input (336 to 448 px), less than a resize that would
+allocate gigabytes per image."""
+
+
 class Number(Rule):
-    """A finite number within optional bounds; ``integer=True`` also requires an int. ``low_open``/``high_open``
-    exclude the bound itself; ``note`` explains special values (e.g. "-1: every image")."""
+    """A finite number within optional bounds; ``integer=True`` also requires an int, of at most :data:`INT_LIMIT` in
+    size. ``low_open``/``high_open`` exclude the bound itself; ``note`` explains special values (e.g. "-1: every
+    image")."""
 
     def __init__(self, low: float | None = None, high: float | None = None, *, integer: bool = False,
                  low_open: bool = False, high_open: bool = False, note: str = "") -> None:
@@ -67,6 +76,8 @@ class Number(Rule):
             return self.describe()
         if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
             return self.describe()
+        if self.integer and abs(value) > INT_LIMIT:
+            return f"{self.describe()} and at most {INT_LIMIT} in size"
         return None
 
     def describe(self) -> str:
@@ -128,15 +139,17 @@ class Seq(Rule):
 
 
 class SquareSize(Rule):
-    """``(height, width)``: two equal integers >= 1 (a CLIP image encoder takes square images)."""
+    """``(height, width)``: two equal integers from 1 to :data:`MAX_IMAGE_SIDE` (a CLIP image encoder takes square
+    images)."""
 
     def problem(self, value: Any) -> str | None:
         ok = (isinstance(value, (list, tuple)) and len(value) == 2 and value[0] == value[1]
-              and Int(1).problem(value[0]) is None)
+              and Int(1, MAX_IMAGE_SIDE).problem(value[0]) is None)
         return None if ok else self.describe()
 
     def describe(self) -> str:
-        return "two equal integers >= 1, e.g. (224, 224) (height, width: CLIP takes square images)"
+        return (f"two equal integers from 1 to {MAX_IMAGE_SIDE}, e.g. (224, 224) (height, width: CLIP takes square "
+                "images)")
 
 
 Schema = Mapping[str, Rule]

@@ -379,8 +379,14 @@ class SimpleTrainer(TrainerBase):
     """The keys of ``TRAINER.<NS>``: key -> (default, rule); the project's config collects them from its trainers."""
     RECORDED_KEYS: tuple[str, ...] = ()
     """The keys of ``TRAINER.<NS>`` that shape the model a run saves but that its tensors do not all say (a prompt
-    learner's words, token counts, class-token position, depth): an ``--eval-only`` run takes their values from what
-    the evaluated run records (train.py)."""
+    learner's words, token counts, class-token position, depth): a run that reads the model (``--eval-only``, a
+    plug-in: :meth:`plugged_run`) takes their values from what the run that saved it records (train.py)."""
+
+    @classmethod
+    def plugged_run(cls, cfg) -> tuple[str, type] | None:
+        """The finished run whose saved model this trainer reads under ``cfg`` besides ``--model-dir`` (a plug-in's
+        seen branch), and the trainer class that made it; None when it reads none."""
+        return None
 
     @classmethod
     def borrowed_keys(cls, cfg) -> tuple[str, ...]:

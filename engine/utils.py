@@ -16,6 +16,7 @@ from PIL import Image
 from .atomic import atomic_write_text
 from .errors import CorruptFileError, InputNotFoundError
 from .images import UNREADABLE, unreadable_reason
+from .json_text import load_json
 
 
 def mkdir_if_missing(dirname: str) -> None:
@@ -36,10 +37,10 @@ def read_json(fpath: str) -> Any:
     """Read a JSON file, naming the file in the error when it is missing or malformed."""
     try:
         with open(fpath) as f:
-            return json.load(f)
+            return load_json(f)
     except FileNotFoundError:
         raise FileNotFoundError(f"JSON file not found: {fpath}") from None
-    except json.JSONDecodeError as e:
+    except ValueError as e:
         raise ValueError(f"Malformed JSON in {fpath}: {e}") from None
 
 

@@ -19,7 +19,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from clip.weights import find_weights
 from engine.atomic import atomic_write_text
+from engine.errors import UserError, first_line
 from engine.inputs import input_changes
 from engine.published import read_record, record_differences
 from engine.runs import IDENTITY_FILE, RUNNER_KEY, read_run_json, run_state
@@ -117,11 +119,16 @@ def is_finished(job: Job, states: dict[str, str]) -> bool:
 
 
 def publication_differences(job: Job) -> list[str]:
-    """How the published teacher of ``job`` differs from the one the job trains (``FIELD recorded (expected X)``);
-    empty when it publishes none, none is there yet, or what is there records nothing (an upstream teacher)."""
+    """How the published teacher of ``job`` differs from the one the job trains (``FIELD recorded (expected X)``, or
+    that its record cannot be read); empty when it publishes none, none is there yet, or what is there records nothing
+    (an upstream teacher)."""
     if not job.publishes or not job.files or not os.path.exists(job.files[0]):
         return []
-    return record_differences(read_record(published_folder(job.files[0])), job.publishes)
+    try:
+        record = read_record(published_folder(job.files[0]))
+    except UserError as e:  # malformed, nested too deep, no JSON object: no record of this job's teacher
+        return [f"an unreadable record: {first_line(e)}"]
+    return record_differences(record, job.publishes)
 
 
 def published_folder(pointer: str) -> str:
@@ -159,10 +166,11 @@ def _records(run: str) -> dict:
 
 def is_recorded(job: Job) -> bool:
     """Each of ``job``'s runs was finished by this job with its present record (:func:`job_record`), and every file
-    the run read still holds the bytes it read (``engine.inputs.input_changes`` of its ledger)."""
+    the run read still holds the bytes it read (``engine.inputs.input_changes`` of its ledger; a CLIP found by a
+    name: the file the name finds now)."""
     record, roots = job_record(job), input_roots(job)
-    return all(_records(run).get(job.name) == record and not input_changes(_run_json(run).get("inputs"), roots)[0]
-               for run in job.runs)
+    return all(_records(run).get(job.name) == record
+               and not input_changes(_run_json(run).get("inputs"), roots, find_weights)[0] for run in job.runs)
 
 
 def record_job(job: Job) -> None:

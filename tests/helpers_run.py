@@ -36,6 +36,13 @@ def train_argv(trainer: str, config: str | None, root, out, *opts: str, dataset:
     return [*argv, *(TINY_RUN if tiny else ()), *opts]
 
 
+def refused_line(out, change: str) -> str:
+    """train.py's line for a rerun into ``out`` (a Path) holding a finished run that differs by ``change``."""
+    return (f"error: {out} holds a finished run that differs from this one: {change}. Nothing was changed: give this "
+            "run another --output-dir (scripts: OUTPUT_ROOT), or add --move-aside (scripts: MOVE_ASIDE=1) to move that "
+            f"run to {out.parent / ('.' + out.name + '.old-1')} and start this one")
+
+
 def default_sigint() -> None:
     """In a child before it starts: SIGINT back to its default action. A suite started as a background job inherits
     SIGINT ignored, and an ignored signal stays ignored across exec (Python and bash then never see Ctrl-C)."""

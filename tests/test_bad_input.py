@@ -542,8 +542,10 @@ def _nested_lists(tmp, data, tree, clip_file, mp):
 
 
 def _model_folder_linked(tmp, data, tree, clip_file, mp):
-    """The run folder's prompt_learner/ is a symbolic link to a folder outside it (which must stay empty)."""
+    """The run folder (the log of an attempt in it) has its prompt_learner/ as a symbolic link to a folder outside it
+    (which must stay empty)."""
     (tmp / "run").mkdir()
+    (tmp / "run" / "log.txt").write_text("an attempt that saved nothing\n")
     (tmp / "outside").mkdir()
     path = tmp / "run" / "prompt_learner"
     os.symlink(tmp / "outside", path)
@@ -588,6 +590,55 @@ def _backbone_file(expected: str, content: bytes = b"", obj=None):
         return coop_argv(data, tmp / "run", clip_file, "MODEL.BACKBONE.NAME", str(path)), expected.format(path=path)
     return setup
 
+
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+"""A JSON text nesting 100,000 lists: the parser's recursion limit is far below."""
+DEEP = "is no readable JSON (its arrays or objects nest deeper than ..."
+HUGE = "99999999999999999999"
+"""More than any C integer holds."""
+AT_MOST = "and at most 2147483647 in size"
+WORKER_LIMIT = max(8, 4 * len(os.sched_getaffinity(0)))
+"""What this machine lets a run start: 4 loader processes per CPU, 8 at least."""
+
+
+def _split_bytes(content: bytes, expected: str):
+    """The split file replaced by ``content``; ``expected`` with {split} for its path."""
+    def setup(tmp, data, tree, clip_file, mp):
+        with open(tree.split_file, "wb") as f:
+            f.write(content)
+        return coop_argv(data, tmp / "run", clip_file), expected.format(split=tree.split_file)
+    return setup
+
+
+def _deep_fewshot(tmp, data, tree, clip_file, mp):
+    path = os.path.join(tree.dataset_dir, "split_fewshot", "shot_2-seed_1.json")
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as f:
+        f.write(DEEP_JSON)
+    return coop_argv(data, tmp / "run", clip_file), f"error: Malformed JSON in {path} (its arrays or objects nest ..."
+
+
+def _deep_run_json(tmp, data, tree, clip_file, mp):
+    """A finished run's folder whose run.json nests 100,000 lists."""
+    (tmp / "run").mkdir()
+    (tmp / "run" / "run.json").write_text(DEEP_JSON)
+    (tmp / "run" / "results.json").write_text("{}")
+    return (coop_argv(data, tmp / "run", clip_file),
+            f"error: {tmp / 'run' / 'run.json'} is not valid JSON (its arrays or objects nest deeper than ...")
+
+
+def _deep_model_record(tmp, data, tree, clip_file, mp):
+    """--eval-only of a run folder whose run.json (the record its prompt settings are read from) nests 100,000 lists."""
+    _model_dir(tmp, {"state_dict": {"ctx": torch.zeros(4, 64)}, "epoch": 1})
+    (tmp / "trained" / "run.json").write_text(DEEP_JSON)
+    return (_eval_argv(data, tmp, clip_file),
+            f"error: {tmp / 'trained' / 'run.json'} is not valid JSON (its arrays or objects nest deeper than ...")
+
+
+def _huge_seed(tmp, data, tree, clip_file, mp):
+    argv = coop_argv(data, tmp / "run", clip_file)
+    argv[argv.index("--seed") + 1] = HUGE
+    return argv, f"error: SEED is {HUGE}; it must be an integer >= -1 (-1: not seeded) {AT_MOST}"
 
 # case -> (setup, files left in the output folder, few-shot file written)
 CASES = {
@@ -661,11 +712,11 @@ CASES = {
     "sampler bogus": (_choice("DATALOADER.TRAIN_X.SAMPLER", "bogus", "RandomSampler, SequentialSampler"),
                       ["log.txt"], False),
     "INPUT.SIZE (32,)": (_opts("INPUT.SIZE", "(32,)", expected=(
-        "error: INPUT.SIZE is (32,); it must be two equal integers >= 1, e.g. (224, 224) (height, width: CLIP takes "
-        "square images)")), ["log.txt"], False),
+        "error: INPUT.SIZE is (32,); it must be two equal integers from 1 to 4096, e.g. (224, 224) (height, width: "
+        "CLIP takes square images)")), ["log.txt"], False),
     "INPUT.SIZE (32, 48)": (_opts("INPUT.SIZE", "(32, 48)", expected=(
-        "error: INPUT.SIZE is (32, 48); it must be two equal integers >= 1, e.g. (224, 224) (height, width: CLIP "
-        "takes square images)")), ["log.txt"], False),
+        "error: INPUT.SIZE is (32, 48); it must be two equal integers from 1 to 4096, e.g. (224, 224) (height, "
+        "width: CLIP takes square images)")), ["log.txt"], False),
     "INPUT.SIZE (48, 48) on a 32 px CLIP": (_opts("INPUT.SIZE", "(48, 48)", expected=(
         "error: images of size (48, 48) give 36 patches; this CLIP expects 32x32 inputs: set INPUT.SIZE (32, 32)")),
         ["log.txt", "run.json"], True),
@@ -750,10 +801,32 @@ CASES = {
                                 ["log.txt"], False),
     "225-Mpixel PNG in a split": (_huge_image, ["log.txt", "run.json"], False),
     "prompt_learner/ is a symbolic link": (_model_folder_linked, ["log.txt", "run.json"], True),
+    "DATALOADER.NUM_WORKERS 100000": (_opts("DATALOADER.NUM_WORKERS", "100000", expected=(
+        f"error: DATALOADER.NUM_WORKERS is 100000; this machine runs at most {WORKER_LIMIT} loader processes for a run "
+        "(4 per CPU this process may use, 8 at least): set it to at most that (0 loads in the run's own process)")),
+        ["log.txt"], False),
+    f"OPTIM.MAX_EPOCH {HUGE}000": (_opts("OPTIM.MAX_EPOCH", HUGE + "000", expected=(
+        f"error: OPTIM.MAX_EPOCH is {HUGE}000; it must be an integer >= 0 {AT_MOST}")), ["log.txt"], False),
+    f"DATALOADER.TRAIN_X.BATCH_SIZE {HUGE}": (_opts("DATALOADER.TRAIN_X.BATCH_SIZE", HUGE, expected=(
+        f"error: DATALOADER.TRAIN_X.BATCH_SIZE is {HUGE}; it must be an integer >= 1 {AT_MOST}")), ["log.txt"], False),
+    f"DATALOADER.TEST.BATCH_SIZE {HUGE}": (_opts("DATALOADER.TEST.BATCH_SIZE", HUGE, expected=(
+        f"error: DATALOADER.TEST.BATCH_SIZE is {HUGE}; it must be an integer >= 1 {AT_MOST}")), ["log.txt"], False),
+    f"--seed {HUGE}": (_huge_seed, ["log.txt"], False),
+    f"INPUT.SIZE ({HUGE}, {HUGE})": (_opts("INPUT.SIZE", f"({HUGE}, {HUGE})", expected=(
+        f"error: INPUT.SIZE is ({HUGE}, {HUGE}); it must be two equal integers from 1 to 4096, e.g. (224, 224) "
+        "(height, width: CLIP takes square images)")), ["log.txt"], False),
+    "split file not UTF-8": (_split_bytes(b'{"train": [["a\xff.png", 0, "x"]]}', (
+        "error: Split file {split} is no readable JSON ('utf-8' codec can't decode byte 0xff in position ...")),
+        ["log.txt"], False),
+    "split file nesting 100,000 lists": (_split_bytes(DEEP_JSON.encode(), "error: Split file {split} " + DEEP),
+                                         ["log.txt"], False),
+    "few-shot file nesting 100,000 lists": (_deep_fewshot, ["log.txt"], True),
+    "run.json nesting 100,000 lists": (_deep_run_json, ["results.json", "run.json"], False),
+    "--model-dir run.json nesting 100,000 lists": (_deep_model_record, [], False),
 }
 UNTOUCHED = {"rerun with another config (finished run)", "output folder in use by a live run",
              "split changed under a finished run (stale few-shot file)", "CLIP weights replaced under a finished run",
-             "run.lock is a symbolic link", "log.txt is a symbolic link"}
+             "run.lock is a symbolic link", "log.txt is a symbolic link", "run.json nesting 100,000 lists"}
 """Cases that stop before the run's log opens: what the folder held stays byte for byte (its log included)."""
 
 
@@ -789,6 +862,7 @@ def test_bad_input_matrix(case, tmp_path, tiny_clip_file, monkeypatch, capsys):
     tree = write_eurosat(tmp_path / "data", train_per_class=3)
     argv, expected = setup(tmp_path, tmp_path / "data", tree, tiny_clip_file, monkeypatch)
     before = _snapshot(tmp_path / "run")
+    placed = _snapshot(os.path.join(tree.dataset_dir, "split_fewshot"))  # a few-shot file the case put there
     capsys.readouterr()
     status = train.cli(argv)
     terminal = capsys.readouterr()
@@ -810,7 +884,8 @@ def test_bad_input_matrix(case, tmp_path, tiny_clip_file, monkeypatch, capsys):
     assert has_fewshot == fewshot
     assert not (tmp_path / "ran").exists()  # no pickled command ran
     assert not os.path.isdir(tmp_path / "outside") or os.listdir(tmp_path / "outside") == []  # nothing written there
-    _row(case, status, line, out, "written (valid)" if has_fewshot else "none")
+    assert not placed or _snapshot(os.path.join(tree.dataset_dir, "split_fewshot")) == placed
+    _row(case, status, line, out, "left as it was" if placed else "written (valid)" if has_fewshot else "none")
 
 
 def test_a_changed_split_moves_aside_then_names_the_stale_fewshot_file(tmp_path, tiny_clip_file, capsys):
@@ -1041,3 +1116,57 @@ def test_repeated_split_entries_and_16_bit_images_are_handled_with_a_note(tmp_pa
     fewshot = "written (valid)" if os.path.isdir(os.path.join(tree.dataset_dir, "split_fewshot")) else "none"
     _row("image listed twice in a split", status, repeated, tmp_path / "run", fewshot)
     _row("16-bit grayscale images", status, sixteen, tmp_path / "run", fewshot)
+
+
+REFUSED_FOLDER = ("; a run writes only in a folder of its own (new, empty or holding that run): choose another "
+                  "--output-dir")
+
+
+def _no_run(folder) -> str:
+    """Why ``folder``, holding files of no run, is refused (its non-hidden entries, the first three named)."""
+    names = sorted(name for name in os.listdir(folder) if not name.startswith("."))
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return f"holds {len(names)} files or folders of no run ({shown}) and no log.txt or run.json of one"
+
+
+def test_an_output_dir_that_holds_no_run_of_this_trainer_is_refused(tmp_path, tiny_clip_file, capsys):
+    """--output-dir where the run would write into what is not its own: the file system's root, a dataset's folder, a
+    finished run's model folder or a folder inside that run, an upstream run's model folder, a published teacher
+    (which would otherwise be "resumed"), a finished run of another trainer: one error line each (exit 2), before
+    anything is written; the folder stays as it was."""
+    tree = write_eurosat(tmp_path / "data", train_per_class=3)
+    coop = tmp_path / "coop"
+    assert train.cli(coop_argv(tmp_path / "data", coop, tiny_clip_file)) == 0
+    upstream = tmp_path / "upstream"
+    (upstream / "prompt_learner").mkdir(parents=True)
+    (upstream / "prompt_learner" / "checkpoint").write_text("model.pth.tar-1\n")
+    (upstream / "log.txt").write_text("an upstream Dassl log\n")
+    teacher = tmp_path / "teacher"
+    (teacher / "VLPromptLearner").mkdir(parents=True)
+    (teacher / "VLPromptLearner" / "checkpoint").write_text("model.pth.tar-1\n")
+    (teacher / "teacher.json").write_text("{}")
+    inside = f"lies inside the run folder {coop} (it holds results.json)"
+    cases = {"output folder /": ("/", _no_run("/")),
+             "output folder a dataset's folder": (tree.dataset_dir, _no_run(tree.dataset_dir)),
+             "output folder a finished run's model folder": (coop / "prompt_learner", inside),
+             "output folder inside a finished run": (coop / "prompt_learner" / "seed1", inside),
+             "output folder an upstream run's model folder": (upstream / "prompt_learner", (
+                 "is a model folder of a run (it holds the pointer file 'checkpoint')")),
+             "output folder a published teacher's": (teacher, (
+                 "is a published teacher's folder (it holds teacher.json)"))}
+    for case, (folder, reason) in cases.items():
+        before = sorted(os.listdir(folder)) if folder == "/" else _snapshot(tmp_path)
+        capsys.readouterr()
+        status = train.cli(coop_argv(tmp_path / "data", folder, tiny_clip_file))
+        line = f"error: OUTPUT_DIR {folder} {reason}{REFUSED_FOLDER}"
+        assert (status, capsys.readouterr().err.splitlines()) == (2, [line]), case
+        assert (sorted(os.listdir(folder)) if folder == "/" else _snapshot(tmp_path)) == before, case
+        _row(case, status, line, folder, "none", ["(as it was)"])
+    before = _snapshot(coop)
+    argv = zeroshot_argv(tmp_path / "data", coop, tiny_clip_file)
+    assert train.cli(argv) == 2 and _snapshot(coop) == before
+    line = (f'error: {coop} holds a finished run that differs from this one: TRAINER.NAME "CoOp" → "ZeroshotCLIP". '
+            "Nothing was changed: give this run another --output-dir (scripts: OUTPUT_ROOT), or add --move-aside "
+            f"(scripts: MOVE_ASIDE=1) to move that run to {tmp_path / '.coop.old-1'} and start this one")
+    assert capsys.readouterr().err.splitlines() == [line]
+    _row("output folder a finished run of another trainer", 2, line, coop, "none", ["(as it was)"])

@@ -175,6 +175,16 @@ def test_a_bad_split_entry_is_one_problem_line(tmp_path, case):
     assert found.images == [] and found.counts == {}
 
 
+def test_a_split_file_nesting_too_deep_is_one_problem_line(tmp_path):
+    """A split file nesting 100,000 lists (deeper than the JSON parser recurses): one line naming it, no traceback."""
+    tree = write_tree("EuroSAT", str(tmp_path / "data"), mode="json")
+    with open(tree.split_file, "w") as f:
+        f.write("[" * 100_000 + "]" * 100_000)
+    found = check(tmp_path / "data", "eurosat")
+    assert len(found.problems) == 1 and found.problems[0].startswith(
+        f"{tree.split_file}: unreadable split file (Split file {tree.split_file} is no readable JSON (its arrays or "
+        "objects nest deeper than ")
+
 def test_a_variant_list_line_outside_the_image_folder_is_one_problem_line(tmp_path):
     """FGVC-Aircraft's own lists (``<image id> <variant>``) are held to the same rule."""
     tree = write_tree("FGVCAircraft", str(tmp_path), mode="native")

@@ -202,7 +202,7 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
     ("python parse_test_res.py paper", Run(0, (  # README's published numbers
         re.compile(r"^average +PETR +88\.42 +82\.09 +85\.14 ", re.M),
         re.compile(r"^average +PromptKD +86\.96 +80\.73 +83\.73 ", re.M)))),
-    ("python -m tools.import_graph", Run(0, ("engine -> nothing", "train -> datasets, engine, trainers"))),
+    ("python -m tools.import_graph", Run(0, ("engine -> nothing", "train -> clip, datasets, engine, trainers"))),
     ("python -m datasets.fetch --data $DATA all", Run(2, fetch_lines("{data}", *ALL_FETCHED), env=DATA_ENV)),
     ("python -m datasets.fetch --data $DATA eurosat oxford_pets",
      Run(2, fetch_lines("{data}", ("EuroSAT", "eurosat"), ("OxfordPets", "oxford_pets")), env=DATA_ENV)),

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import train
-from engine.errors import InvalidInputError
+from engine.errors import CorruptFileError, InvalidInputError
 from engine.published import TEACHER_RECORD, read_record, record_of_run
 from runner.jobs import job_states, publication_differences
 from runner.preflight import run_preflight
@@ -150,7 +150,8 @@ def test_publishing_over_a_teacher_of_another_setting_is_refused(tmp_path, data,
 
 def test_a_plan_never_takes_a_teacher_of_another_setting_as_its_own(tmp_path, tiny_teacher_clip_file):
     """A teacher published by a demo-config sweep on tiny CLIPs: a paper-profile plan of PETR alone (which reads the
-    teacher and does not train it) reports it as another teacher and does not count its job finished."""
+    teacher and does not train it) reports it as another teacher and does not count its job finished; so does one
+    whose record cannot be read (nesting too deep), in one problem line."""
     teachers = tmp_path / "teachers"
     published = teachers / "EuroSAT" / "VLPromptLearner"
     published.mkdir(parents=True)
@@ -174,6 +175,12 @@ def test_a_plan_never_takes_a_teacher_of_another_setting_as_its_own(tmp_path, ti
                                        "demo (expected ")
     (teachers / "EuroSAT" / TEACHER_RECORD).write_text(json.dumps({**record, **teacher.publishes}))
     assert job_states(jobs)[teacher.name] == "finished"  # its own: published with this job's setting
+    (teachers / "EuroSAT" / TEACHER_RECORD).write_text("[" * 100_000 + "]" * 100_000)  # unreadable: not its own
+    assert job_states(jobs)[teacher.name] == "new"
+    item = run_preflight(sweep, jobs).inputs[("teacher", "eurosat")]
+    assert item.status == "found, another teacher" and item.problems[0].startswith(
+        f"{teachers / 'EuroSAT'} holds a teacher trained on another setting (an unreadable record: Malformed JSON in "
+        f"{teachers / 'EuroSAT' / TEACHER_RECORD} (its arrays or objects nest deeper than ")
 
 
 def test_a_teacher_check_needs_no_record(tmp_path):
@@ -181,4 +188,8 @@ def test_a_teacher_check_needs_no_record(tmp_path):
     assert read_record(str(tmp_path)) == {}
     (tmp_path / TEACHER_RECORD).write_text("[1]")
     with pytest.raises(InvalidInputError, match="holds no teacher record"):
+        read_record(str(tmp_path))
+    (tmp_path / TEACHER_RECORD).write_text("[" * 100_000 + "]" * 100_000)  # deeper than the JSON parser recurses
+    with pytest.raises(CorruptFileError, match=f"^Malformed JSON in {tmp_path / TEACHER_RECORD} \\(its arrays or "
+                       "objects nest deeper than"):
         read_record(str(tmp_path))

@@ -5,6 +5,7 @@ same batches, with or without loader workers; a CoOp run trains on it."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -149,3 +150,19 @@ def test_coop_trains_on_stored_images_as_it_does_after_storing_them(tmp_path, ti
     assert os.path.isfile(tmp_path / "read" / "results.json")
     for key, tensor in weights[0]["state_dict"].items():
         assert torch.equal(tensor, weights[1]["state_dict"][key]), key
+
+
+def test_other_images_under_the_same_paths_write_the_file_again(root, tmp_path, capsys):
+    """The key holds the images' bytes: another image saved over a training image (same path) makes the file stale;
+    it is written again and holds the new image."""
+    shutil.copytree(root, tmp_path / "data")
+    first = cached_manager(str(tmp_path / "data"), tmp_path / "out")
+    path = first.train_loader_x.dataset.images.stored.path
+    replaced = first.dataset.train_x[0].impath
+    smooth_image(24, 24, seed=9).save(replaced)
+    capsys.readouterr()
+    again = cached_manager(str(tmp_path / "data"), tmp_path / "out")
+    assert f"Image cache {path} is stale (image_bytes changed); writing it again" in capsys.readouterr().out
+    stored = again.train_loader_x.dataset.images
+    assert stored.stored.path == path
+    assert np.array_equal(np.asarray(stored.image(0, "pil")), np.asarray(stored_reference(replaced)))

@@ -11,6 +11,7 @@ Run with ``-s`` to see, per run, how many files of each role its ledger holds.
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import os
 import shutil
@@ -18,13 +19,14 @@ import sys
 import sysconfig
 
 import pytest
+import torch
 from tabulate import tabulate
 
 import train
 from engine.inputs import active, expand_key, input_changes, open_input, read_input_json, recording, root_key
 from engine.run_lock import LOCK_FILE
 from tests.helpers_petr import write_eurosat
-from tests.helpers_run import REPO, train_argv
+from tests.helpers_run import REPO, refused_line, train_argv
 from trainers.catalog import PETR_X_LEARNERS, ROWS, TRAINERS
 
 _EVENTS: list | None = None
@@ -275,3 +277,73 @@ def test_regenerable_and_by_value_inputs(tmp_path):
     files["log.txt"].write_text("v1, then a rerun's attempt")
     assert input_changes(ledger.inputs, {}) == ([], [])
 
+
+
+def _zeroshot(data, out, backbone: str) -> list[str]:
+    """A tiny zero-shot evaluation (no training), its config files named from the repository root (so the run may
+    start from another working folder)."""
+    argv = train_argv("ZeroshotCLIP", "vit_b16", data, out, "DATALOADER.TEST.BATCH_SIZE", "8", flags=("--eval-only",),
+                      backbone=backbone)
+    return [os.path.join(REPO, arg) if arg.startswith("configs/") else arg for arg in argv]
+
+
+def _sha256(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def test_images_are_read_by_content_though_not_through_the_ledger(tmp_path, tiny_clip_file, monkeypatch, capsys):
+    """The images a run lists are hashed for its identity (the audit sees them read, the digest cache is the engine's
+    own): another image copied over one its test split lists, or another data root holding other pixels under the
+    same names and split file, makes the finished run a changed one, not a skip."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    tree = write_eurosat(tmp_path / "data")
+    out = tmp_path / "zeroshot"
+    argv = _zeroshot(tmp_path / "data", out, tiny_clip_file)
+    check_complete("ZeroshotCLIP on images", out, argv, tmp_path / "cache")
+    assert train.main(argv) is None  # the same images: skipped
+    with open(tree.split_file) as f:
+        first, second = [os.path.join(tree.dataset_dir, "2750", rel) for rel, _, _ in json.load(f)["test"][:2]]
+    shutil.copytree(tmp_path / "data", tmp_path / "other")
+    shutil.copyfile(second, first.replace(str(tmp_path / "data"), str(tmp_path / "other")))
+    changed = refused_line(out, "image bytes (test: the images these splits list hold other bytes now)")
+    for root in (tmp_path / "other", tmp_path / "data"):
+        if root == tmp_path / "data":
+            shutil.copyfile(second, first)
+        capsys.readouterr()
+        assert train.cli([*argv[:1], str(root), *argv[2:]]) == 2
+        assert capsys.readouterr().err.splitlines() == [changed]
+
+
+def test_a_clip_name_is_compared_by_the_file_it_resolves_to_now(tmp_path, tiny_clip_file, monkeypatch, capsys):
+    """A CLIP given by name (ViT-B/16) is recorded with the name: a rerun compares the file the name resolves to now.
+    Another $CLIP_WEIGHTS_DIR, or a ./clip/ViT-B-16.pt placed later in the working folder (searched first), holding
+    other weights is a changed run; the same bytes found elsewhere are the same run."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.cache/clip
+    write_eurosat(tmp_path / "data")
+    folders = {name: tmp_path / name for name in ("first", "copy", "other", "cwd/clip")}
+    for folder in folders.values():
+        folder.mkdir(parents=True)
+    for name in ("first", "copy"):
+        shutil.copyfile(tiny_clip_file, folders[name] / "ViT-B-16.pt")
+    state = torch.load(tiny_clip_file, weights_only=True)
+    state["text_projection"] = state["text_projection"] + 1.0
+    for name in ("other", "cwd/clip"):
+        torch.save(state, folders[name] / "ViT-B-16.pt")
+    first, other, placed = (str(folders[name] / "ViT-B-16.pt") for name in ("first", "other", "cwd/clip"))
+    monkeypatch.setenv("CLIP_WEIGHTS_DIR", str(folders["first"]))
+    out = tmp_path / "zeroshot"
+    argv = _zeroshot(tmp_path / "data", out, "ViT-B/16")
+    check_complete("ZeroshotCLIP on ViT-B/16", out, argv, tmp_path / "cache")
+    recorded = json.loads((out / "run.json").read_text())["inputs"]
+    assert recorded[first] == {"role": "clip", "sha256": _sha256(first), "name": "ViT-B/16"}
+    monkeypatch.setenv("CLIP_WEIGHTS_DIR", str(folders["copy"]))
+    assert train.main(argv) is None  # the same bytes in another folder: skipped
+    for weights_dir, cwd, found in ((folders["other"], REPO, other), (folders["first"], tmp_path / "cwd", placed)):
+        monkeypatch.setenv("CLIP_WEIGHTS_DIR", str(weights_dir))
+        monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        assert train.cli(argv) == 2
+        assert capsys.readouterr().err.splitlines() == [refused_line(out, (
+            f"clip ViT-B/16 now resolves to {found}, not {first}: content sha256 {_sha256(first)[:12]} → "
+            f"{_sha256(found)[:12]}"))]

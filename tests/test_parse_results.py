@@ -375,23 +375,35 @@ def csv_table(out: str) -> dict[str, dict[str, str]]:
     return {row["dataset"]: row for row in csv.DictReader(io.StringIO(out))}
 
 
-def test_b2n_leaves_out_swapped_base_and_novel_results(tmp_path, capsys):
+@pytest.mark.parametrize("records", ["results.json", "run.json and log.txt"])
+def test_b2n_leaves_out_swapped_base_and_novel_results(tmp_path, capsys, records):
     """Seed 1's base and novel results.json swapped (train_base records the novel classes, test_new the base ones):
-    both left out, one line each naming the file, the recorded classes and the folder's; seed 2 is the row."""
+    both left out, one line each naming the file, the recorded classes and the folder's; seed 2 is the row. The
+    classes a results.json does not record come from what the run records beside it (train_base's run.json config,
+    test_new's log config dump)."""
     root = str(tmp_path / "base2new")
     make_b2n_tree(root, "PETR", "cfg", {"eurosat": ([50.0, 80.0], [33.33, 60.0])})
     base, new = (run_dir(root, role, "eurosat", "PETR", "cfg", 1) for role in ("train_base", "test_new"))
-    write_results_json(base, 33.33, dataset="eurosat", trainer="PETR", subsample_classes="new")
-    write_results_json(new, 50.0, dataset="eurosat", trainer="PETR", subsample_classes="base")
+    in_results = records == "results.json"
+    write_results_json(base, 33.33, dataset="eurosat", trainer="PETR", **({"subsample_classes": "new"} if in_results
+                                                                          else {}))
+    write_results_json(new, 50.0, dataset="eurosat", trainer="PETR", **({"subsample_classes": "base"} if in_results
+                                                                        else {}))
+    if not in_results:
+        with open(os.path.join(base, "run.json"), "w") as f:
+            json.dump({"trainer": "PETR", "config": {"DATASET.SUBSAMPLE_CLASSES": "new"}}, f)
+        write_dassl_log(new, upstream_cfg("PETR", "EuroSAT", 1, subsample="base"))
     assert ptr.main(["b2n", root, "--format", "csv"]) == 0
     out, err = capsys.readouterr()
     row = csv_table(out)["eurosat"]
     assert (row["seeds"], row["Base"], row["Novel"]) == ("1/1", "80.00", "60.00")
+    (new_file, base_file, key) = (("results.json", "results.json", "subsample_classes") if in_results else
+                                  ("log.txt", "run.json", "DATASET.SUBSAMPLE_CLASSES"))
     assert warnings(err) == [
-        f"warning: {new}/results.json records subsample_classes 'base' (the base classes) but lies in a folder of the "
-        f"novel classes{LEFT_OUT}",
-        f"warning: {base}/results.json records subsample_classes 'new' (the novel classes) but lies in a folder of the "
-        f"base classes{LEFT_OUT}"]
+        f"warning: {new}/{new_file} records {key} 'base' (the base classes) but lies in a folder of the novel "
+        f"classes{LEFT_OUT}",
+        f"warning: {base}/{base_file} records {key} 'new' (the novel classes) but lies in a folder of the base "
+        f"classes{LEFT_OUT}"]
 
 
 def test_a_run_of_another_seed_is_left_out(tmp_path, capsys):
@@ -604,3 +616,39 @@ def test_every_name_of_a_method_selects_its_rows(tmp_path, capsys, name):
     assert [row["method"] for row in csv.DictReader(io.StringIO(out))] == ["CoOp", "PETR+CoOp", "CoOp", "PETR+CoOp"]
     assert "Δ = row − PETR+CoOp (baseline: set with --baseline;" in err
     assert warnings(err) == [f"warning: --methods CoOpp names no run under {root} (methods there: CoOp, PETR+CoOp)"]
+
+
+@pytest.mark.parametrize("recorded,shown", [("NaN", "nan"), ("Infinity", "inf"), ("-5", "-5"), ("150", "150")])
+def test_an_accuracy_that_is_no_percentage_is_left_out_with_one_warning(tmp_path, capsys, recorded, shown):
+    """No evaluation gives NaN, infinity, a negative accuracy or one above 100: seed 1's base value is left out of the
+    b2n table and of its folder's summary (the means are seed 2's alone), one warning line naming the file."""
+    root = str(tmp_path / "base2new")
+    make_b2n_tree(root, "PETR", "cfg", {"eurosat": ([50.0, 80.0], [30.0, 60.0])})
+    base = run_dir(root, "train_base", "eurosat", "PETR", "cfg", 1)
+    path = os.path.join(base, "results.json")
+    with open(path) as f:
+        text = f.read().replace('"accuracy": 50.0', f'"accuracy": {recorded}')
+    with open(path, "w") as f:
+        f.write(text)
+    warning = (f"warning: {path} records accuracy {shown}, which is no percentage (0 to 100): left out (restore the "
+               "file or run the evaluation again)")
+    assert ptr.main(["b2n", root, "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    row = csv_table(out)["eurosat"]
+    assert (row["Base"], row["Novel"]) == ("80.00", "45.00") and warnings(err) == [warning]
+    assert ptr.main([os.path.dirname(base), "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    assert csv_rows(out)[1:] == [["seed1", "base", "-"], ["seed2", "base", "80.00"]] and warnings(err) == [warning]
+    assert "* accuracy: 80.00% +- 0.00% (population std (np.std), as upstream, n=1) on the base classes" in err
+
+
+@pytest.mark.parametrize("content", [b'{"accuracy": "\xff"}', b"[" * 100_000 + b"]" * 100_000],
+                         ids=["not UTF-8", "nesting 100,000 lists"])
+def test_an_unreadable_results_json_is_one_error_line(tmp_path, capsys, content):
+    path = tmp_path / "seed1" / "results.json"
+    path.parent.mkdir()
+    path.write_bytes(content)
+    assert ptr.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"parse_test_res.py: error: malformed {path}: ") and \
+        err[0].endswith("(delete it or re-run the evaluation)")

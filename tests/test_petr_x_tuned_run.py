@@ -22,6 +22,7 @@ from tests.helpers_baselines import deep_prompt_reference, maple_reference
 from tests.helpers_clip import reference_encode_image, reference_encode_text, rel_err
 from tests.helpers_petr import write_eurosat
 from tests.helpers_routed import BASE, NEW, check_against_reference, coop_branch, reference_routing, run_argv
+from tests.helpers_run import refused_line
 from tests.helpers_upstream import (
     UPSTREAM_KILLED_LOG,
     UPSTREAM_TRAIN_LOG,
@@ -224,6 +225,26 @@ def test_petr_x_notes_an_unfinished_or_unrecorded_tuned_run(case, tree, tmp_path
                         config="vit_b16", flags=("--eval-only", "--model-dir", str(out))))
     check_against_reference(novel, reference_routing(tree, tiny_openclip_model, coop_branch(ctx), NEW))
 
+
+
+def test_a_rerun_after_the_tuned_runs_record_changed_is_refused(tree, tmp_path, tiny_clip_file, capsys):
+    """The prompt settings PETR+X takes from its tuned run's record are in its identity: the record naming another
+    class-token position after PETR+X finished makes the rerun a changed run (one error line), not a skip."""
+    tuned = tmp_path / "coop"
+    record = {"TRAINER.NAME": "CoOp", "DATASET.NAME": "EuroSAT", "MODEL.BACKBONE.NAME": tiny_clip_file,
+              "TRAINER.COOP.CLASS_TOKEN_POSITION": "middle"}
+    coop_tuned_run(tuned, record)
+    out = tmp_path / "petr_x"
+    argv = run_argv(tree.root, out, "PETRX", tiny_clip_file, "base", "TRAINER.PETRX.TUNED_MODEL_DIR", str(tuned),
+                    config="vit_b16")
+    assert train.cli(argv) == 0
+    assert json.loads((out / "run.json").read_text())["config"]["TRAINER.COOP.CLASS_TOKEN_POSITION"] == "middle"
+    (tuned / "run.json").write_text(json.dumps({"trainer": "CoOp", "seed": 1, "mode": "train", "config": {
+        **record, "TRAINER.COOP.CLASS_TOKEN_POSITION": "end"}}))
+    capsys.readouterr()
+    assert train.cli(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        refused_line(out, 'TRAINER.COOP.CLASS_TOKEN_POSITION "middle" → "end"')]
 
 
 def test_backbones_are_the_same_by_weights_when_both_are_files(tmp_path, tiny_clip_file):

@@ -179,22 +179,42 @@ def _datum(impath: str, label: int) -> types.SimpleNamespace:
     return types.SimpleNamespace(impath=impath, label=label, domain=0, classname=f"class{label}")
 
 
-def _dataset(root: str, labels: list[int]) -> types.SimpleNamespace:
+def _dataset(root, labels: list[int]) -> types.SimpleNamespace:
+    """Images ``img<i>.jpg`` under ``root`` (written with bytes of their index, unless there), labelled ``labels``."""
+    os.makedirs(root, exist_ok=True)
     train = [_datum(os.path.join(root, f"img{i}.jpg"), lab) for i, lab in enumerate(labels)]
+    for i, item in enumerate(train):
+        if not os.path.exists(item.impath):
+            with open(item.impath, "wb") as f:
+                f.write(bytes([i]) * 100)
     return types.SimpleNamespace(train_x=train, train_u=None, val=None, test=train[:1], lab2cname={0: "a", 1: "b"},
                                  splits=types.SimpleNamespace(router_x=train))
 
 
-def test_data_digest_follows_images_and_labels_not_the_root():
-    digest = data_digest(_dataset("/data", [0, 1, 1]), "/data")
-    assert sorted(digest) == ["classes", "router_x", "test", "train_x"]
-    assert data_digest(_dataset("/mnt/elsewhere", [0, 1, 1]), "/mnt/elsewhere") == digest
-    relabelled = data_digest(_dataset("/data", [0, 1, 0]), "/data")
+def test_data_digest_follows_images_labels_and_bytes_not_the_root(tmp_path, monkeypatch):
+    """Per split, one digest of the listed paths, labels and classes and one of the images' bytes: a moved root with
+    the same images changes neither; relabelling changes the lists; other pixels under the same names (replaced in
+    place, or another root holding other images) change the bytes of the splits that list them."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    digest = data_digest(_dataset(tmp_path / "data", [0, 1, 1]), str(tmp_path / "data"))
+    assert sorted(digest) == ["classes", "router_x", "router_x bytes", "test", "test bytes", "train_x",
+                              "train_x bytes"]
+    assert digest["test bytes"] == hashlib.sha256(hashlib.sha256(bytes([0]) * 100).hexdigest().encode()).hexdigest()
+    shutil.copytree(tmp_path / "data", tmp_path / "moved")
+    assert data_digest(_dataset(tmp_path / "moved", [0, 1, 1]), str(tmp_path / "moved")) == digest
+    relabelled = data_digest(_dataset(tmp_path / "data", [0, 1, 0]), str(tmp_path / "data"))
     assert {k for k in digest if digest[k] != relabelled[k]} == {"train_x", "router_x"}
     recorded, current = {"data": digest}, {"data": relabelled}
     assert identity_differences(recorded, current) == [
         "data (router_x, train_x: other images, labels or classes)"]
     assert identity_differences(recorded, current, with_data=False) == []
+    (tmp_path / "moved" / "img2.jpg").write_bytes(b"other pixels")
+    replaced = data_digest(_dataset(tmp_path / "moved", [0, 1, 1]), str(tmp_path / "moved"))
+    assert {k for k in digest if digest[k] != replaced[k]} == {"train_x bytes", "router_x bytes"}
+    assert identity_differences(recorded, {"data": replaced}) == [
+        "image bytes (router_x, train_x: the images these splits list hold other bytes now)"]
+    older = {"data": {k: v for k, v in digest.items() if not k.endswith(" bytes")}}  # made before bytes were recorded
+    assert identity_differences(older, {"data": replaced}) == []
 
 
 def test_eval_identity_names_the_model_folder_and_epoch(tmp_path):
@@ -255,25 +275,32 @@ def test_claim_skips_resumes_refuses_or_moves_aside(tmp_path):
     claim.release()
 
 
+def _folder_cache(tmp_path, folder) -> str:
+    """Where the machine's digest cache keeps the files of ``folder`` (XDG_CACHE_HOME = ``tmp_path``/cache)."""
+    name = hashlib.sha256(os.path.realpath(folder).encode()).hexdigest()[:32] + ".json"
+    return str(tmp_path / "cache" / "petr" / "digests" / name)
+
+
 def test_file_digest_is_cached_by_what_a_user_cannot_set_back(tmp_path, monkeypatch):
-    """A file of 2 MiB: its SHA-256 (hashlib) goes to the machine's cache under its device, inode, size, mtime and
-    ctime, and is used while all five stay; other bytes of the same size with the mtime set back (touch -r) change
-    the ctime, so the file is hashed again and a forged entry for the old key is never the answer; a file changed
-    within RACY_S seconds is not cached; a cache folder that cannot be made only skips the cache."""
+    """A file of 2 MiB: its SHA-256 (hashlib) goes to the machine's cache of its folder under its device, inode, size,
+    mtime and ctime, and is used while all five stay; other bytes of the same size with the mtime set back (touch -r)
+    change the ctime, so the file is hashed again and a forged entry for the old key is never the answer; a file
+    changed within RACY_S seconds is not cached; a cache folder that cannot be made only skips the cache."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(digests, "_MEMO", {})
     path = tmp_path / "weights.pt"
     path.write_bytes(os.urandom(2 << 20))
     real = hashlib.sha256(path.read_bytes()).hexdigest()
-    cache = tmp_path / "cache" / "petr" / "file_digests.json"
-    assert digests.file_digest(str(path)) == real and not cache.exists()  # just written: racy, not cached
+    cache = _folder_cache(tmp_path, tmp_path)
+    assert digests.file_digest(str(path)) == real and not os.path.exists(cache)  # just written: racy, not cached
     monkeypatch.setattr(digests, "RACY_S", -1.0)  # from here on the file counts as settled
     assert digests.file_digest(str(path)) == real
     st = os.stat(path)
     key = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-    assert json.loads(cache.read_text()) == {str(path): {"stat": key, "sha256": real}}
+    assert json.load(open(cache)) == {"folder": str(tmp_path), "files": {"weights.pt": [*key, real]}}
     forged = "0" * 64
-    cache.write_text(json.dumps({str(path): {"stat": key, "sha256": forged}}))
+    with open(cache, "w") as f:
+        json.dump({"folder": str(tmp_path), "files": {"weights.pt": [*key, forged]}}, f)
     monkeypatch.setattr(digests, "_MEMO", {})
     assert digests.file_digest(str(path)) == forged  # the same version of the file: read from the cache
     other = os.urandom(2 << 20)
@@ -286,8 +313,49 @@ def test_file_digest_is_cached_by_what_a_user_cannot_set_back(tmp_path, monkeypa
     replaced.write_bytes(path.read_bytes())
     shutil.copystat(path, replaced)
     os.replace(replaced, path)
-    cache.write_text(json.dumps({str(path): {"stat": key, "sha256": forged}}))
+    with open(cache, "w") as f:
+        json.dump({"folder": str(tmp_path), "files": {"weights.pt": [*key, forged]}}, f)
     assert digests.file_digest(str(path)) == hashlib.sha256(other).hexdigest()
     monkeypatch.setenv("XDG_CACHE_HOME", str(path))  # "cache folder" under a file: nothing can be written there
     monkeypatch.setattr(digests, "_MEMO", {})
     assert digests.file_digest(str(path)) == hashlib.sha256(other).hexdigest()
+
+
+def test_image_digests_are_read_once_per_file_version(tmp_path, monkeypatch):
+    """Images looked up together (a split's): every one is cached, one cache file per folder, each answering only for
+    the file version it was hashed from; a cache entry is what a rerun reads (a forged one shows it), an image with
+    other bytes under its old size and mtime is hashed again; the folders hashed least recently are dropped beyond
+    MAX_FOLDERS; a FIFO listed as an image is refused without waiting on it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(digests, "RACY_S", -1.0)
+    images = {tmp_path / "a" / "1.jpg": b"one", tmp_path / "a" / "2.jpg": b"two", tmp_path / "b" / "3.jpg": b"three"}
+    for path, content in images.items():
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(content)
+    paths = [str(p) for p in images]
+    expected = {str(p): hashlib.sha256(content).hexdigest() for p, content in images.items()}
+    assert digests.file_digests(paths + paths[:1]) == expected
+    assert digests.files_digest(paths) == hashlib.sha256("\n".join(expected[p] for p in paths).encode()).hexdigest()
+    stored = json.load(open(_folder_cache(tmp_path, tmp_path / "a")))
+    st = os.stat(paths[0])
+    assert stored["folder"] == str(tmp_path / "a") and sorted(stored["files"]) == ["1.jpg", "2.jpg"]
+    assert stored["files"]["1.jpg"] == [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                        expected[paths[0]]]
+    stored["files"]["1.jpg"][5] = "f" * 64
+    with open(_folder_cache(tmp_path, tmp_path / "a"), "w") as f:
+        json.dump(stored, f)
+    assert digests.file_digests(paths)[paths[0]] == "f" * 64  # the cached entry answers: the file was not read
+    st = os.stat(paths[1])
+    with open(paths[1], "r+b") as f:
+        f.write(b"TWO")
+    os.utime(paths[1], ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert digests.file_digests(paths)[paths[1]] == hashlib.sha256(b"TWO").hexdigest()
+    monkeypatch.setattr(digests, "MAX_FOLDERS", 1)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "4.jpg").write_bytes(b"four")
+    digests.file_digests([str(tmp_path / "c" / "4.jpg")])
+    kept = os.listdir(tmp_path / "cache" / "petr" / "digests")
+    assert kept == [os.path.basename(_folder_cache(tmp_path, tmp_path / "c"))]
+    os.mkfifo(tmp_path / "c" / "5.jpg")
+    with pytest.raises(OSError, match="5.jpg is a FIFO, not a regular file; give images as regular files"):
+        digests.file_digests([str(tmp_path / "c" / "5.jpg")])

@@ -4,6 +4,7 @@ or transform rebuilds the cache, a corrupt cache file is one clear error, and a 
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -292,3 +293,29 @@ def test_a_run_that_builds_the_cache_trains_as_one_that_reads_it(tmp_path, tiny_
     decoded = trained("decoded", "cache2", "TRAINER.PROMPTKD.TEACHER_CACHE_IMAGES", "True")
     for name, tensor in built.items():
         assert torch.equal(tensor, read[name]) and torch.equal(tensor, decoded[name]), name
+
+
+def test_other_images_under_the_same_paths_rebuild_the_cache(tmp_path, capsys, tiny_clip_file,
+                                                              tiny_teacher_clip_file):
+    """The key holds the images' bytes: other pixels copied over the train images (same paths, same split) make the
+    features and the decoded views stale; both are made again from the new pixels, equal to those a cache built
+    fresh on the same images holds."""
+    images = ("TRAINER.PROMPTKD.TEACHER_CACHE_IMAGES", "True")
+    first = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "fixed", *images)
+    cache = first.teacher_cache["train_x"]
+    paths = [item.impath for item in first.dm.dataset.train_x]
+    contents = [open(path, "rb").read() for path in paths]
+    for path, content in zip(paths, contents[1:] + contents[:1]):  # each image takes the next one's bytes
+        with open(path, "wb") as f:
+            f.write(content)
+    capsys.readouterr()
+    again = cached_trainer(tmp_path, tiny_clip_file, tiny_teacher_clip_file, "fixed", *images)
+    out = capsys.readouterr().out
+    assert f"Decoded views {cache.pixels.path} is stale (image_bytes changed); writing it again" in out
+    assert f"Teacher cache {cache.path} is stale (image_bytes changed); rebuilding it" in out
+    shutil.copytree(tmp_path / "data", tmp_path / "fresh" / "data")
+    fresh = cached_trainer(tmp_path / "fresh", tiny_clip_file, tiny_teacher_clip_file, "fixed", *images)
+    rebuilt, reference = again.teacher_cache["train_x"], fresh.teacher_cache["train_x"]
+    assert rebuilt.path == cache.path and not torch.equal(rebuilt.features, cache.features)
+    torch.testing.assert_close(rebuilt.features, reference.features, rtol=0, atol=0)
+    assert np.array_equal(rebuilt.pixels.arrays["pixels"], reference.pixels.arrays["pixels"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ from tests.helpers_routed import (
     run_argv,
     script_runner,
 )
+from tests.helpers_run import refused_line
 from tests.helpers_upstream import write_dassl_checkpoint
 from trainers.petr_coop import coop_checkpoint_path
 
@@ -100,13 +102,44 @@ def test_bad_input_gives_one_clear_error(tmp_path, coop_run, tiny_clip_file):
     with pytest.raises(FileNotFoundError, match=r"model.pth.tar-7.*saved there: \['model.pth.tar-2'\]"):
         coop_checkpoint_path(str(coop_dir), 7)
     assert coop_checkpoint_path(str(coop_dir)) == coop_checkpoint_path(str(coop_dir), 2)
+    unrecorded = tmp_path / "unrecorded"  # its checkpoints alone: the config's prompt settings must fit them
+    shutil.copytree(coop_dir / "prompt_learner", unrecorded / "prompt_learner")
     with pytest.raises(ValueError, match=r"use the N_CTX / CTX_INIT / CSC settings"):
         train.main(run_argv(tree.root, tmp_path / "nctx", "PETRCoOp", tiny_clip_file, "base",
-                        "TRAINER.COOP.CTX_INIT", "a", "TRAINER.PETRCOOP.COOP_MODEL_DIR", str(coop_dir)))
+                        "TRAINER.COOP.CTX_INIT", "a", "TRAINER.PETRCOOP.COOP_MODEL_DIR", str(unrecorded)))
     with pytest.raises(FileNotFoundError, match=r"No router in .*REFIT_ROUTER True"):
         train.main(run_argv(tree.root, tmp_path / "norouter", "PETRCoOp", tiny_clip_file, "new",
                         flags=("--eval-only", "--model-dir", str(coop_dir), "--load-epoch", "2")))
 
+
+
+def test_plugin_builds_its_branch_with_the_coop_runs_recorded_settings(tmp_path, coop_run, tiny_clip_file,
+                                                                      tiny_openclip_model, capsys):
+    """A CoOp run whose record (run.json) says CLASS_TOKEN_POSITION middle: the plug-in's θ_s puts the class token in
+    the middle (the routed accuracies of the hand-written "ctx[:n/2] <name> ctx[n/2:]." prompts), with one Note as
+    PETR+X gives, and its identity holds the value; the record changed to end afterwards, a rerun is refused, not
+    skipped."""
+    tree, coop_dir = coop_run
+    middle = tmp_path / "coop"
+    shutil.copytree(coop_dir, middle)
+    identity = json.loads((middle / "run.json").read_text())
+    identity["config"]["TRAINER.COOP.CLASS_TOKEN_POSITION"] = "middle"
+    (middle / "run.json").write_text(json.dumps(identity))
+    ctx = load_checkpoint(str(middle / "prompt_learner" / "model.pth.tar-2"))["state_dict"]["ctx"]
+    out = tmp_path / "petr_coop"
+    argv = run_argv(tree.root, out, "PETRCoOp", tiny_clip_file, "base", "TRAINER.PETRCOOP.COOP_MODEL_DIR", str(middle))
+    assert train.cli(argv) == 0
+    check_against_reference(out, reference_routing(tree, tiny_openclip_model, coop_branch(ctx, "middle"), BASE))
+    note = (f"Note: {middle} records TRAINER.COOP.CLASS_TOKEN_POSITION 'middle' (this config: 'end') in "
+            f"{middle / 'run.json'}: its prompts are read with the recorded values")
+    assert note in (out / "log.txt").read_text().splitlines()
+    assert json.loads((out / "run.json").read_text())["config"]["TRAINER.COOP.CLASS_TOKEN_POSITION"] == "middle"
+    identity["config"]["TRAINER.COOP.CLASS_TOKEN_POSITION"] = "end"
+    (middle / "run.json").write_text(json.dumps(identity))
+    capsys.readouterr()
+    assert train.cli(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        refused_line(out, 'TRAINER.COOP.CLASS_TOKEN_POSITION "middle" → "end"')]
 
 def upstream_coop_run(coop_dir, dest, marker: str) -> torch.Tensor:
     """The CoOp run rewritten as upstream Dassl saves it (fp16 ctx + class-token buffers, optimiser, pickled

@@ -46,13 +46,19 @@ class PETRCoOp(RoutedTrainerMixin, CoOp):
         "PREC": ("fp16", PREC_RULE),
         **ROUTER_KEYS,
     }
-    RECORDED_KEYS = ()  # its CoOp branch's settings are CoOp's keys (borrowed), not of its namespace
+    RECORDED_KEYS = CoOp.RECORDED_KEYS
     LEARNER_NS = CoOp.NS
+    """Its CoOp branch's settings (``RECORDED_KEYS``) are CoOp's keys (borrowed), not of its namespace."""
 
     @classmethod
     def borrowed_keys(cls, cfg) -> tuple[str, ...]:
         """The CoOp prompt learner's settings, read from CoOp's namespace."""
-        return tuple(f"TRAINER.{cls.LEARNER_NS}.{key}" for key in CoOp.RECORDED_KEYS)
+        return tuple(f"TRAINER.{cls.LEARNER_NS}.{key}" for key in cls.RECORDED_KEYS)
+
+    @classmethod
+    def plugged_run(cls, cfg) -> tuple[str, type] | None:
+        """The plug-in's CoOp run (``COOP_MODEL_DIR``), whose recorded prompt settings its CoOp branch takes."""
+        return (cfg.TRAINER.PETRCOOP.COOP_MODEL_DIR, CoOp) if cfg.TRAINER.PETRCOOP.COOP_MODEL_DIR else None
 
     def check_cfg(self, cfg) -> None:
         super().check_cfg(cfg)

@@ -48,6 +48,12 @@ class PETRX(RoutedTrainerMixin, ClipWeightsCheck, TrainerX):
         """The keys of the tuned trainer's namespace that its loader reads (its ``TUNED_BORROWS``)."""
         return borrowed_keys(cfg.TRAINER.PETRX.TUNED_TRAINER)
 
+    @classmethod
+    def plugged_run(cls, cfg) -> tuple[str, type] | None:
+        """The tuned run (``TUNED_MODEL_DIR``), whose recorded prompt settings θ_s is read with."""
+        ns = cfg.TRAINER.PETRX
+        return (ns.TUNED_MODEL_DIR, tuned_trainer(ns.TUNED_TRAINER)) if ns.TUNED_MODEL_DIR else None
+
     def check_cfg(self, cfg) -> None:
         super().check_cfg(cfg)
         ns = cfg.TRAINER.PETRX

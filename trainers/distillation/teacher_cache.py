@@ -14,7 +14,8 @@ stored view, before training, and each step looks its features up instead:
 Files (in ``TEACHER_CACHE_DIR``, default ``<OUTPUT_DIR>/teacher_cache``): ``<name>.pt`` holds tensors only
 (``features`` [N, K, D] float32, ``views`` [N, K, 5] int64: top, left, height, width, flip) and is loaded with
 ``weights_only=True``; ``<name>.json`` says what it was made from. Both are written atomically. The key hashes
-the image paths, the transform and the teacher's weights and precision; when any of them changes the files are
+the image paths and the images' bytes (``engine.digests.files_digest``: each image hashed once per machine while it
+stays the same file), the transform and the teacher's weights and precision; when any of them changes the files are
 rebuilt. Size: N · K · D · 4 bytes (docs/throughput.md, teacher cache, gives ImageNet's).
 
 Decoded views (``TEACHER_CACHE_IMAGES True``): the stored views themselves, uint8 [N, K, 3, H, W] with their
@@ -48,8 +49,10 @@ from engine.data_manager import build_data_loader
 from engine.data_stream import sample_context
 from engine.dataset_base import Datum
 from engine.decoding import as_tensor, decoder_for, decoder_of, load_image, split_stages
+from engine.digests import files_digest
 from engine.errors import ConfigError
 from engine.inputs import declare_cache, open_input
+from engine.json_text import load_json
 from engine.preemption import worker_init_fn
 from engine.tensor_transforms import finish_pixels
 from engine.transforms import INTERPOLATION_MODES
@@ -259,7 +262,7 @@ def _read(meta_path: str, data_path: str, key: str) -> tuple[dict, TeacherCache 
     """The stored metadata and, when its key is ``key`` and the data file exists, the cache itself."""
     try:
         with open_input(meta_path, "cache", text=True) as f:
-            meta = json.load(f)
+            meta = load_json(f)
         if not isinstance(meta, dict):
             raise ValueError(f"a {type(meta).__name__}, not a JSON object")
     except (OSError, ValueError) as e:
@@ -346,8 +349,9 @@ def _load_or_build(cfg, split: str, source: Sequence[Datum], mode: str, k: int, 
     view_tfm = ViewTransform.from_cfg(cfg) if mode == "views" else None
     k = k if mode == "views" else 1
     paths = [item.impath for item in source]
-    made_from = {"images": _sha(paths), "teacher": teacher_key, "precision": precision,
-                 "transform": repr(view_tfm) if view_tfm else repr(fixed_tfm), "views": k, "view_seed": VIEW_SEED}
+    made_from = {"images": _sha(paths), "image_bytes": files_digest(paths), "teacher": teacher_key,
+                 "precision": precision, "transform": repr(view_tfm) if view_tfm else repr(fixed_tfm), "views": k,
+                 "view_seed": VIEW_SEED}
     decoder = view_tfm.decoder if view_tfm else decoder_for(fixed_tfm)
     if decoder != "pil":
         made_from["decoder"] = decoder
@@ -359,7 +363,7 @@ def _load_or_build(cfg, split: str, source: Sequence[Datum], mode: str, k: int, 
     if os.path.isfile(meta_path):
         meta, cache = _read(meta_path, data_path, key)
         if cache is None:
-            changed = [what for what in ("teacher", "precision", "transform", "views", "decoder")
+            changed = [what for what in ("image_bytes", "teacher", "precision", "transform", "views", "decoder")
                        if meta.get("made_from", {}).get(what) != made_from.get(what)] or ["data file missing"]
             print(f"Teacher cache {data_path} is stale ({', '.join(changed)} changed); rebuilding it")
     batch, workers = cfg.DATALOADER.TEST.BATCH_SIZE, cfg.DATALOADER.NUM_WORKERS

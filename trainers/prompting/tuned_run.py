@@ -6,9 +6,11 @@ upstream Dassl run (CoOp, PromptSRC, PromptKD) has neither, but Dassl prints the
 which is read instead. PETR+X refuses a tuned run recorded for another dataset, CLIP or trainer and notes one that is
 unfinished or records nothing.
 
-The record is the truth about the prompts a run learned: whoever reads a run's prompts (PETR+X's loaders, an
-``--eval-only`` run) takes the settings that shaped them (context words, token counts, class-token position, depth)
-from it through :func:`recorded_settings`, the one place that does so.
+The record is the truth about the prompts a run learned: whoever reads a run's prompts (PETR+X's loaders, PETR+CoOp's
+plug-in, an ``--eval-only`` run) takes the settings that shaped them (context words, token counts, class-token
+position, depth) from it through :func:`recorded_settings`, the one place that does so; a run that reads another
+run's prompts takes them into its config before its identity is made (:func:`recorded_config`), so a changed record
+changes the reader's identity.
 """
 from __future__ import annotations
 
@@ -121,13 +123,19 @@ class TunedRun:
         return recorded == backbone
 
 
+def learner_namespace(trainer: type) -> str:
+    """The config namespace holding the prompt settings of ``trainer``'s runs (its ``RECORDED_KEYS``): its
+    ``LEARNER_NS`` (PETR+CoOp's CoOp branch reads ``TRAINER.COOP``), else its own ``NS``."""
+    return getattr(trainer, "LEARNER_NS", "") or trainer.NS
+
+
 def recorded_namespace(run: TunedRun, ns: str) -> str:
-    """The config namespace of the trainer ``run`` records (``ns`` when it records none): a run's record also holds
-    the defaults of every other trainer's namespace, which say nothing about its prompts."""
+    """The config namespace of the prompt settings the trainer ``run`` records (``ns`` when it records none): a run's
+    record also holds the defaults of every other trainer's namespace, which say nothing about its prompts."""
     name = run.recorded("trainer", "TRAINER.NAME")
     if not name:
         return ns
-    return getattr(TRAINER_REGISTRY.get(name), "NS", ns) if name in TRAINER_REGISTRY else str(name).upper()
+    return learner_namespace(TRAINER_REGISTRY.get(name)) if name in TRAINER_REGISTRY else str(name).upper()
 
 
 def typed_like(value: Any, like: Any, key: str, source: str) -> Any:
@@ -176,24 +184,40 @@ def recorded_settings(run: TunedRun, ns: str, config: Mapping[str, Any], checkpo
     return values, note
 
 
-def evaluated_config(cfg: CfgNode, model_dir: str) -> tuple[CfgNode, list[str]]:
-    """The config of an ``--eval-only`` run of the run in ``model_dir``: the keys of the trainer's namespace that shape
-    its prompts (the trainer class's ``RECORDED_KEYS``) as that run records them (:func:`recorded_settings`), and the
-    line saying which differ from ``cfg`` (none: ``cfg`` itself and no line) or that the run records no config."""
+def recorded_config(cfg: CfgNode, model_dir: str = "") -> tuple[CfgNode, list[str]]:
+    """The config of a run that reads the prompts of finished runs, with the settings that shaped them as those runs
+    record them (:func:`recorded_settings`), and the lines saying which differ from ``cfg`` or that a run records no
+    config. The runs: the one the trainer plugs in (its ``plugged_run``: PETR+CoOp's CoOp run, PETR+X's tuned run),
+    then an ``--eval-only`` run's ``model_dir``; the settings: the ``RECORDED_KEYS`` of the trainer that made each, in
+    its learner's namespace (:func:`learner_namespace`). Taken before the run's identity is made, so ``run.json`` and
+    the log's config dump hold the values its model is built with, and a changed record is a changed identity."""
     trainer = TRAINER_REGISTRY.get(cfg.TRAINER.NAME) if cfg.TRAINER.NAME in TRAINER_REGISTRY else None
-    keys = getattr(trainer, "RECORDED_KEYS", ())
+    if trainer is None:
+        return cfg, []
+    runs = [run for run in (trainer.plugged_run(cfg), (model_dir, trainer) if model_dir else None) if run]
+    notes = []
+    for folder, maker in runs:
+        cfg, note = _take_recorded(cfg, folder, maker)
+        notes += note
+    return cfg, notes
+
+
+def _take_recorded(cfg: CfgNode, folder: str, maker: type) -> tuple[CfgNode, list[str]]:
+    """``cfg`` with the ``RECORDED_KEYS`` of ``maker`` (the trainer of the run in ``folder``) as that run records them,
+    and the line to log."""
+    keys, ns = getattr(maker, "RECORDED_KEYS", ()), learner_namespace(maker)
     if not keys:
         return cfg, []
-    options, run = cfg.TRAINER[trainer.NS], TunedRun.read(model_dir)
+    run = TunedRun.read(folder)
     if not run.config_source:
-        return cfg, [f"Note: {model_dir} records no config ({IDENTITY_FILE}, or the config dump of {LOG_FILE}): its "
-                     f"prompts are read with this config's TRAINER.{trainer.NS} {', '.join(keys)}"]
-    values, note = recorded_settings(run, trainer.NS, {key: options[key] for key in keys})
+        return cfg, [f"Note: {folder} records no config ({IDENTITY_FILE}, or the config dump of {LOG_FILE}): its "
+                     f"prompts are read with this config's TRAINER.{ns} {', '.join(keys)}"]
+    values, note = recorded_settings(run, ns, {key: cfg.TRAINER[ns][key] for key in keys})
     if not note:
         return cfg, []
     cfg = cfg.clone()
     cfg.defrost()
-    cfg.TRAINER[trainer.NS].update(values)
+    cfg.TRAINER[ns].update(values)
     cfg.freeze()
     return cfg, [note]
 
