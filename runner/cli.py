@@ -74,7 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="base-to-novel datasets, or the xd/dg targets (short names; 'all': the paper's)")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     p.add_argument("--source", default="imagenet", help="xd/dg source dataset (default imagenet)")
-    p.add_argument("--shots", type=int, default=0, help="xd/dg students' train images per class (0: all)")
+    p.add_argument("--shots", type=int, default=0,
+                   help="PromptKD's and PETR's train images per class, every protocol (0: all; the few-shot methods "
+                        "keep theirs)")
     p.add_argument("--data", default=os.environ.get("DATA"), help="datasets folder (default $DATA)")
     p.add_argument("--output", help="output root (default: the profile's, output or output-fast)")
     p.add_argument("--teacher-dir", help="teachers folder (default $TEACHER_DIR, else the profile's)")
