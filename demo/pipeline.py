@@ -30,7 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 if __name__ == "__main__":  # process-wide, so only as a program; read when torch loads, hence before the imports below
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from demo.kernels import set_process_env
+
+    set_process_env()
 
 from tqdm import tqdm
 
@@ -38,6 +40,7 @@ from analysis.dumps import find_units, unit_scores
 from analysis.report import write_report
 from demo import report
 from demo.figure import report_figure
+from demo.kernels import kernels_line, machine
 from demo.pretrain import PRETRAIN_THREADS, SHIPPED, PretrainParams, default_params, default_path, pretrained_path
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
 from engine.errors import UserError, first_line
@@ -151,6 +154,8 @@ class Demo:
         self.start = time.time()
         self.times: list[list] = []
         """Rows of the stage-time table."""
+        self.where = f"{kernels_line()}; {machine()}"
+        """The CPU kernels the runs use (their workers inherit this process's environment) and the machine."""
 
     def say(self, text: str) -> None:
         elapsed = time.time() - self.start
@@ -196,7 +201,9 @@ class Demo:
         return outcome
 
     def run(self) -> bool:
-        """Prepare, run the sweeps, then print and write the report; False (after the failures) when a run failed."""
+        """Say where it runs, prepare, run the sweeps, then print and write the report; False (after the failures)
+        when a run failed."""
+        self.say(self.where)
         clips = self.prepare()
         outcome = self.run_jobs(sweeps(self.size, self.paths, clips))
         if not outcome.ok:
@@ -244,9 +251,9 @@ class Demo:
         report_figure(report.seed_means(runs, TABLE_ORDER), unit_scores(unit, "mahalanobis"),
                       f"Base-to-novel on {DATASET}, test split, {which}",
                       f"PETR's Mahalanobis scores, {DATASET} test split, seed {first}", figure)
+        times = f"{self.where}\n\n{report.stage_table(self.times, 'github')}"
         write_report(os.path.join(out, "report.md"), f"PETR demo ({self.size.name})",
-                            [*self.sections(runs, transfer, "github"),
-                             ("Time per stage (s)", report.stage_table(self.times, "github"))], figure)
+                     [*self.sections(runs, transfer, "github"), ("Time per stage (s)", times)], figure)
         self.say(f"Done in {time.time() - self.start:.0f} s; report: {os.path.join(out, 'report.md')}, {figure}")
 
 

@@ -15,6 +15,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from demo.kernels import PINNED_KERNELS, machine, set_process_env
 from demo.pipeline import DEMO, FULL, QUICK, SOURCE, Paths, default_paths, failures, stage_times, sweeps
 from demo.study import FULL as STUDY
 from demo.study import Demo
@@ -42,6 +43,43 @@ def test_default_paths_prefer_flags_then_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("DEMO_CACHE", raising=False)
     paths = default_paths(str(tmp_path), None, None, str(tmp_path / "flag_cache"))
     assert paths == Paths(str(tmp_path / "data" / "demo"), str(tmp_path / "env_out"), str(tmp_path / "flag_cache"))
+
+
+def test_process_env_pins_the_kernels_unless_already_set():
+    environ = {"MKL_CBWR": "AVX512"}
+    set_process_env(environ)
+    assert environ == {"MKL_CBWR": "AVX512", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                       "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+PINS = "(ATEN_CPU_CAPABILITY=avx2, MKL_CBWR=AVX2, ONEDNN_MAX_CPU_ISA=AVX2)"
+ENTRY_POINTS = """
+import os, runpy, sys
+from demo.kernels import PINNED_KERNELS, kernels_line
+for module in ("demo.pipeline", "demo.shipped", "demo.pretrain"):
+    sys.argv = [module, "--help"]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit:
+        pass
+    print("pins", *(os.environ.pop(key, "unset") for key in PINNED_KERNELS))
+os.environ.update(PINNED_KERNELS)
+print(kernels_line())
+"""
+"""A child that runs each demo program's entry point (``--help``), says which pins it set, then which kernels torch
+runs under them."""
+
+
+def test_the_demo_programs_run_pinned_kernels():
+    """``python -m demo.pipeline``, ``demo.shipped`` and ``demo.pretrain`` pin the CPU kernels in their own process
+    (whose environment the demo's warm workers inherit), and torch then runs its AVX2 kernels."""
+    env = {k: v for k, v in os.environ.items() if k not in PINNED_KERNELS}
+    done = subprocess.run([sys.executable, "-c", ENTRY_POINTS], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if line.startswith("pins ")] == ["pins avx2 AVX2 AVX2"] * 3
+    assert lines[-1] == f"CPU kernels: AVX2 {PINS}"
 
 
 def planned(tmp_path, size):
@@ -220,5 +258,7 @@ def test_quick_demo_shows_the_effects(quick_demo):
     output = os.path.join(work, "output", "demo")
     markdown = open(os.path.join(output, "report.md")).read()
     assert "| PETR+CoOp " in markdown and "Time per stage" in markdown and "(report.png)" in markdown
+    where = next(line for line in stdout.splitlines() if "CPU kernels: " in line)  # the runs' kernels and machine
+    assert where.endswith(f"CPU kernels: AVX2 {PINS}; {machine()}") and where.split("] ", 1)[1] in markdown
     with open(os.path.join(output, "report.png"), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
