@@ -15,14 +15,28 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from datasets.demo_specs import DATASET_DIRS
 from demo.kernels import PINNED_KERNELS, machine, set_process_env
-from demo.pipeline import DEMO, FULL, QUICK, SOURCE, Paths, default_paths, failures, stage_times, sweeps
+from demo.pipeline import (
+    DEMO,
+    FULL,
+    QUICK,
+    RUN_SECONDS,
+    SOURCE,
+    Paths,
+    datasets,
+    default_paths,
+    expected_seconds,
+    failures,
+    stage_times,
+    sweeps,
+)
 from demo.study import FULL as STUDY
 from demo.study import Demo
 from engine.utils import read_json
 from runner.jobs import record_job
 from runner.protocols import Planner, merge_plans
-from runner.schedule import Report
+from runner.schedule import Report, critical_paths
 from tests.helpers_jobs import Toy
 from tests.helpers_run import HANG_GUARD_S
 
@@ -90,7 +104,8 @@ def planned(tmp_path, size):
 
 def test_make_demo_is_one_base_to_novel_sweep_of_six_methods(tmp_path):
     """``make demo``: seed 1 of zero-shot CLIP, CoOp, the teacher, PromptKD, PETR and PETR+CoOp as unit commands
-    with the demo config and the tiny CLIPs; the students distil on every train image (shots_0) from the teacher."""
+    with the demo config and the tiny CLIPs; the students distil on 120 train images per class (shots_120) from the
+    teacher, which learns from 16 (shots_16), as CoOp does."""
     jobs = planned(tmp_path, DEMO)
     ds = "demo_shapes_hard"
     assert sorted(jobs) == sorted([f"ZeroshotCLIP zero-shot {ds}", f"teacher {ds}", f"PromptSRC test {ds}",
@@ -101,11 +116,34 @@ def test_make_demo_is_one_base_to_novel_sweep_of_six_methods(tmp_path):
         assert job.call.knobs["TEACHER_NAME"] == "teacher.pt" and job.call.knobs["KD_WEIGHT"] == "100.0"
         assert "EXTRA_OPTS" not in job.call.knobs
     for student in ("PromptKD", "PETR"):
-        train = jobs[f"{student} train {ds} seed1"]
-        assert train.deps == (f"teacher {ds}",) and train.call.knobs["SHOTS"] == "0"
-        assert train.runs == (str(tmp_path / "out/base2new/train_base" / ds / "shots_0" / student / "demo/seed1"),)
+        train, test = jobs[f"{student} train {ds} seed1"], jobs[f"{student} test {ds} seed1"]
+        assert train.deps == (f"teacher {ds}",) and train.call.knobs["SHOTS"] == test.call.knobs["SHOTS"] == "120"
+        assert train.runs == (str(tmp_path / "out/base2new/train_base" / ds / "shots_120" / student / "demo/seed1"),)
+        assert test.runs == (str(tmp_path / "out/base2new/test_new" / ds / "shots_120" / student / "demo/seed1"),)
+    for job in (jobs[f"teacher {ds}"], jobs[f"CoOp train {ds} seed1"]):
+        assert job.call.knobs["SHOTS"] == "16" and "/shots_16/" in job.runs[0]
     assert jobs[f"teacher {ds}"].files == (str(tmp_path / "out/teachers/DemoShapesHard/VLPromptLearner/checkpoint"),)
     assert jobs[f"PETR+CoOp plug-in {ds} seed1"].deps == (f"CoOp train {ds} seed1",)
+
+
+def test_make_demo_starts_the_teacher_then_petr(tmp_path):
+    """Every run of ``make demo`` has an expected time, from which the runner starts the longest chain first: the
+    teacher, then PETR's training (the chain that decides when the demo ends), before PromptKD's and CoOp's."""
+    jobs = planned(tmp_path, DEMO)
+    assert {(job.method, job.kind) for job in jobs.values()} == set(RUN_SECONDS)
+    longest = critical_paths(list(jobs.values()), expected_seconds)
+    ds = "demo_shapes_hard"
+    assert longest[f"teacher {ds}"] == sum(RUN_SECONDS[k] for k in (("PromptSRC", "teacher"), ("PETR", "train"),
+                                                                     ("PETR", "test")))
+    first = sorted(jobs, key=lambda name: -longest[name])[:4]
+    assert first == [f"teacher {ds}", f"PETR train {ds} seed1", f"PromptKD train {ds} seed1", f"CoOp train {ds} seed1"]
+    assert expected_seconds(planned(tmp_path, FULL)["PETR train democool seed1"]) is None  # another dataset's run
+
+
+def test_each_size_draws_only_the_datasets_it_runs_on():
+    assert datasets(DEMO) == ["DemoShapesHard"]
+    assert datasets(QUICK) == ["DemoShapesHard", "DemoNet", "DemoCool", "DemoNetSketch"]
+    assert sorted(datasets(FULL)) == sorted(set(DATASET_DIRS) - {"DemoShapes"})
 
 
 def test_full_demo_runs_every_method_and_both_transfer_protocols(tmp_path):
