@@ -38,7 +38,7 @@ from runner.jobs import record_job
 from runner.protocols import Planner, merge_plans
 from runner.schedule import Report, critical_paths
 from tests.helpers_jobs import Toy
-from tests.helpers_run import HANG_GUARD_S
+from tests.helpers_run import DEMO_HANG_GUARD_S, HANG_GUARD_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = ("ZeroshotCLIP", "CoOp", "PromptKD", "PETR", "PETRCoOp")
@@ -225,7 +225,7 @@ def quick_demo(tmp_path_factory):
     for key in ("DEMO_DATA", "DEMO_OUTPUT", "DEMO_CACHE"):
         env.pop(key, None)
     proc = subprocess.run(["bash", "scripts/demo.sh", "--quick", "--workdir", str(work)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+                          capture_output=True, text=True, timeout=DEMO_HANG_GUARD_S)
     assert proc.returncode == 0, f"demo failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return work, proc.stdout
 
@@ -243,6 +243,7 @@ def _transfer(work, tree: str, dataset: str, trainer: str, seed: int = 1) -> dic
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2 * DEMO_HANG_GUARD_S)
 def test_quick_demo_shows_the_effects(quick_demo):
     """The effects the full demo shows that the reduced version (--quick) reproduces over its two seeds (README "Demo").
 
