@@ -31,7 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 if __name__ == "__main__":  # process-wide, so only as a program; read when torch loads, hence before the imports below
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from demo.kernels import set_process_env
+
+    set_process_env()
 
 from tqdm import tqdm
 
@@ -39,9 +41,11 @@ from analysis.dumps import find_units, unit_scores
 from analysis.report import write_report
 from demo import report
 from demo.figure import report_figure
+from demo.kernels import kernels_line, machine
 from demo.pretrain import PRETRAIN_THREADS, SHIPPED, PretrainParams, default_params, default_path, pretrained_path
 from demo.shapes import DATASET_DIRS, DEFAULT_PARAMS, GenParams, generate
 from engine.errors import InvalidInputError, UserError, first_line
+from runner.jobs import Job
 from runner.local import LocalExecutor
 from runner.protocols import Planner, Sweep, merge_plans
 from runner.schedule import Report, run_plan, stopped, stopping_on_signals
@@ -65,6 +69,20 @@ KD_WEIGHT = "100.0"
 """α of the distilled students (the demo configs' value; the unit commands default to PromptKD's 1000)."""
 
 
+RUN_SECONDS: Mapping[tuple[str, str], float] = {
+    ("ZeroshotCLIP", "zero-shot"): 9, ("CoOp", "train"): 35, ("CoOp", "test"): 3, ("PromptSRC", "teacher"): 22,
+    ("PromptSRC", "test"): 3, ("PromptKD", "train"): 55, ("PromptKD", "test"): 4, ("PETR", "train"): 115,
+    ("PETR", "test"): 5, ("PETR+CoOp", "plug-in"): 8}
+"""Seconds each run of ``make demo`` (method, job kind) takes on an idle 2-core AMD EPYC, one torch thread a run: an
+estimate from which the runner starts the longest chain first (the teacher, then PETR's training) and shows an ETA
+before any run has ended (:func:`expected_seconds`)."""
+
+
+def expected_seconds(job: Job) -> float | None:
+    """:data:`RUN_SECONDS` of a base-to-novel job on :data:`DATASET`; None for the others (the runner's mean)."""
+    return RUN_SECONDS.get((job.method, job.kind)) if job.dataset == DATASET_DIRS[DATASET] else None
+
+
 @dataclass(frozen=True)
 class Size:
     """One size of the demo: its methods, seeds, transfer targets, data, tiny CLIPs and per-method overrides."""
@@ -82,10 +100,15 @@ class Size:
     pair (``demo.pretrain.SHIPPED``) is read from ``demo/weights``; any other is pretrained into the cache."""
     method_opts: Mapping[str, str] = field(default_factory=dict)
     """``KEY VALUE`` overrides per method after the demo config (``Sweep.method_opts``), e.g. fewer epochs."""
+    student_shots: int = 0
+    """Train images per class that PromptKD and PETR distil on in base-to-novel (``Sweep.shots``; 0: every one)."""
 
 
-DEMO = Size("demo", CORE_METHODS, (1,))
-FULL = Size("full", ALL_METHODS, (1, 2, 3), XD_TARGETS, DG_TARGETS)
+STUDENT_SHOTS = 120
+"""Train images per class (of 200) that PromptKD and PETR distil on in ``make demo`` and ``make demo-full``: with all
+200, PETR's training alone took most of the demo's time budget (docs/demo.md, "Time")."""
+DEMO = Size("demo", CORE_METHODS, (1,), student_shots=STUDENT_SHOTS)
+FULL = Size("full", ALL_METHODS, (1, 2, 3), XD_TARGETS, DG_TARGETS, student_shots=STUDENT_SHOTS)
 QUICK = Size(
     "quick", ALL_METHODS, (1, 2), ("democool",), ("demonet_sketch",),
     data=replace(DEFAULT_PARAMS, train_per_class=40, val_per_class=2, test_per_class=20, xd_train_per_class=16,
@@ -130,13 +153,23 @@ def tiny_clips(size: Size, cache: str) -> tuple[str, str]:
     return student, teacher
 
 
+def datasets(size: Size) -> list[str]:
+    """The demo datasets ``size`` runs on (names of ``DATASET_DIRS``): :data:`DATASET`, and :data:`SOURCE` with the
+    targets when it runs the transfer protocols; the others are not drawn."""
+    folders = {DATASET_DIRS[DATASET]}
+    if size.xd_targets or size.dg_targets:
+        folders |= {SOURCE, *size.xd_targets, *size.dg_targets}
+    return [name for name, folder in DATASET_DIRS.items() if folder in folders]
+
+
 def sweeps(size: Size, paths: Paths, clips: tuple[str, str]) -> list[Sweep]:
     """The demo's sweeps: base-to-novel on :data:`DATASET`, then cross-dataset and DG from :data:`SOURCE` when
     ``size`` has targets; every job gets the tiny CLIPs (BACKBONE, TEACHER_NAME) and the demo's α."""
     knobs = {"BACKBONE": clips[0], "TEACHER_NAME": clips[1], "KD_WEIGHT": KD_WEIGHT}
     common = {"data": paths.data, "output": paths.output, "teacher_dir": paths.teachers, "config": CONFIG,
               "knobs": knobs, "method_opts": dict(size.method_opts)}
-    out = [Sweep("base2new", tuple(map(find_method, size.methods)), (DATASET_DIRS[DATASET],), size.seeds, **common)]
+    out = [Sweep("base2new", tuple(map(find_method, size.methods)), (DATASET_DIRS[DATASET],), size.seeds,
+                 shots=size.student_shots, **common)]
     transfer = tuple(map(find_method, TRANSFER_METHODS))
     out += [Sweep(protocol, transfer, targets, size.seeds, source=SOURCE, **common)
             for protocol, targets in (("xd", size.xd_targets), ("dg", size.dg_targets)) if targets]
@@ -152,6 +185,8 @@ class Demo:
         self.start = time.time()
         self.times: list[list] = []
         """Rows of the stage-time table."""
+        self.where = f"{kernels_line()}; {machine()}"
+        """The CPU kernels the runs use (their workers inherit this process's environment) and the machine."""
 
     def say(self, text: str) -> None:
         elapsed = time.time() - self.start
@@ -166,7 +201,7 @@ class Demo:
         log = os.path.join(self.paths.logs, "prepare.txt")
         with open(log, "a") as f, contextlib.redirect_stdout(f):
             start = time.time()
-            generate(self.paths.data, self.size.data)
+            generate(self.paths.data, self.size.data, names=datasets(self.size))
             self.timed("data", start)
             start = time.time()
             clips = tiny_clips(self.size, self.paths.cache)
@@ -191,7 +226,7 @@ class Demo:
         terminal = sys.stdout
         try:
             with open(log, "a", buffering=1) as f, contextlib.redirect_stdout(f):
-                outcome = run_plan(jobs, executor, self.paths.logs,
+                outcome = run_plan(jobs, executor, self.paths.logs, projected=expected_seconds,
                                    echo=lambda line: tqdm.write(f"    {line}", file=terminal))
         finally:
             executor.close()
@@ -203,7 +238,9 @@ class Demo:
         return outcome
 
     def run(self) -> bool:
-        """Prepare, run the sweeps, then print and write the report; False (after the failures) when a run failed."""
+        """Say where it runs, prepare, run the sweeps, then print and write the report; False (after the failures)
+        when a run failed."""
+        self.say(self.where)
         clips = self.prepare()
         outcome = self.run_jobs(sweeps(self.size, self.paths, clips))
         if not outcome.ok:
@@ -251,9 +288,9 @@ class Demo:
         report_figure(report.seed_means(runs, TABLE_ORDER), unit_scores(unit, "mahalanobis"),
                       f"Base-to-novel on {DATASET}, test split, {which}",
                       f"PETR's Mahalanobis scores, {DATASET} test split, seed {first}", figure)
+        times = f"{self.where}\n\n{report.stage_table(self.times, 'github')}"
         write_report(os.path.join(out, "report.md"), f"PETR demo ({self.size.name})",
-                            [*self.sections(runs, transfer, "github"),
-                             ("Time per stage (s)", report.stage_table(self.times, "github"))], figure)
+                     [*self.sections(runs, transfer, "github"), ("Time per stage (s)", times)], figure)
         self.say(f"Done in {time.time() - self.start:.0f} s; report: {os.path.join(out, 'report.md')}, {figure}")
 
 

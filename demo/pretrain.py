@@ -24,7 +24,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 if __name__ == "__main__":  # process-wide, so only as a program; read when torch loads, hence before the imports below
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle threads sleep instead of spinning on a busy machine
+    from demo.kernels import set_process_env
+
+    set_process_env()
 
 import numpy as np
 import open_clip

@@ -32,6 +32,7 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -435,14 +436,18 @@ def _write_stream(names: list[str], dirs: dict[str, str], params: GenParams, bar
 
 
 def generate(root: str, params: GenParams = DEFAULT_PARAMS, force: bool = False,
-             verbose: bool = True) -> dict[str, str]:
-    """Write one folder per demo dataset under ``root`` (images, split JSON, manifest); returns name -> folder.
+             verbose: bool = True, names: Collection[str] | None = None) -> dict[str, str]:
+    """Write one folder per demo dataset under ``root`` (images, split JSON, manifest), or only those of ``names``;
+    returns name -> folder.
 
     A folder whose manifest says it was written with the same parameters is kept (unless ``force``); the others are
     (re)written, each image drawn once even where two folders hold it.
     """
+    unknown = sorted(set(names or ()) - set(DATASET_DIRS))
+    if unknown:
+        raise ValueError(f"unknown demo datasets {unknown}; expected some of {sorted(DATASET_DIRS)}")
     root = os.path.abspath(os.path.expanduser(root))
-    dirs = {name: os.path.join(root, folder) for name, folder in DATASET_DIRS.items()}
+    dirs = {name: os.path.join(root, folder) for name, folder in DATASET_DIRS.items() if names is None or name in names}
     todo = [name for name, d in dirs.items() if force or not _is_current(d, name, params)]
     if not todo:
         if verbose:

@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
-import platform
 import sys
 import time
 from dataclasses import asdict
 
 if __name__ == "__main__":  # process-wide, so only as a program; read when torch loads, hence before the imports below
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle threads sleep instead of spinning on a busy machine
+    from demo.kernels import set_process_env
+
+    set_process_env()
 
 import open_clip
 import torch
@@ -36,6 +37,7 @@ from demo.compact import (
     trained_rows,
     write_compact,
 )
+from demo.kernels import machine
 from demo.pretrain import DEFAULT_CACHE, PRETRAIN_THREADS, SHIPPED, SPECS, cached_pretraining, default_path, pretrain
 from engine.atomic import atomic_write
 from engine.digests import sha256_of
@@ -177,17 +179,6 @@ def regenerate(weights_dir: str, ship: bool, command: str, cache_dir: str | None
     write_json({"format": FORMAT, "note": f"each CLIP is its file expanded to float32 (stored as {storage}); the demo "
                 f"uses exactly that", "files": entries}, os.path.join(weights_dir, MANIFEST))
     print(f"Wrote {os.path.join(weights_dir, MANIFEST)} after {time.time() - start:.0f} s")
-
-
-def machine() -> str:
-    """The machine a pretraining ran on: OS, architecture, CPU model and count."""
-    model = platform.processor()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"{platform.system()} {platform.machine()}, {model or 'unknown CPU'}, {os.cpu_count()} CPUs"
 
 
 def main(argv: list[str] | None = None) -> int:

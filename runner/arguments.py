@@ -58,8 +58,8 @@ RUNNER_OPTIONS = {"SEED": "give the seeds with --seeds",
                   "OUTPUT_DIR": "choose the output root with --output-root (each job writes its run folders under it)",
                   "DATASET.ROOT": "give the datasets folder with --data",
                   "DATASET.NAME": "name the datasets with --datasets (and the cross-dataset source with --source)",
-                  "DATASET.NUM_SHOTS": "give the cross-dataset and DG students' shots with --shots (base-to-novel "
-                                       "runs each method's own)",
+                  "DATASET.NUM_SHOTS": "give PromptKD's and PETR's shots with --shots (the few-shot methods run "
+                                       "their own)",
                   "DATASET.SUBSAMPLE_CLASSES": "choose the protocol (base2new: base classes, then new ones)",
                   "DATASET.SOURCE_DATASET": "name the cross-dataset source with --source",
                   "TRAINER.MODAL": "choose the protocol", "TRAINER.NAME": "name the methods with --methods"}

@@ -96,10 +96,11 @@ def add_sweep_arguments(p: argparse.ArgumentParser, protocol: str) -> None:
                    help="base-to-novel datasets, or the xd/dg targets (short names; 'all': the paper's)")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3], help="the seeds of every run (default 1 2 3)")
     if protocol == "base2new":
-        p.set_defaults(source="imagenet", shots=0)
+        p.set_defaults(source="imagenet")
     else:
         p.add_argument("--source", default="imagenet", help="the source dataset (default imagenet)")
-        p.add_argument("--shots", type=int, default=0, help="the students' train images per class (0: all)")
+    p.add_argument("--shots", type=int, default=0,
+                   help="PromptKD's and PETR's train images per class (0: all; the few-shot methods keep theirs)")
     p.add_argument("--data", "--root", dest="data", default=os.environ.get("DATA"),
                    help="the datasets folder (default $DATA; --root: CoOp's name)")
     p.add_argument("--output-root", "--output", dest="output", metavar="DIR",

@@ -164,8 +164,11 @@ def train_images(job: Job, protocol: str, shots: int) -> int:
     """Images per epoch of the job's training loop (the loader that counts the iterations)."""
     size = PUBLISHED_SIZES[job.dataset]
     if protocol == "base2new":
+        base = math.ceil(size.classes / 2)
         if job.trainer in FEW_SHOT_TRAINERS:
-            return shots * math.ceil(size.classes / 2)
+            return shots * base
+        if shots:  # PromptKD's student on SHOTS images of every class, PETR's θ_s on those of the base classes
+            return shots * (size.classes if job.trainer == "PromptKD" else base)
         return size.train if job.trainer == "PromptKD" else round(size.train * base_fraction(size))
     if job.trainer == "PromptSRC":  # the source's teacher: shots per class of all its classes
         return shots * size.classes

@@ -44,7 +44,8 @@ class Sweep:
     """One config family for every method (e.g. ``demo``: ``configs/trainers/<trainer>/demo.yaml``, PETR+X's
     ``demo.yaml`` too, whose runs keep ``demo_<x>`` folders); empty: each method's own."""
     shots: int = 0
-    """Training images per class of the cross-dataset / DG students (0: all)."""
+    """Training images per class of the students that learn from every train image otherwise (0: all): PromptKD's
+    and PETR's in base-to-novel (the few-shot methods keep their own shots), every student of cross-dataset / DG."""
     profile: Profile = PAPER
     extra_opts: str = ""
     """User ``KEY VALUE`` overrides for every run (EXTRA_OPTS), after the profile's (so they win)."""
@@ -167,11 +168,15 @@ class Planner:
         self.add(TEACHER, "test", dataset, "base2new_test.sh", [dataset, str(seed)], seed=None, config=config,
                  shots=TEACHER.shots, deps=(teacher,))
 
+    def b2n_shots(self, method: Method) -> int:
+        """The shots of ``method``'s base-to-novel runs: its own (the few-shot methods), else the sweep's."""
+        return method.shots or self.sweep.shots
+
     def b2n_train(self, method: Method, dataset: str, seed: int) -> str:
         config = self.cfg(method, dataset)
         deps = (self.teacher(dataset),) if method.distilled else ()
         return self.add(method, "train", dataset, "base2new_train.sh", [dataset, str(seed)], seed=seed, config=config,
-                        shots=method.shots, deps=deps)
+                        shots=self.b2n_shots(method), deps=deps)
 
     def b2n_method(self, method: Method, dataset: str, seed: int) -> None:
         config = self.cfg(method, dataset)
@@ -186,7 +191,7 @@ class Planner:
             return
         train = self.b2n_train(method, dataset, seed)
         self.add(method, "test", dataset, "base2new_test.sh", [dataset, str(seed)], seed=seed, config=config,
-                 shots=method.shots, deps=(train,))
+                 shots=self.b2n_shots(method), deps=(train,))
 
     # ----- cross-dataset and domain generalisation ----------------------------------------------------------
     def transfer_zero_shot(self, dataset: str) -> None:

@@ -178,18 +178,45 @@ def tail(path: str, lines: int = TAIL_LINES) -> str:
         return "".join(f.readlines()[-lines:])
 
 
+def critical_paths(jobs: Sequence[Job], cost: Callable[[Job], float | None]) -> dict[str, float]:
+    """Per job, the expected seconds from its start to the end of the longest chain of jobs that wait on it: its own
+    ``cost`` plus the longest such path of a job that needs it. A job without a cost counts as the mean of the known
+    ones (as 1 when none is known, so that a plan without costs is ordered by the number of jobs in its chains)."""
+    known = [c for c in map(cost, jobs) if c is not None]
+    default = sum(known) / len(known) if known else 1.0
+    needed_by: dict[str, list[str]] = {job.name: [] for job in jobs}
+    for job in jobs:
+        for dep in job.deps:
+            needed_by.get(dep, []).append(job.name)
+    by_name = {job.name: job for job in jobs}
+    paths: dict[str, float] = {}
+
+    def path(name: str) -> float:
+        if name not in paths:
+            own = cost(by_name[name])
+            paths[name] = (default if own is None else own) + max(map(path, needed_by[name]), default=0.0)
+        return paths[name]
+
+    for job in jobs:
+        path(job.name)
+    return paths
+
+
 def run_plan(jobs: Sequence[Job], executor: Executor, log_dir: str,
              projected: Callable[[Job], float | None] = lambda job: None,
              echo: Callable[[str], None] | None = None) -> Report:
-    """Run every job of ``jobs`` (dependencies first) on ``executor``; returns what happened. ``echo`` also gets one
-    line per job that starts, ends or fails, with the counts and ETA (the demo prints them on the terminal while the
-    detailed lines go to its log)."""
+    """Run every job of ``jobs`` (dependencies first) on ``executor``; returns what happened. Of the jobs that may
+    start, the one heading the longest chain of jobs still to run starts first (:func:`critical_paths` on the
+    ``projected`` seconds; ties in plan order), so that the chain that decides when the sweep ends is not left
+    waiting behind short jobs. ``echo`` also gets one line per job that starts, ends or fails, with the counts and
+    ETA (the demo prints them on the terminal while the detailed lines go to its log)."""
     os.makedirs(log_dir, exist_ok=True)
     report, eta = Report(), Eta(projected)
     states = job_states(jobs)
     finished = {name for name, state in states.items() if state == "finished"}
     check = [name for name, state in states.items() if state == "check"]
-    pending = [j for j in jobs if j.name not in finished]
+    longest = critical_paths(jobs, projected)
+    pending = sorted((j for j in jobs if j.name not in finished), key=lambda j: -longest[j.name])  # ties: plan order
     report.finished_before = [j.name for j in jobs if j.name in finished]
     running: dict[Any, tuple[Job, float]] = {}  # executor handle -> (job, monotonic start)
     requeues: dict[str, int] = {}

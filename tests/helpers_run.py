@@ -14,6 +14,10 @@ from collections.abc import Iterator, Sequence
 
 # Subprocess timeouts only guard against hangs: far above any expected run, even on a slow, busy 2-core machine.
 HANG_GUARD_S = 3600
+DEMO_HANG_GUARD_S = 6 * 3600
+"""The hang guard of a demo-sized run (the quick demo, ``make demo``'s command): minutes on 2 idle cores, but a machine
+loaded 8 to 13 deep on 2 cores stretches it several times. A test that runs one takes twice as long as its pytest
+timeout (``pytest.mark.timeout``, which counts the fixture that runs it), so neither is reached short of a hang."""
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_RUN = ("INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False")
 """KEY VALUE pairs every tiny test run of a CLIP trainer shares: 32-pixel images, no loader workers, the CPU."""

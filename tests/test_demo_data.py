@@ -142,6 +142,25 @@ def test_generate_is_deterministic_and_skips_when_current(tmp_path, capsys):
         assert fa.read() != fb.read()
 
 
+def test_generate_writes_only_the_datasets_named(tmp_path):
+    """``names`` limits what is drawn (the demo draws only the datasets it runs on); each folder written holds the
+    files a full generation writes, byte for byte; an unknown name is refused before anything is written."""
+    some = shapes.generate(str(tmp_path / "some"), TINY, verbose=False, names=["DemoShapesHard", "DemoCool"])
+    assert sorted(some) == ["DemoCool", "DemoShapesHard"]
+    assert sorted(os.listdir(tmp_path / "some")) == ["demo_shapes_hard", "democool"]
+    every = shapes.generate(str(tmp_path / "all"), TINY, verbose=False)
+    for name, folder in some.items():
+        files = sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs)
+        assert files == sorted(os.path.relpath(os.path.join(d, f), every[name])
+                               for d, _, fs in os.walk(every[name]) for f in fs)
+        for rel in files:
+            with open(os.path.join(folder, rel), "rb") as fa, open(os.path.join(every[name], rel), "rb") as fb:
+                assert fa.read() == fb.read(), rel
+    with pytest.raises(ValueError, match="DemoNope"):
+        shapes.generate(str(tmp_path / "none"), TINY, verbose=False, names=["DemoShapes", "DemoNope"])
+    assert not (tmp_path / "none").exists()
+
+
 @pytest.mark.parametrize("name", ["DemoShapes", "DemoShapesHard"])
 def test_reader_and_base2novel_roles(tmp_path, name):
     shapes.generate(str(tmp_path), TINY, verbose=False)

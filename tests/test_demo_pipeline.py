@@ -17,7 +17,22 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from demo.pipeline import DEMO, FULL, QUICK, SOURCE, Paths, default_paths, failures, stage_times, sweeps
+from datasets.demo_specs import DATASET_DIRS
+from demo.kernels import PINNED_KERNELS, machine, set_process_env
+from demo.pipeline import (
+    DEMO,
+    FULL,
+    QUICK,
+    RUN_SECONDS,
+    SOURCE,
+    Paths,
+    datasets,
+    default_paths,
+    expected_seconds,
+    failures,
+    stage_times,
+    sweeps,
+)
 from demo.pipeline import Demo as Pipeline
 from demo.study import FULL as STUDY
 from demo.study import Demo
@@ -25,9 +40,9 @@ from engine.errors import InvalidInputError, first_line
 from engine.utils import read_json
 from runner.jobs import record_job
 from runner.protocols import Planner, merge_plans
-from runner.schedule import Report
+from runner.schedule import Report, critical_paths
 from tests.helpers_jobs import Toy
-from tests.helpers_run import HANG_GUARD_S
+from tests.helpers_run import DEMO_HANG_GUARD_S, HANG_GUARD_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = ("ZeroshotCLIP", "CoOp", "PromptKD", "PETR", "PETRCoOp")
@@ -48,6 +63,43 @@ def test_default_paths_prefer_flags_then_environment(tmp_path, monkeypatch):
     assert paths == Paths(str(tmp_path / "data" / "demo"), str(tmp_path / "env_out"), str(tmp_path / "flag_cache"))
 
 
+def test_process_env_pins_the_kernels_unless_already_set():
+    environ = {"MKL_CBWR": "AVX512"}
+    set_process_env(environ)
+    assert environ == {"MKL_CBWR": "AVX512", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                       "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+PINS = "(ATEN_CPU_CAPABILITY=avx2, MKL_CBWR=AVX2, ONEDNN_MAX_CPU_ISA=AVX2)"
+ENTRY_POINTS = """
+import os, runpy, sys
+from demo.kernels import PINNED_KERNELS, kernels_line
+for module in ("demo.pipeline", "demo.shipped", "demo.pretrain"):
+    sys.argv = [module, "--help"]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit:
+        pass
+    print("pins", *(os.environ.pop(key, "unset") for key in PINNED_KERNELS))
+os.environ.update(PINNED_KERNELS)
+print(kernels_line())
+"""
+"""A child that runs each demo program's entry point (``--help``), says which pins it set, then which kernels torch
+runs under them."""
+
+
+def test_the_demo_programs_run_pinned_kernels():
+    """``python -m demo.pipeline``, ``demo.shipped`` and ``demo.pretrain`` pin the CPU kernels in their own process
+    (whose environment the demo's warm workers inherit), and torch then runs its AVX2 kernels."""
+    env = {k: v for k, v in os.environ.items() if k not in PINNED_KERNELS}
+    done = subprocess.run([sys.executable, "-c", ENTRY_POINTS], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if line.startswith("pins ")] == ["pins avx2 AVX2 AVX2"] * 3
+    assert lines[-1] == f"CPU kernels: AVX2 {PINS}"
+
+
 def planned(tmp_path, size):
     paths = Paths(str(tmp_path / "data"), str(tmp_path / "out"), str(tmp_path / "cache"))
     plans = [Planner(sweep).plan() for sweep in sweeps(size, paths, ("student.pt", "teacher.pt"))]
@@ -56,7 +108,8 @@ def planned(tmp_path, size):
 
 def test_make_demo_is_one_base_to_novel_sweep_of_six_methods(tmp_path):
     """``make demo``: seed 1 of zero-shot CLIP, CoOp, the teacher, PromptKD, PETR and PETR+CoOp as unit commands
-    with the demo config and the tiny CLIPs; the students distil on every train image (shots_0) from the teacher."""
+    with the demo config and the tiny CLIPs; the students distil on 120 train images per class (shots_120) from the
+    teacher, which learns from 16 (shots_16), as CoOp does."""
     jobs = planned(tmp_path, DEMO)
     ds = "demo_shapes_hard"
     assert sorted(jobs) == sorted([f"ZeroshotCLIP zero-shot {ds}", f"teacher {ds}", f"PromptSRC test {ds}",
@@ -67,11 +120,34 @@ def test_make_demo_is_one_base_to_novel_sweep_of_six_methods(tmp_path):
         assert job.call.knobs["TEACHER_NAME"] == "teacher.pt" and job.call.knobs["KD_WEIGHT"] == "100.0"
         assert "EXTRA_OPTS" not in job.call.knobs
     for student in ("PromptKD", "PETR"):
-        train = jobs[f"{student} train {ds} seed1"]
-        assert train.deps == (f"teacher {ds}",) and train.call.knobs["SHOTS"] == "0"
-        assert train.runs == (str(tmp_path / "out/base2new/train_base" / ds / "shots_0" / student / "demo/seed1"),)
+        train, test = jobs[f"{student} train {ds} seed1"], jobs[f"{student} test {ds} seed1"]
+        assert train.deps == (f"teacher {ds}",) and train.call.knobs["SHOTS"] == test.call.knobs["SHOTS"] == "120"
+        assert train.runs == (str(tmp_path / "out/base2new/train_base" / ds / "shots_120" / student / "demo/seed1"),)
+        assert test.runs == (str(tmp_path / "out/base2new/test_new" / ds / "shots_120" / student / "demo/seed1"),)
+    for job in (jobs[f"teacher {ds}"], jobs[f"CoOp train {ds} seed1"]):
+        assert job.call.knobs["SHOTS"] == "16" and "/shots_16/" in job.runs[0]
     assert jobs[f"teacher {ds}"].files == (str(tmp_path / "out/teachers/DemoShapesHard/VLPromptLearner/checkpoint"),)
     assert jobs[f"PETR+CoOp plug-in {ds} seed1"].deps == (f"CoOp train {ds} seed1",)
+
+
+def test_make_demo_starts_the_teacher_then_petr(tmp_path):
+    """Every run of ``make demo`` has an expected time, from which the runner starts the longest chain first: the
+    teacher, then PETR's training (the chain that decides when the demo ends), before PromptKD's and CoOp's."""
+    jobs = planned(tmp_path, DEMO)
+    assert {(job.method, job.kind) for job in jobs.values()} == set(RUN_SECONDS)
+    longest = critical_paths(list(jobs.values()), expected_seconds)
+    ds = "demo_shapes_hard"
+    assert longest[f"teacher {ds}"] == sum(RUN_SECONDS[k] for k in (("PromptSRC", "teacher"), ("PETR", "train"),
+                                                                     ("PETR", "test")))
+    first = sorted(jobs, key=lambda name: -longest[name])[:4]
+    assert first == [f"teacher {ds}", f"PETR train {ds} seed1", f"PromptKD train {ds} seed1", f"CoOp train {ds} seed1"]
+    assert expected_seconds(planned(tmp_path, FULL)["PETR train democool seed1"]) is None  # another dataset's run
+
+
+def test_each_size_draws_only_the_datasets_it_runs_on():
+    assert datasets(DEMO) == ["DemoShapesHard"]
+    assert datasets(QUICK) == ["DemoShapesHard", "DemoNet", "DemoCool", "DemoNetSketch"]
+    assert sorted(datasets(FULL)) == sorted(set(DATASET_DIRS) - {"DemoShapes"})
 
 
 def test_full_demo_runs_every_method_and_both_transfer_protocols(tmp_path):
@@ -153,7 +229,7 @@ def quick_demo(tmp_path_factory):
     for key in ("DEMO_DATA", "DEMO_OUTPUT", "DEMO_CACHE"):
         env.pop(key, None)
     proc = subprocess.run(["bash", "scripts/demo.sh", "--quick", "--workdir", str(work)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+                          capture_output=True, text=True, timeout=DEMO_HANG_GUARD_S)
     assert proc.returncode == 0, f"demo failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return work, proc.stdout
 
@@ -171,6 +247,7 @@ def _transfer(work, tree: str, dataset: str, trainer: str, seed: int = 1) -> dic
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2 * DEMO_HANG_GUARD_S)
 def test_quick_demo_shows_the_effects(quick_demo):
     """The effects the full demo shows that the reduced version (--quick) reproduces over its two seeds (README "Demo").
 
@@ -224,6 +301,8 @@ def test_quick_demo_shows_the_effects(quick_demo):
     output = os.path.join(work, "output", "demo")
     markdown = open(os.path.join(output, "report.md")).read()
     assert "| PETR+CoOp " in markdown and "Time per stage" in markdown and "(report.png)" in markdown
+    where = next(line for line in stdout.splitlines() if "CPU kernels: " in line)  # the runs' kernels and machine
+    assert where.endswith(f"CPU kernels: AVX2 {PINS}; {machine()}") and where.split("] ", 1)[1] in markdown
     with open(os.path.join(output, "report.png"), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 

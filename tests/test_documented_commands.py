@@ -43,7 +43,7 @@ from tests.helpers_docs import (
     sandbox_env,
     table_shapes,
 )
-from tests.helpers_run import HANG_GUARD_S, REPO
+from tests.helpers_run import DEMO_HANG_GUARD_S, HANG_GUARD_S, REPO
 
 WHY = {
     "data": "needs a real dataset root",
@@ -501,7 +501,8 @@ def made_demo(tmp_path_factory):
     work = tmp_path_factory.mktemp("make-demo")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEMO_")}
     done = subprocess.run(["bash", "scripts/demo.sh", "--workdir", str(work)], cwd=REPO,
-                          env={**env, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=HANG_GUARD_S)
+                          env={**env, "PYTHON": sys.executable}, capture_output=True, text=True,
+                          timeout=DEMO_HANG_GUARD_S)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return work, done.stdout
 
@@ -573,6 +574,7 @@ def demo_results(work, trainer: str, config: str) -> dict[str, dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2 * DEMO_HANG_GUARD_S)
 def test_make_demo_prints_the_numbers_readme_quotes(made_demo, tmp_path):
     """README's demo table (Base / Novel / HM, the best of each column in bold) and routing sentence are those of a
     run of ``make demo``'s command, recomputed here from the runs' results.json; ``tools.lambda_sweep`` says what

@@ -56,6 +56,26 @@ def test_full_paper_base2new_plan(tmp_path):
         str(tmp_path / "out/base2new/test_new/eurosat/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed2"),)
 
 
+def test_shots_limit_the_distilled_students_of_base_to_novel(tmp_path):
+    """The sweep's shots are PromptKD's and PETR's train images per class (their training and test run folders and
+    SHOTS), and their projected steps; the few-shot methods (CoOp, the plug-in, the teacher) keep their 16."""
+    plan = Planner(sweep("base2new", ("PETR", "PromptKD", "PETR+CoOp"), ("eurosat",), tmp_path, seeds=(1,),
+                         shots=120)).plan()
+    jobs = by_name(plan)
+    for method in ("PETR", "PromptKD"):
+        for kind in ("train", "test"):
+            job = jobs[f"{method} {kind} eurosat seed1"]
+            assert job.knobs["SHOTS"] == "120" and "/eurosat/shots_120/" in job.runs[0], job.name
+    assert jobs["teacher eurosat"].knobs["SHOTS"] == "16"
+    for name in ("CoOp train eurosat seed1", "PETR+CoOp plug-in eurosat seed1"):
+        assert jobs[name].knobs["SHOTS"] == "16" and "/eurosat/shots_16/" in jobs[name].runs[0], name
+    # EuroSAT: 10 classes, 5 base; PETR 40 epochs of 120 x 5 base images at batch 8, PromptKD 20 of 120 x 10
+    petr = projection(jobs["PETR train eurosat seed1"], "base2new", "paper")
+    kd = projection(jobs["PromptKD train eurosat seed1"], "base2new", "paper")
+    assert petr.gpu_s == pytest.approx(40 * math.ceil(600 / 8) * 38.4 / 1000)
+    assert kd.gpu_s == pytest.approx(20 * math.ceil(1200 / 8) * 31.5 / 1000)
+
+
 def test_plugin_without_coop_and_teacher_given(tmp_path):
     """PETR+CoOp alone still trains CoOp (not its novel test); TEACHER_CKPT replaces the teacher jobs."""
     jobs = by_name(Planner(sweep("base2new", ("PETR+CoOp", "PETR"), ("dtd",), tmp_path, seeds=(1,),

@@ -20,7 +20,7 @@ from engine.run_identity import read_identity
 from engine.runs import run_state
 from runner.jobs import Job, job_record, job_states, record_job
 from runner.local import LocalExecutor
-from runner.schedule import EXIT_PREEMPTED, MAX_REQUEUES, Eta, run_plan
+from runner.schedule import EXIT_PREEMPTED, MAX_REQUEUES, Eta, critical_paths, run_plan
 from tests.helpers_jobs import Toy
 from tests.helpers_run import HANG_GUARD_S, alive, default_sigint
 from tests.helpers_upstream import UPSTREAM_TRAIN_LOG
@@ -84,6 +84,28 @@ def test_independent_jobs_share_the_slots(tmp_path, slots):
     (a_start, a_end), (b_start, b_end) = report.spans["a"], report.spans["b"]
     overlap = b_start < a_end and a_start < b_end
     assert report.done and overlap == (slots == 2)
+
+
+def test_critical_paths_add_up_the_longest_chain_of_waiting_jobs():
+    """Per job: its cost plus the longest path of a job that needs it; a job without a cost counts as the mean of the
+    known ones, and with no cost known every job counts 1 (the chain's length in jobs)."""
+    jobs = [job("a"), job("b", deps=("a",)), job("c", deps=("b",)), job("d"), job("e", deps=("a",)), job("f")]
+    costs = {"a": 2.0, "b": 10.0, "c": 1.0, "d": 6.0, "e": 4.0, "f": None}
+    paths = critical_paths(jobs, lambda j: costs[j.name])
+    assert paths == pytest.approx({"a": 13.0, "b": 11.0, "c": 1.0, "d": 6.0, "e": 4.0, "f": 23.0 / 5})
+    assert critical_paths(jobs, lambda j: None) == {"a": 3.0, "b": 2.0, "c": 1.0, "d": 1.0, "e": 1.0, "f": 1.0}
+
+
+def test_the_longest_chain_starts_first(tmp_path):
+    """On one slot, of the jobs that may start, the one heading the longest chain runs first, whatever the plan's
+    order: head (1 s, needed by tail, 10 s) before middle (5 s) before short (1 s); equal chains keep plan order."""
+    order = tmp_path / "order.txt"
+    names = ("short", "head", "middle", "tail", "twin")
+    deps = {"tail": ("head",)}
+    jobs = [finishing(n, str(tmp_path / n), deps=deps.get(n, ()), say=n, count=str(order)) for n in names]
+    costs = {"short": 1.0, "head": 1.0, "middle": 5.0, "tail": 10.0, "twin": 1.0}
+    report = run_plan(jobs, LocalExecutor([], cpu_jobs=1), str(tmp_path / "logs"), projected=lambda j: costs[j.name])
+    assert report.ok and order.read_text().split() == ["head", "tail", "middle", "short", "twin"]
 
 
 def test_preempted_job_runs_again_and_resumes(tmp_path):

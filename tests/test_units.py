@@ -112,6 +112,24 @@ def test_a_distilled_student_is_tested_against_the_teacher_it_was_distilled_from
                                                  "is gone: its text features score the student, so restore it there\n")
 
 
+@pytest.mark.parametrize("method, trainer, config", [("promptkd", "PromptKD", "vit_b16_c2_ep20_batch8_4+4ctx"),
+                                                     ("petr", "PETR", "vit_b16_ep40_batch8_4ctx")])
+def test_shots_limit_a_distilled_students_base_to_novel_images(tmp_path, method, trainer, config):
+    """SHOTS (default 0: every train image) is the students' train images per class in base-to-novel too, and names
+    the run folders of the training and of its test, as in cross-dataset and DG."""
+    runner, _, out, _ = setup(tmp_path)
+    train_dir = f"{out}/base2new/train_base/eurosat/shots_120/{trainer}/{config}/seed1"
+    done, (argv,) = runner.record(["bash", f"scripts/{method}/base2new_train.sh", "eurosat", "1"], {"SHOTS": "120"})
+    assert done.stdout.endswith(f" -> {train_dir}\n") and argv[argv.index("--output-dir") + 1] == train_dir
+    assert argv[argv.index("DATASET.NUM_SHOTS") + 1] == "120"
+    done, _ = runner.record(["bash", f"scripts/{method}/base2new_test.sh", "eurosat", "1"], {"SHOTS": "120"})
+    assert done.stderr.startswith(f"error: no finished training run in {train_dir}: ")
+    distilled(train_dir, trainer, "VLPromptLearner", "t.pt", str(tmp_path))
+    done, (argv,) = runner.record(["bash", f"scripts/{method}/base2new_test.sh", "eurosat", "1"], {"SHOTS": "120"})
+    assert argv[argv.index("--model-dir") + 1] == train_dir and argv[argv.index("DATASET.NUM_SHOTS") + 1] == "120"
+    assert argv[argv.index("--output-dir") + 1] == train_dir.replace("train_base", "test_new")
+
+
 def test_a_seed_that_is_no_number_is_one_line(tmp_path):
     """A <seed> argument or a SEEDS entry that is no number stops the command with one line before any run (it never
     reaches train.py's argument parser)."""

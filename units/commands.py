@@ -206,12 +206,12 @@ COOP = {"base2new_train": coop_b2n_train, "base2new_test": coop_b2n_test, "main"
 
 # ----- the distilled students (PromptKD, PETR) ---------------------------------------------------------------------
 def distilled_b2n(u: Unit, args: list[str], test: bool) -> None:
-    """PromptKD / PETR base-to-novel: distil on every train image of DATASET and evaluate the base classes, or
-    (``test``) evaluate that run on the novel classes."""
+    """PromptKD / PETR base-to-novel: distil on every train image of DATASET (SHOTS per class when set) and evaluate
+    the base classes, or (``test``) evaluate that run on the novel classes."""
     script = u.sibling(f"base2new_{'test' if test else 'train'}")
     usage(u, args, (2,), f"bash {script} <dataset> <seed>")
     dataset, seed = args
-    config, k = u.knob("CFG", u.method.config), "0"
+    config, k = u.knob("CFG", u.method.config), shots(u)
     u.require_data()
     teacher = student_teacher(u, dataset, seed)
     alpha = kd_weight(dataset, u.env)

@@ -88,19 +88,20 @@ COOP: dict[str, Header] = {
 
 PROMPTKD: dict[str, Header] = {
     "base2new_train": (
-        "{name} base-to-novel: distil the student on every train image of DATASET (all classes, labels unused) from "
-        "the teacher, then evaluate on the base classes.",
+        "{name} base-to-novel: distil the student on every train image of DATASET (all classes, labels unused; SHOTS "
+        "per class when set) from the teacher, then evaluate on the base classes.",
         "Usage: DATA=/path/to/datasets [TEACHER_DIR=teachers | TEACHER_CKPT=...] \\\n"
         "       bash scripts/{folder}/base2new_train.sh eurosat 1",
-        "Output: $OUTPUT_ROOT/base2new/train_base/<dataset>/shots_{shots}/{trainer}/<cfg>/seed<S> (skipped when "
-        "finished; resumes).",
+        "Output: $OUTPUT_ROOT/base2new/train_base/<dataset>/shots_<SHOTS>/{trainer}/<cfg>/seed<S> (SHOTS default "
+        "{shots}; skipped when finished; resumes).",
         "Other environment knobs: docs/usage.md (KD_WEIGHT, BACKBONE, TEACHER_NAME, EXTRA_OPTS, CFG).",
     ),
     "base2new_test": (
-        "{name} base-to-novel: evaluate the student of base2new_train.sh (same DATASET, SEED) on the novel classes.",
+        "{name} base-to-novel: evaluate the student of base2new_train.sh (same DATASET, SEED, SHOTS) on the novel "
+        "classes.",
         "Usage: DATA=/path/to/datasets [TEACHER_DIR=... | TEACHER_CKPT=...] bash scripts/{folder}/base2new_test.sh "
         "eurosat 1",
-        "Output: $OUTPUT_ROOT/base2new/test_new/<dataset>/shots_{shots}/{trainer}/<cfg>/seed<S> (skipped when "
+        "Output: $OUTPUT_ROOT/base2new/test_new/<dataset>/shots_<SHOTS>/{trainer}/<cfg>/seed<S> (skipped when "
         "finished).",
     ),
     "xd_train": (
@@ -129,20 +130,20 @@ PROMPTKD: dict[str, Header] = {
 
 PETR: dict[str, Header] = {
     "base2new_train": (
-        "{name} base-to-novel: train θ_s (labelled base classes) and θ_u (unlabelled novel classes) on DATASET with "
-        "SEED, fit the router, and evaluate on the base classes.",
+        "{name} base-to-novel: train θ_s (labelled base classes) and θ_u (unlabelled novel classes) on DATASET's "
+        "train images (SHOTS per class when set) with SEED, fit the router, and evaluate on the base classes.",
         "Usage: DATA=/path/to/datasets [TEACHER_DIR=teachers | TEACHER_CKPT=...] bash "
         "scripts/{folder}/base2new_train.sh eurosat 1",
-        "Output: $OUTPUT_ROOT/base2new/train_base/<dataset>/shots_{shots}/{trainer}/<cfg>/seed<S> (finished runs are "
-        "skipped, interrupted ones resume). Other environment knobs: docs/usage.md (KD_WEIGHT, BACKBONE, "
-        "TEACHER_NAME, EXTRA_OPTS, CFG).",
+        "Output: $OUTPUT_ROOT/base2new/train_base/<dataset>/shots_<SHOTS>/{trainer}/<cfg>/seed<S> (SHOTS default "
+        "{shots}; finished runs are skipped, interrupted ones resume). Other environment knobs: docs/usage.md "
+        "(KD_WEIGHT, BACKBONE, TEACHER_NAME, EXTRA_OPTS, CFG).",
     ),
     "base2new_test": (
-        "{name} base-to-novel: evaluate the model trained by base2new_train.sh (same DATASET, SEED) on the novel "
-        "classes, with the router saved in its run folder.",
+        "{name} base-to-novel: evaluate the model trained by base2new_train.sh (same DATASET, SEED, SHOTS) on the "
+        "novel classes, with the router saved in its run folder.",
         "Usage: DATA=/path/to/datasets [TEACHER_DIR=... | TEACHER_CKPT=...] bash scripts/{folder}/base2new_test.sh "
         "eurosat 1",
-        "Output: $OUTPUT_ROOT/base2new/test_new/<dataset>/shots_{shots}/{trainer}/<cfg>/seed<S> (skipped when "
+        "Output: $OUTPUT_ROOT/base2new/test_new/<dataset>/shots_<SHOTS>/{trainer}/<cfg>/seed<S> (skipped when "
         "finished).",
     ),
     "xd_train": (
