@@ -158,9 +158,10 @@ def _open_clip_offline(tmp, data, tree, clip_file, mp):
     mp.setattr(hub_constants, "HF_HUB_OFFLINE", True)
     mp.setenv("HF_HUB_CACHE", str(tmp / "hub"))
     mp.setenv("CLIP_WEIGHTS_DIR", str(tmp / "weights"))
-    return (coop_argv(data, tmp / "run", clip_file, "MODEL.BACKBONE.NAME", OPEN_CLIP_TAG),
+    return (coop_argv(data, tmp / "run", clip_file, "MODEL.BACKBONE.NAME", OPEN_CLIP_TAG),  # conftest: PETR_OFFLINE=1
             f"error: {OPEN_CLIP_TAG}: open_clip weights not in the hub cache nor placed by hand, and they cannot be "
-            f"downloaded here (HF_HUB_OFFLINE is set); on a machine with internet run `python -m clip.download "
+            "downloaded here (PETR_OFFLINE=1 is set: this node does not download); on a machine with internet run "
+            f"`python -m clip.download "
             f"{OPEN_CLIP_TAG}` and copy {tmp / 'hub'}/models--laion--CLIP-ViT-B-16-laion2B-s34B-b88K to the same "
             "place here, or download ...")
 
@@ -872,7 +873,7 @@ def test_bad_input_matrix(case, tmp_path, tiny_clip_file, monkeypatch, capsys):
     assert err.rstrip().endswith(lines[0]) and "Traceback" not in err
     assert "** Config **" not in terminal.out  # the config dump goes to the run's log, not above the error line
     line = lines[0]
-    assert line.startswith(expected[:-3]) if expected.endswith("...") else line == expected
+    assert line.startswith(expected[:-3]) if expected.endswith("...") else line == expected, line
     out = tmp_path / "run"
     assert _files(out) == left
     after = _snapshot(out)

@@ -81,7 +81,8 @@ def programs() -> list[list[str]]:
         words = re.sub(r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)*", "", command.text).split()
         if words[:2] == ["python", "-m"] and len(words) > 2:
             spec = importlib.util.find_spec(words[2])
-            if spec and spec.origin and spec.origin.startswith(REPO + os.sep):
+            if spec and spec.origin and spec.origin.startswith(REPO + os.sep) and \
+                    not spec.origin.startswith(sys.prefix + os.sep):  # not a package of a venv inside the checkout
                 found.add((words[2],))
         elif words[:1] == ["python"] and len(words) > 1 and os.path.isfile(os.path.join(REPO, words[1])):
             found.add((words[1],))

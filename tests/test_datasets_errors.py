@@ -39,7 +39,7 @@ def test_every_docs_anchor_exists():
 
 def test_empty_root_is_called_out(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"DATASET.ROOT \(--root\) is empty"):
+    with pytest.raises(FileNotFoundError, match=r"DATASET.ROOT \(--data\) is empty"):
         build_dataset(make_cfg("", "EuroSAT"))
 
 

@@ -25,6 +25,7 @@ from demo.pipeline import (
     QUICK,
     RUN_SECONDS,
     SOURCE,
+    STUDENT_SHOTS,
     Paths,
     datasets,
     default_paths,
@@ -311,7 +312,7 @@ def test_a_demo_folder_made_with_other_files_is_one_error_line(tmp_path):
     """A demo's output copied from another folder records a teacher this demo's tiny CLIPs are not: planning stops
     with one line naming the run, the folder and the fix, not a traceback."""
     paths = Paths(str(tmp_path / "data"), str(tmp_path / "out"), str(tmp_path / "cache"))
-    run = tmp_path / "out/base2new/train_base/demo_shapes_hard/shots_0/PromptKD/demo/seed1"
+    run = tmp_path / f"out/base2new/train_base/demo_shapes_hard/shots_{STUDENT_SHOTS}/PromptKD/demo/seed1"
     run.mkdir(parents=True)
     (run / "run.json").write_text(json.dumps({"config": {
         "TRAINER.PROMPTKD.TEACHER_NAME": "/elsewhere/demo_cache/teacher.pt",

@@ -78,11 +78,13 @@ PLACED = {
     "job log a FIFO": {"logs/CoOp_train_dtd_seed1.log": "fifo"},
     "logs folder a symbolic link": {"out/logs": "link"},
     "table folder a symbolic link": {"out/base2new": "link"},
+    "SLURM that does not answer": {"no-cluster/slurm.conf": "empty"},
 }
 """What a case places before the runner starts (relative to the test's folder): a symbolic link to ``elsewhere``
-(a file outside the output) or a FIFO."""
+(a file outside the output), a FIFO or an empty file."""
 ENV = {"SLURM that does not answer": {"SLURM_CONF": "{tmp}/no-cluster/slurm.conf"}}
-"""Environment a case sets: SLURM's own binaries, pointed at a cluster configuration that is not there."""
+"""Environment a case sets: SLURM's own binaries, pointed at a slurm.conf that configures no cluster (they fail at
+once; with no slurm.conf at all they retry for a minute first, then fail alike)."""
 
 
 def place(tmp_path, placed: dict[str, str]) -> None:
@@ -91,6 +93,8 @@ def place(tmp_path, placed: dict[str, str]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         if kind == "link":
             path.symlink_to(tmp_path / "elsewhere")
+        elif kind == "empty":
+            path.write_text("")
         else:
             os.mkfifo(path)
 

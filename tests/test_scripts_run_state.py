@@ -146,7 +146,7 @@ def test_script_sweeps_stop_on_another_config(tmp_path, tiny_clip_file, tiny_tea
     TABLE.append(["CoOp run, rerun with EXTRA_OPTS+='OPTIM.LR 0.01'", "finished", "stops naming OPTIM.LR"])
 
     kd = str(out / "base2new/train_base/eurosat/shots_0/PromptKD/vit_b16_c2_ep20_batch8_4+4ctx/seed1")
-    runner.run("promptkd/base2new_train.sh", "eurosat", "1")
+    ScriptRunner(tmp_path, env).run("promptkd/base2new_train.sh", "eurosat", "1")
     results = open(os.path.join(kd, "results.json")).read()
     alpha = ScriptRunner(tmp_path, {**env, "KD_WEIGHT": "200.0"})
     with pytest.raises(RunMismatchError, match="TRAINER.PROMPTKD.KD_WEIGHT 1000.0 → 200.0. Nothing was changed"):
