@@ -137,5 +137,10 @@ class LoaderStream:
         return {"seed": self.seed, "batches": self.batches}
 
     def close(self) -> None:
-        """Drop the current pass (its workers shut down)."""
-        self._iterator = None
+        """Drop the current pass and shut its loader workers down now: left to the garbage collector (a run that
+        ended on an error keeps the iterator in its traceback's reference cycle), their shutdown waits out
+        torch's 5 s join per worker, in a runner's warm worker too."""
+        iterator, self._iterator = self._iterator, None
+        shutdown = getattr(iterator, "_shutdown_workers", None)  # a multi-process iterator; torch's own close
+        if shutdown is not None:
+            shutdown()

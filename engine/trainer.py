@@ -641,23 +641,25 @@ class SimpleTrainer(TrainerBase):
         self.num_batches = self.epoch_length(loaders)
         position, self.resume_step = self.resume_step, None
         streams = {name: LoaderStream(loader) for name, loader in loaders.items()}
-        for name, stream in streams.items():
-            stream.start(position["streams"][name] if position else None)
-        losses, batch_time, data_time = MetricMeter(), AverageMeter(), AverageMeter()
-        end = time.time()
-        for batch_idx in range(position["batch"] if position else 0, self.num_batches):
-            self.batch_idx = batch_idx
-            batches = [stream.next() for stream in streams.values()]
-            data_time.update(time.time() - end)
-            loss_summary = self.forward_backward(*batches)
-            batch_time.update(time.time() - end)
-            losses.update(loss_summary, tag=(self.epoch, batch_idx))
-            self._log_iteration(batch_time, data_time, losses)
-            self.after_step(streams, losses)
+        try:
+            for name, stream in streams.items():
+                stream.start(position["streams"][name] if position else None)
+            losses, batch_time, data_time = MetricMeter(), AverageMeter(), AverageMeter()
             end = time.time()
-        self.sync_losses(losses)
-        for stream in streams.values():
-            stream.close()
+            for batch_idx in range(position["batch"] if position else 0, self.num_batches):
+                self.batch_idx = batch_idx
+                batches = [stream.next() for stream in streams.values()]
+                data_time.update(time.time() - end)
+                loss_summary = self.forward_backward(*batches)
+                batch_time.update(time.time() - end)
+                losses.update(loss_summary, tag=(self.epoch, batch_idx))
+                self._log_iteration(batch_time, data_time, losses)
+                self.after_step(streams, losses)
+                end = time.time()
+            self.sync_losses(losses)
+        finally:  # the epoch's loader workers end with it, on an error or a preemption too
+            for stream in streams.values():
+                stream.close()
 
     def sync_losses(self, losses: MetricMeter) -> None:
         """Read the pending loss summaries (one device sync) and stop on a non-finite one (``check_finite``)."""

@@ -28,9 +28,6 @@ def config_check(asked: dict) -> dict[str, str]:
     as train.py builds and checks it (``train.setup_cfg``, then ``check_config`` with ``config_schema()``, which
     imports the trainers and torch), one command per trainer config (``checked``); ``{}`` when all is well."""
     import train
-    from engine.errors import UserError
-    from engine.schema import check_config
-    from trainers.config import config_schema
 
     parser = train.build_parser()
     own = set()
@@ -38,8 +35,12 @@ def config_check(asked: dict) -> dict[str, str]:
         args = parser.parse_args(argv)
         own.update(key for key, source in train.command_keys(args).items() if source != args.config_file)
     refused = [key for key in asked["opts"][0::2] if key in own]
-    if refused:
+    if refused:  # known before the schema's imports (torch), so a refusal costs no second's wait
         return {"refused": refused[0]}
+    from engine.errors import UserError
+    from engine.schema import check_config
+    from trainers.config import config_schema
+
     for trainer, argv in asked["checked"]:
         try:
             check_config(train.setup_cfg(parser.parse_args([*argv, *asked["opts"]])), config_schema())

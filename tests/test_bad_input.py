@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import multiprocessing
 import os
 import pickle
 import random
@@ -1040,6 +1041,17 @@ def test_read_only_folders(tmp_path, tiny_clip_file):
     assert (done.returncode, done.stderr) == (2, line + "\n") and _files(tmp_path / "run2") == ["log.txt"]
     assert _files(shots) == [] and not os.path.exists(os.path.join(tree.dataset_dir, "split_fewshot"))
     _row("DATASET.FEWSHOT_DIR not writable", done.returncode, line, tmp_path / "run2", "none")
+
+
+def test_a_loader_workers_error_ends_its_workers_with_the_run(tmp_path, tiny_clip_file, monkeypatch):
+    """A run that stops on a corrupt image read in a loader worker shuts that worker down before it returns (a runner's
+    warm worker runs the next job in the same process): left to the garbage collector, the shutdown waited 5 s per
+    worker at some later collection."""
+    tree = write_eurosat(tmp_path / "data", train_per_class=3)
+    argv, _ = _corrupt_image_worker(tmp_path, tmp_path / "data", tree, tiny_clip_file, monkeypatch)
+    before = {p.pid for p in multiprocessing.active_children()}
+    assert train.cli(argv) == train.EXIT_USER_ERROR
+    assert [p.pid for p in multiprocessing.active_children() if p.pid not in before] == []
 
 
 def test_a_fifo_as_checkpoint_is_refused_without_blocking(tmp_path, tiny_clip_file):
