@@ -65,8 +65,9 @@ def test_compiled_clip_gives_the_eager_losses_gradients_and_eval_features(tmp_pa
     compile_clip(clip_model, "compile")
     # inductor's C++ kernels without SIMD: the same graphs and fusions, compiled in about half the time on a cold
     # cache (the vector headers dominate g++'s time); what is checked is how our CLIP and prompts compile, not the
-    # vectorisation of inductor's kernels
-    with torch._inductor.config.patch({"cpp.vec_isa_ok": False}):
+    # vectorisation of inductor's kernels. One compile thread: no pool of compile workers (torch processes of
+    # their own) to start for a few kernels
+    with torch._inductor.config.patch({"cpp.vec_isa_ok": False, "compile_threads": 1}):
         compiled = step_and_eval(clip_model, students, images, targets)
     assert counters["stats"]["unique_graphs"] >= 1  # torch.compile really ran (dynamo + inductor)
 
