@@ -10,6 +10,9 @@ import sys
 
 import pytest
 
+from runner.arguments import check_opts_keys
+from runner.cli import build_parser, make_sweep
+from runner.protocols import Planner
 from tests.helpers_run import HANG_GUARD_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,10 +30,6 @@ CASES = {
                        "VALUE pairs"),
     "unknown extra-opts key": (["--extra-opts", "OPTIM.MAX_EPOCHS 2"], 2,
                                "error: --extra-opts: CoOp: unknown config key 'OPTIM.MAX_EPOCHS'"),
-    "extra-opts value of the wrong type": (["--extra-opts", "OPTIM.LR fast"], 2,
-                                           "error: --extra-opts: CoOp: Type mismatch"),
-    "extra-opts value out of its range": (["--extra-opts", "OPTIM.LR -1"], 2,
-                                          "error: --extra-opts: CoOp: OPTIM.LR is -1.0; it must be a number > 0"),
     "extra-opts OUTPUT_DIR": (["--extra-opts", "OUTPUT_DIR {tmp}/elsewhere/run"], 2,
                               "error: --extra-opts: OUTPUT_DIR is set by the runner for each job: leave it out and "
                               "choose the output root with --output-root"),
@@ -133,6 +132,27 @@ def test_bad_arguments_stop_before_anything_starts(tmp_path, case):
     assert done.returncode == status, done.stdout[-2000:] + done.stderr[-2000:]
     assert done.stderr.startswith(first.format(tmp=tmp_path)) and len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stdout == "" and tree(tmp_path) == before  # nothing written, nothing through a link either
+
+
+VALUE_CASES = {
+    "of the wrong type": ("OPTIM.LR fast", "--extra-opts: CoOp: Type mismatch"),
+    "out of its range": ("OPTIM.LR -1", "--extra-opts: CoOp: OPTIM.LR is -1.0; it must be a number > 0"),
+}
+"""--extra-opts values the config schema refuses: the line the runner prints after ``error:``. The check is the one
+the command line makes (``check_opts_keys`` on the sweep's planned jobs), run in this process, which holds torch
+already, instead of a runner's warm worker that imports it for each case; "unknown extra-opts key" above runs the
+same check through the command line."""
+
+
+@pytest.mark.parametrize("case", list(VALUE_CASES))
+def test_an_extra_opts_value_the_schema_refuses_is_one_line(tmp_path, case):
+    opts, line = VALUE_CASES[case]
+    args = build_parser().parse_args(["base2new", "--methods", "CoOp", "--datasets", "dtd", "--seeds", "1", "--data",
+                                      str(tmp_path), "--extra-opts", opts])
+    sweep = make_sweep(args)
+    with pytest.raises(ValueError) as error:
+        check_opts_keys(sweep.extra_opts, Planner(sweep).plan(), lambda fn, *fn_args: fn(*fn_args))
+    assert str(error.value).startswith(line) and "\n" not in str(error.value)
 
 
 def test_the_runner_does_not_import_torch():
