@@ -185,26 +185,29 @@ def lock_held_elsewhere(folder) -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def read_only(folder: str) -> Iterator[list[str]]:
-    """A command prefix under which ``folder`` cannot be written, as on a read-only mount.
+def read_only(*folders: str) -> Iterator[list[str]]:
+    """A command prefix under which ``folders`` cannot be written, as on a read-only mount.
 
     Root ignores file permissions, so for root the prefix runs the command in new user and mount namespaces with
-    ``folder`` bind-mounted read-only (``unshare``; the test is skipped where that is not allowed); for other users
-    the folder is made read-only (``chmod``) until the block ends and the prefix is empty.
+    each folder bind-mounted read-only (``unshare``; the test is skipped where that is not allowed); for other users
+    the folders are made read-only (``chmod``) until the block ends and the prefix is empty.
     """
     import pytest
 
     if os.geteuid() != 0:
-        mode = os.stat(folder).st_mode
-        os.chmod(folder, mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+        modes = {folder: os.stat(folder).st_mode for folder in folders}
+        for folder, mode in modes.items():
+            os.chmod(folder, mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
         try:
             yield []
         finally:
-            os.chmod(folder, mode)
+            for folder, mode in modes.items():
+                os.chmod(folder, mode)
         return
-    mount = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
+    mount = ('while [ "$1" != -- ]; do mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 1; shift; '
+             'done; shift && exec "$@"')
     prefix = [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", "sh", "-c", mount, "sh",
-              folder]
+              *folders, "--"]
     probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=HANG_GUARD_S)
     if probe.returncode != 0:
         pytest.skip(f"running as root and no read-only mount possible ({probe.stderr.decode().strip()[:80]})")

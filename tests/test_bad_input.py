@@ -1000,47 +1000,56 @@ def _row(case: str, status: int, line: str, out, fewshot: str, left: list[str] |
                    ", ".join(_files(out) if left is None else left) or "(nothing)", fewshot])
 
 
+THREE_RUNS = """
+import contextlib, io, json, sys
+import train
+answers = []
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = train.cli(argv)
+    answers.append([status, out.getvalue(), err.getvalue()])
+print(json.dumps(answers))
+"""
+"""train.py's command line (``train.cli``, what ``python train.py`` runs) on each argv in turn in one process: its exit
+status, terminal output and error output."""
+
+
 def test_read_only_folders(tmp_path, tiny_clip_file):
-    """Through ``python train.py`` with the folder really read-only (a read-only mount, as on clusters): the dataset
-    folder (the few-shot file goes to the output folder, with a note, and the run finishes), an OUTPUT_DIR and a
-    DATASET.FEWSHOT_DIR (one error line each, nothing written)."""
+    """``train.py``'s command line with folders really read-only (a read-only mount, as on clusters), three runs in one
+    process: the dataset folder (the few-shot file goes to the output folder, with a note, and the run finishes), an
+    OUTPUT_DIR and a DATASET.FEWSHOT_DIR (one error line each, nothing written)."""
     tree = write_eurosat(tmp_path / "data", train_per_class=3)
+    out, locked, shots = tmp_path / "run", tmp_path / "locked", tmp_path / "shots"
+    locked.mkdir()
+    shots.mkdir()
+    runs = [coop_argv(tmp_path / "data", out, tiny_clip_file),
+            coop_argv(tmp_path / "data", locked / "run", tiny_clip_file),
+            coop_argv(tmp_path / "data", tmp_path / "run2", tiny_clip_file, "DATASET.FEWSHOT_DIR", str(shots))]
+    with read_only(tree.dataset_dir, str(locked), str(shots)) as prefix:
+        done = subprocess.run([*prefix, sys.executable, "-c", THREE_RUNS, json.dumps(runs)], cwd=REPO,
+                              capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (status, stdout, stderr), locked_run, shots_run = json.loads(done.stdout.splitlines()[-1])
+    reason = "Read-only file system" if prefix else "Permission denied"  # chmod: the OS says so in its own words
 
-    def run(prefix: list[str], out, *opts: str) -> subprocess.CompletedProcess:
-        cmd = [*prefix, sys.executable, "train.py", *coop_argv(tmp_path / "data", out, tiny_clip_file, *opts)]
-        return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
-
-    out = tmp_path / "run"
-    with read_only(tree.dataset_dir) as prefix:
-        done = run(prefix, out)
     fallback = out / "split_fewshot" / "eurosat" / "shot_2-seed_1.json"
     note = (f"Note: {tree.dataset_dir}/split_fewshot is read-only; wrote the few-shot file to {fallback} instead (set "
             "DATASET.FEWSHOT_DIR to share one folder across runs)")
-    assert done.returncode == 0 and note in done.stdout.splitlines(), done.stderr[-3000:]
+    assert status == 0 and note in stdout.splitlines(), stderr[-3000:]
     assert fallback.is_file() and "results.json" in _files(out) and not os.path.exists(
         os.path.join(tree.dataset_dir, "split_fewshot"))
-    _row("read-only dataset folder", done.returncode, note, out, "in the output folder")
+    _row("read-only dataset folder", status, note, out, "in the output folder")
 
-    (tmp_path / "locked").mkdir()
-    with read_only(str(tmp_path / "locked")) as prefix:
-        done = run(prefix, tmp_path / "locked" / "run")
-    line = f"error: OUTPUT_DIR {tmp_path / 'locked' / 'run'} cannot be written (Read-only file system); choose " \
-           "another --output-dir"
-    if not prefix:  # chmod, not a read-only mount: the OS says so in its own words
-        line = line.replace("Read-only file system", "Permission denied")
-    assert (done.returncode, done.stderr) == (2, line + "\n") and _files(tmp_path / "locked") == []
-    _row("output folder not writable", done.returncode, line, tmp_path / "locked", "none")
+    line = f"error: OUTPUT_DIR {locked / 'run'} cannot be written ({reason}); choose another --output-dir"
+    assert (locked_run[0], locked_run[2]) == (2, line + "\n") and _files(locked) == []
+    _row("output folder not writable", locked_run[0], line, locked, "none")
 
-    shots = tmp_path / "shots"
-    shots.mkdir()
-    with read_only(str(shots)) as prefix:
-        done = run(prefix, tmp_path / "run2", "DATASET.FEWSHOT_DIR", str(shots))
-    reason = "Read-only file system" if prefix else "Permission denied"
     line = (f"error: Cannot write the few-shot file {shots}/eurosat/shot_2-seed_1.json ({reason}); set "
             "DATASET.FEWSHOT_DIR to a writable folder")
-    assert (done.returncode, done.stderr) == (2, line + "\n") and _files(tmp_path / "run2") == ["log.txt"]
+    assert (shots_run[0], shots_run[2]) == (2, line + "\n") and _files(tmp_path / "run2") == ["log.txt"]
     assert _files(shots) == [] and not os.path.exists(os.path.join(tree.dataset_dir, "split_fewshot"))
-    _row("DATASET.FEWSHOT_DIR not writable", done.returncode, line, tmp_path / "run2", "none")
+    _row("DATASET.FEWSHOT_DIR not writable", shots_run[0], line, tmp_path / "run2", "none")
 
 
 def test_a_loader_workers_error_ends_its_workers_with_the_run(tmp_path, tiny_clip_file, monkeypatch):
