@@ -15,7 +15,7 @@ from collections.abc import MutableMapping
 
 PINNED_KERNELS = {
     "ATEN_CPU_CAPABILITY": "avx2",  # torch's vectorised kernels (element-wise, softmax, reductions, ...)
-    "MKL_CBWR": "AVX2",  # MKL's matrix products: its reproducible AVX2 code path, on Intel and AMD CPUs alike
+    "MKL_CBWR": "AVX2",  # MKL's matrix products: its conditional-numerical-reproducibility branch for AVX2
     "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN's kernels (the patch-embedding convolution): at most AVX2
 }
 """Read once, when the library first runs a kernel; the demo's warm workers inherit them from its process."""
