@@ -43,6 +43,9 @@ class Method:
     """What a prompt learner's training learns, as its scripts' headers say it (``the coupled prompts``)."""
     distilled: bool = False
     """Distils from the PromptSRC teacher."""
+    kd_at_test: bool = False
+    """A distilled method whose base-to-novel tests set KD_WEIGHT too and whose training leaves TEMPERATURE to its
+    config (PETR's scripts); otherwise the training alone sets both (PromptKD's)."""
     plugin_of: str = ""
     """The method whose finished run this training-free plug-in is evaluated on."""
     plugin_script: str = "plugin.sh"
@@ -106,8 +109,8 @@ ROWS = (
            xd_config="vit_b16_c2_ep20_batch8_4+4ctx_cross_datasets", distilled=True, dg_script="xd_test.sh",
            default_sweep=2, fast=DISTILLED_FAST, demo="core"),
     Method("PETR", "PETR", "trainers.petr", "petr", "petr", "vit_b16_ep40_batch8_4ctx",
-           xd_config="vit_b16_ep40_batch8_4ctx_cross_datasets", distilled=True, dg_script="dg_train.sh", routes=True,
-           default_sweep=1, fast=DISTILLED_FAST, demo="core"),
+           xd_config="vit_b16_ep40_batch8_4ctx_cross_datasets", distilled=True, kd_at_test=True,
+           dg_script="dg_train.sh", routes=True, default_sweep=1, fast=DISTILLED_FAST, demo="core"),
     Method("PETR+CoOp", "PETRCoOp", "trainers.petr_coop", "petr_coop", "petr_coop", "vit_b16_ctxv1",
            imagenet_config="vit_b16_ep50_ctxv1", shots=16, plugin_of="CoOp", routes=True, default_sweep=4,
            fast=("bf16",), demo="core"),

@@ -24,9 +24,9 @@ from engine.schema import Choice, Int, KeyTable, Text
 from .catalog import TUNED_TRAINERS
 from .prompting.backbone import ClipWeightsCheck, cosine_logits, load_backbone
 from .prompting.tuned_run import TunedRun
+from .prompting.unseen_branch import ensemble_classifier
 from .routing.routed import ROUTER_KEYS, BranchScorer, RoutedTrainerMixin
 from .routing.tuned import borrowed_keys, run_checkpoint, tuned_trainer
-from .zeroshot import ensemble_classifier
 
 
 @TRAINER_REGISTRY.register()

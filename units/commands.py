@@ -215,9 +215,9 @@ def distilled_b2n(u: Unit, args: list[str], test: bool) -> None:
     u.require_data()
     teacher = student_teacher(u, dataset, seed)
     alpha = kd_weight(dataset, u.env)
-    petr = u.trainer == "PETR"
-    kd = [u.key("KD_WEIGHT"), alpha] if petr or not test else []
-    temperature = [] if petr or test else [u.key("TEMPERATURE"), "1.0"]
+    both = u.method.kd_at_test
+    kd = [u.key("KD_WEIGHT"), alpha] if both or not test else []
+    temperature = [] if both or test else [u.key("TEMPERATURE"), "1.0"]
     model = u.run_dir("base2new/train_base", dataset, k, config, seed)
     if not test:
         ckpt = u.teacher_ckpt(*teacher)
