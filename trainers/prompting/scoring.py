@@ -7,7 +7,7 @@ dataset's classes, or every class of the task at once (PETR's routing on top of 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -48,10 +48,11 @@ class TunedCLIP:
         self.clip_model, self.learned, self.autocast = clip_model, learned, autocast
 
     @classmethod
-    def frozen(cls, clip_model: CLIP, learned: nn.Module, autocast: Autocast) -> TunedCLIP:
-        """A finished run's learned module, frozen and on the CLIP's device, scoring as its trainer did."""
+    def frozen(cls, clip_model: CLIP, learned: nn.Module, autocast: Autocast, *more: Any) -> TunedCLIP:
+        """A finished run's learned module, frozen and on the CLIP's device, scoring as its trainer did (``more``:
+        what else the model's constructor takes, the class side's template say)."""
         device = clip_model.token_embedding.weight.device
-        return cls(clip_model, learned.requires_grad_(False).to(device), autocast)
+        return cls(clip_model, learned.requires_grad_(False).to(device), autocast, *more)
 
     def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
         """The function giving logits of images over ``classnames`` with the current weights (class side computed
