@@ -40,7 +40,8 @@ class Method:
     shots: int = 0
     """Training images per class of its base-to-novel runs (0: every train image)."""
     learns: str = ""
-    """What a prompt learner's training learns, as its scripts' headers say it (``the coupled prompts``)."""
+    """What a learner's training learns, as its scripts' headers say it (``the coupled prompts``, ``the feature
+    adapter on the image features``)."""
     distilled: bool = False
     """Distils from the PromptSRC teacher."""
     kd_at_test: bool = False
@@ -102,6 +103,9 @@ ROWS = (
     Method("IVLP", "IVLP", "trainers.ivlp", "learner", "ivlp", "vit_b16_c2_ep20_batch4_4+4ctx",
            learner_xd_config="vit_b16_c2_ep20_batch4_4+4ctx", shots=16, learns="the vision and language prompts",
            routable=True, demo="full"),
+    Method("CLIP-Adapter", "CLIPAdapter", "trainers.clip_adapter", "learner", "clip_adapter", "vit_b16",
+           imagenet_config="vit_b16_ep50", learner_xd_config="vit_b16", shots=16,
+           learns="the feature adapter on the image features", routable=True, demo="full"),
     Method("PromptSRC", "PromptSRC", "trainers.promptsrc", "teacher", "teacher", "vit_l14_c2_ep20_batch8_4+4ctx",
            xd_config="vit_l14_c2_ep20_batch8_4+4ctx_cross_datasets", shots=16, routable=True,
            routed_config="vit_b16_c2_ep20_batch4_4+4ctx", demo="core"),

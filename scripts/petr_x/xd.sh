@@ -4,7 +4,7 @@
 # target's hand-crafted prompt ensemble; the router is fitted on X's training images (the source's SHOTS-shot train
 # images of SEED) scored over the target's classes. Nothing is trained.
 # Usage: DATA=/path/to/datasets [SOURCE=imagenet] bash scripts/petr_x/xd.sh <x> <target> <seed> X_RUN_DIR
-# x: coop|kgcoop|cocoop|maple|ivlp|promptsrc.
+# x: coop|kgcoop|cocoop|maple|ivlp|clip_adapter|promptsrc.
 # X_RUN_DIR: the folder of X's source run, ours or upstream's (e.g. CoOp's main.sh or upstream's
 # output/imagenet/<X>/<cfg>_16shots/.../seed<S>); TUNED_LOAD_EPOCH picks its epoch (default: the last saved).
 # Output: $OUTPUT_ROOT/xd/train/<target>/shots_<SHOTS>/PETRX/<CFG>_<x>/seed<S> (skipped when finished); SHOTS defaults
