@@ -260,8 +260,9 @@ PETR_X: dict[str, Header] = {
         "Usage: DATA=/path/to/datasets bash scripts/{folder}/base2new.sh <x> <dataset> <seed> [X_RUN_DIR]",
         "x: {x_learners}. X_RUN_DIR: the folder of X's run, ours or upstream's (Dassl checkpoints in X's model "
         "folder); default: the folder of X's base-to-novel script, "
-        "$OUTPUT_ROOT/base2new/train_base/<dataset>/shots_{shots}/<X>/<X_CFG>/seed<S>, X_CFG by default: "
-        "{x_configs}. TUNED_LOAD_EPOCH picks X's epoch (default: the last saved).",
+        "$OUTPUT_ROOT/base2new/train_base/<dataset>/shots_{shots}/<X>/<X_CFG>/seed<S>, else the one upstream run in "
+        "shots_{shots}_*/ beside it (upstream KgCoOp's script writes shots_16_<W>), X_CFG by default: {x_configs}. "
+        "TUNED_LOAD_EPOCH picks X's epoch (default: the last saved).",
         "Outputs: $OUTPUT_ROOT/base2new/{{train_base,test_new}}/<dataset>/shots_{shots}/{trainer}/<CFG>_<x>/seed<S> "
         "(train.py skips a finished run of the same config). CFG (default {config}: one config for every X), SHOTS, "
         "BACKBONE and EXTRA_OPTS as in docs/usage.md.",
