@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 
 if __package__:
-    from .upstream_promptkd import UsageError, run_and_write, scheduler_shim, upstream_head
+    from .upstream_promptkd import UsageError, load_inputs, run_and_write, scheduler_shim, upstream_head
 else:  # run as `python bench/upstream_clip_adapter.py`: the sibling module, not this repository's packages
-    from upstream_promptkd import UsageError, run_and_write, scheduler_shim, upstream_head
+    from upstream_promptkd import UsageError, load_inputs, run_and_write, scheduler_shim, upstream_head
 
 SETUP_COMMAND = "bash bench/upstream_setup.sh clip_adapter"
 COOP_SETUP_COMMAND = "bash bench/upstream_setup.sh kgcoop"
@@ -60,14 +60,7 @@ def check_paths(upstream: str, coop: str, inputs: str) -> None:
 
 def read_inputs(torch, path: str) -> dict:
     """The inputs file's entries (tensors, strings; nothing pickled runs), each named in its error."""
-    try:
-        inputs = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
-        raise UsageError(f"--inputs {path}: not a torch.save file of tensors and strings ({type(e).__name__}); "
-                         f"write it with torch.save({{{', '.join(INPUT_KEYS)}}})") from None
-    missing = [key for key in INPUT_KEYS if not isinstance(inputs, dict) or key not in inputs]
-    if missing:
-        raise UsageError(f"--inputs {path}: no {', '.join(missing)}; it needs {', '.join(INPUT_KEYS)}")
+    inputs = load_inputs(torch, path, INPUT_KEYS)
     images, labels, down, up = inputs["images"], inputs["labels"], inputs["down"], inputs["up"]
     if not (torch.is_tensor(images) and images.dim() == 4 and images.shape[1] == 3):
         raise UsageError(f"--inputs {path}: images must be a tensor [B, 3, H, W]")
