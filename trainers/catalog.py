@@ -51,13 +51,13 @@ class Method:
     """The method whose finished run this training-free plug-in is evaluated on."""
     plugin_script: str = "plugin.sh"
     """The plug-in's script: ``plugin.sh DATASET SEED`` (PETR+CoOp), or PETR+X's ``base2new.sh X DATASET SEED
-    X_RUN_DIR`` (``trainer`` PETRX), which names the prompt learner it routes on."""
+    X_RUN_DIR`` (``trainer`` PETRX), which names the method it routes on."""
     dg_script: str = ""
     """Its domain-generalisation script per target: ``xd_test.sh`` evaluates the source-trained student,
     ``dg_train.sh`` trains on the target's images; empty for methods without one."""
     routable: bool = False
     """PETR+X routes on its finished runs (``scripts/petr_x/*.sh <scripts folder>``); its trainer class says how a
-    run is read (``TUNED_MODEL``, ``tuned_model``). A routable prompt learner of the ``learner`` family is also a
+    run is read (``TUNED_MODEL``, ``tuned_model``). A routable method of the ``learner`` family is also a
     method of the tables, ``PETR+<name>`` (:data:`PETR_X`)."""
     routed_config: str = ""
     """The config of the run PETR+X takes by default, when it is not its base-to-novel config (PromptSRC: its
@@ -120,13 +120,13 @@ ROWS = (
            fast=("bf16",), demo="core"),
 )
 """The methods, one row each (name, trainer, module, command family, scripts folder, base-to-novel config, ...), in
-the order of the tables: zero-shot CLIP, the prompt learners, the teacher, the distilled students, the plug-in."""
+the order of the tables: zero-shot CLIP, the learners, the teacher, the distilled students, the plug-in."""
 PETR_X_TRAINER = "PETRX"
 """The routing trainer of every PETR+X method (its rows are derived: :data:`PETR_X`)."""
 PETR_X = tuple(Method(f"PETR+{x.name}", PETR_X_TRAINER, "trainers.petr_x", "petr_x", "petr_x", "vit_b16",
                       shots=x.shots, plugin_of=x.name, plugin_script="base2new.sh", routes=True, demo=x.demo)
                for x in ROWS if x.routable and x.commands == "learner")
-"""PETR's routing on the finished runs of each routable prompt learner of the ``learner`` family (CoOp has its own
+"""PETR's routing on the finished runs of each routable method of the ``learner`` family (CoOp has its own
 routed method, PETR+CoOp; PromptSRC is the teacher, routed on through its scripts alone): one routing trainer,
 PETRX, whose runs keep ``<config>_<x>`` folders."""
 
@@ -138,7 +138,7 @@ ALIASES = {"clip": "ZeroshotCLIP"}
 """Other spellings (lower case) of the names in :data:`METHODS`, besides each method's trainer and scripts folder."""
 PETR_X_LEARNERS = {(m.name.lower() if m.commands == "teacher" else m.scripts): m
                    for m in sorted((m for m in ROWS if m.routable), key=lambda m: m.commands == "teacher")}
-"""The prompt learners PETR+X routes on, by the name its scripts take (the scripts folder; the teacher's by its
+"""The methods PETR+X routes on, by the name its scripts take (the scripts folder; the teacher's by its
 name, ``promptsrc``, last)."""
 TUNED_TRAINERS = tuple(dict.fromkeys(m.trainer for m in ROWS if m.routable))
 """The trainers whose runs PETR+X reads (``TRAINER.PETRX.TUNED_TRAINER``)."""

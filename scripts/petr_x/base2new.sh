@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# PETR+X base-to-novel: PETR's training-free routing on a finished base-to-novel run of prompt learner X. θ_s = X's
+# PETR+X base-to-novel: PETR's training-free routing on a finished base-to-novel run of a tuned method X. θ_s = X's
 # prediction over all classes, θ_u = the dataset's hand-crafted prompt ensemble; the router is fitted on X's SHOTS-shot
 # base train images (same SEED), then the base classes and the novel classes are evaluated. Nothing is trained.
 # Usage: DATA=/path/to/datasets bash scripts/petr_x/base2new.sh <x> <dataset> <seed> [X_RUN_DIR]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# PETR+X cross-dataset: PETR's training-free routing on a finished run of prompt learner X trained on the source
+# PETR+X cross-dataset: PETR's training-free routing on a finished run of a tuned method X trained on the source
 # (ImageNet, SHOTS shots, all classes), evaluated on TARGET. θ_s = X's prediction over the target's classes, θ_u = the
 # target's hand-crafted prompt ensemble; the router is fitted on X's training images (the source's SHOTS-shot train
 # images of SEED) scored over the target's classes. Nothing is trained.
