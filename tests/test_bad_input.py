@@ -100,6 +100,13 @@ def _words_given_as_true(tmp, data, tree, clip_file, mp):
                   "True (upstream's CTX_INIT True stands for its words \"a photo of a\": give the words)")
 
 
+def _adapter_without_bottleneck(tmp, data, tree, clip_file, mp):
+    argv = train_argv("CLIPAdapter", "vit_b16", data, tmp / "run", "TRAINER.CLIPADAPTER.REDUCTION", "64",
+                      backbone=clip_file)
+    return argv, ("error: TRAINER.CLIPADAPTER.REDUCTION is 64, more than the CLIP's feature width 32; use a reduction "
+                  "that leaves a bottleneck (upstream: 4)")
+
+
 def _missing_config(tmp, data, tree, clip_file, mp):
     argv = coop_argv(data, tmp / "run", clip_file)
     argv[argv.index("configs/trainers/CoOp/vit_b16_ctxv1.yaml")] = "configs/trainers/CoOp/vit_b16_ctxv9.yaml"
@@ -667,6 +674,7 @@ CASES = {
     "key of another trainer": (_other_trainers_key, [], False),
     "upstream KgCoOp's yaml (TRAINER.COOP.CTX_INIT True)": (_upstream_kgcoop_yaml, [], False),
     "prompt words given as True": (_words_given_as_true, [], False),
+    "CLIP-Adapter reduction wider than the features": (_adapter_without_bottleneck, ["log.txt"], False),
     "missing config file": (_missing_config, [], False),
     "missing dataset folder": (_missing_dataset, ["log.txt"], False),
     "missing image": (_missing_image, ["log.txt"], False),
