@@ -243,7 +243,8 @@ def _default_parser() -> argparse.ArgumentParser:
                     "Other modes: 'parse_test_res.py b2n -h', 'xd -h', 'dg -h', 'paper -h'.")
     p.add_argument("directory", help="folder of run folders (seed1, seed_2, ...), or of experiments with --multi-exp")
     p.add_argument("--ci95", action="store_true", help="report the 95%% interval half-width instead of the std")
-    p.add_argument("--test-log", action="store_true", help="parse after '=> result' instead of 'Finish training'")
+    p.add_argument("--test-log", action="store_true", help="parse after '=> result' instead of the end of training "
+                   "('Finish training' / 'Finished training')")
     p.add_argument("--multi-exp", action="store_true", help="every sub-folder of DIR is an experiment")
     p.add_argument("--keyword", default="accuracy", help=KEYWORD_HELP)
     _add_stats(p)

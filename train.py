@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import io
 import os
+import re
 import shlex
 import signal
 import sys
@@ -70,8 +71,35 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _merge(cfg, source: str, merge) -> None:
-    """Run one merge step; a bad key or value becomes a ConfigError naming ``source`` (one ``error:`` line)."""
+TYPE_MISMATCH = re.compile(r"Type mismatch \(<class '(\w+)'> vs\. <class '(\w+)'>\) with values \((.*) vs\. (.*)\) "
+                           r"for config key: (\S+)$")
+"""yacs's line for a value of another type than the key's default: (its type, the value's, the default, the value,
+the key)."""
+WORDS_KEY = "CTX_INIT"
+"""The key holding a prompt's initial words, which upstream CoOp-family yamls set to True for "a photo of a"."""
+
+
+def mismatch_line(source: str, trainer: str, msg: str) -> str:
+    """The line for yacs's type mismatch ``msg`` (of ``source``, run by ``trainer``) where yacs's says nothing to do:
+    a key of another trainer's namespace names the running trainer's key (as the namespace check does), and a True
+    for a prompt's words (upstream KgCoOp's yaml) says which words upstream meant. "" otherwise (yacs's line)."""
+    from trainers.config import foreign_key_line
+
+    match = TYPE_MISMATCH.match(msg)
+    if not match:
+        return ""
+    wanted, _, _, given, key = match.groups()
+    words = ' (upstream\'s CTX_INIT True stands for its words "a photo of a": give the words)' \
+        if key.endswith(f".{WORDS_KEY}") and given == "True" else ""
+    line = foreign_key_line(trainer, key, source)
+    if line:
+        return f"{line}{words}"
+    return f"{source}: {key} takes the words that start the prompt ({wanted}), not True{words}" if words else ""
+
+
+def _merge(cfg, source: str, merge, trainer: str = "") -> None:
+    """Run one merge step; a bad key or value becomes a ConfigError naming ``source`` (one ``error:`` line);
+    ``trainer``: the ``--trainer`` of the run, whose namespace a mistyped key of another trainer is named against."""
     from engine.errors import ConfigError
     from trainers.config import foreign_trainer_message, own_key_hint
 
@@ -79,6 +107,9 @@ def _merge(cfg, source: str, merge) -> None:
         merge()
     except (KeyError, ValueError, AssertionError) as e:
         msg = str(e.args[0]) if e.args else str(e)
+        mismatch = mismatch_line(source, trainer or cfg.TRAINER.NAME, msg)
+        if mismatch:
+            raise ConfigError(mismatch) from None
         if msg.startswith(("Non-existent config key:", "Non-existent key:")):  # yacs: file / opts wording
             key = msg.split(":", 1)[1].strip()
             message = foreign_trainer_message(key)
@@ -119,10 +150,10 @@ def read_yaml(path: str, what: str) -> dict:
     return data
 
 
-def _merge_file(cfg, path: str, what: str) -> None:
-    """Merge the config file ``path`` into ``cfg``."""
+def _merge_file(cfg, path: str, what: str, trainer: str = "") -> None:
+    """Merge the config file ``path`` into ``cfg`` (``trainer``: the run's ``--trainer``, for its errors)."""
     data = read_yaml(path, what)
-    _merge(cfg, path, lambda: cfg.merge_from_other_cfg(type(cfg)(data)))
+    _merge(cfg, path, lambda: cfg.merge_from_other_cfg(type(cfg)(data)), trainer)
 
 
 ARGUMENT_KEYS = {"root": "DATASET.ROOT", "output_dir": "OUTPUT_DIR", "resume": "RESUME", "seed": "SEED",
@@ -198,7 +229,7 @@ def setup_cfg(args: argparse.Namespace):
     cfg = get_cfg_default()
     extend_cfg(cfg)
     for path, what in config_files(args):
-        _merge_file(cfg, path, what)
+        _merge_file(cfg, path, what, args.trainer or "")
     if args.config_file:
         cfg.CONFIG_NAME = os.path.splitext(os.path.basename(args.config_file))[0]
     reset_cfg(cfg, args)

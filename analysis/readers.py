@@ -25,7 +25,7 @@ from analysis.errors import ResultsError
 from analysis.layout import LOG_FILE, RESULT_FILE, ROLE_DIRS, find_runs, parse_run_path, seed_of
 from engine.json_text import load_json
 from engine.runs import (
-    FINISH_SIGNAL,
+    FINISH_SIGNALS,
     IDENTITY_FILE,
     RESULT_SIGNAL,
     has_identity,
@@ -72,8 +72,9 @@ def value_from_results_json(obj: Any, keyword: str) -> float | None:
 
 
 def value_from_log(text: str, keyword: str = "accuracy", test_log: bool = False) -> float | None:
-    """Last ``* keyword: X%`` after the end signal (``Finish training``, or ``=> result`` with ``test_log``)."""
-    return logged_value(text, keyword, RESULT_SIGNAL if test_log else FINISH_SIGNAL)
+    """Last ``* keyword: X%`` after the end signal (``Finish training`` / ``Finished training``, or ``=> result``
+    with ``test_log``)."""
+    return logged_value(text, keyword, RESULT_SIGNAL if test_log else FINISH_SIGNALS)
 
 
 def val_values_from_log(text: str, keyword: str = "accuracy") -> list[float]:
@@ -82,7 +83,7 @@ def val_values_from_log(text: str, keyword: str = "accuracy") -> list[float]:
     values, in_val = [], False
     for line in text.splitlines():
         stripped = line.strip()
-        if stripped == FINISH_SIGNAL:
+        if stripped in FINISH_SIGNALS:
             break
         if stripped.startswith("Evaluate on the"):
             in_val = stripped == VAL_HEADER

@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 
 if __package__:
-    from .upstream_promptkd import UsageError, cpu_shim, run_and_write, scheduler_shim, upstream_head
+    from .upstream_promptkd import UsageError, cpu_shim, load_inputs, run_and_write, scheduler_shim, upstream_head
 else:  # run as `python bench/upstream_kgcoop.py`: the sibling module, not this repository's packages
-    from upstream_promptkd import UsageError, cpu_shim, run_and_write, scheduler_shim, upstream_head
+    from upstream_promptkd import UsageError, cpu_shim, load_inputs, run_and_write, scheduler_shim, upstream_head
 
 SETUP_COMMAND = "bash bench/upstream_setup.sh kgcoop"
 CODE, DASSL = "KgCoOp", "Dassl.ProGrad.pytorch"
@@ -64,14 +64,7 @@ def dataset_config(upstream: str, dataset: str) -> str:
 
 def read_inputs(torch, path: str) -> dict:
     """The inputs file's entries (tensors, strings; nothing pickled runs), each named in its error."""
-    try:
-        inputs = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
-        raise UsageError(f"--inputs {path}: not a torch.save file of tensors and strings ({type(e).__name__}); "
-                         f"write it with torch.save({{{', '.join(INPUT_KEYS)}}})") from None
-    missing = [key for key in INPUT_KEYS if not isinstance(inputs, dict) or key not in inputs]
-    if missing:
-        raise UsageError(f"--inputs {path}: no {', '.join(missing)}; it needs {', '.join(INPUT_KEYS)}")
+    inputs = load_inputs(torch, path, INPUT_KEYS)
     images, labels, ctx = inputs["images"], inputs["labels"], inputs["ctx"]
     if not (torch.is_tensor(images) and images.dim() == 4 and images.shape[1] == 3):
         raise UsageError(f"--inputs {path}: images must be a tensor [B, 3, H, W]")

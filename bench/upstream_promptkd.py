@@ -138,6 +138,20 @@ def write_json(path: str, record: dict) -> None:
         raise
 
 
+def load_inputs(torch, path: str, keys: Sequence[str]) -> dict:
+    """The entries of the upstream children's ``--inputs`` file (tensors, strings; nothing pickled runs): an
+    unreadable file or a missing entry is one UsageError naming ``keys``."""
+    try:
+        inputs = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
+        raise UsageError(f"--inputs {path}: not a torch.save file of tensors and strings ({type(e).__name__}); "
+                         f"write it with torch.save({{{', '.join(keys)}}})") from None
+    missing = [key for key in keys if not isinstance(inputs, dict) or key not in inputs]
+    if missing:
+        raise UsageError(f"--inputs {path}: no {', '.join(missing)}; it needs {', '.join(keys)}")
+    return inputs
+
+
 def cpu_shim(torch, calls: str = "the student projector, the teacher's text encoder and its inputs") -> str:
     """Make ``Module.cuda()`` / ``Tensor.cuda()`` return their object unchanged, for upstream's hard-coded calls on
     ``calls``."""

@@ -8,8 +8,11 @@
 #     every import.
 #   kgcoop: KgCoOp's repository at .upstream/KgCoOp (its KgCoOp/ code beside its Dassl.ProGrad.pytorch/), which
 #     bench/upstream_kgcoop.py runs for tests/bench/test_upstream_kgcoop.py; tensorboard.
+#   clip_adapter: CLIP-Adapter's repository at .upstream/CLIP-Adapter (one file, clip_adapter.py, meant for CoOp's
+#     code base: bench/upstream_clip_adapter.py runs it on the kgcoop checkout's clip and Dassl, so set that up too)
+#     for tests/bench/test_upstream_clip_adapter.py; tensorboard.
 # Idempotent: an existing checkout is kept (its HEAD printed), installed packages are not reinstalled.
-# Usage: bash bench/upstream_setup.sh [promptkd|kgcoop]   (UPSTREAM_DIR, UPSTREAM_URL and PYTHON override
+# Usage: bash bench/upstream_setup.sh [promptkd|kgcoop|clip_adapter]   (UPSTREAM_DIR, UPSTREAM_URL and PYTHON override
 # the defaults)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,11 +25,14 @@ case "${1:-promptkd}" in
               PACKAGES="tensorboard pandas" WILDS=1 ;;
     kgcoop) NAME=KgCoOp URL=https://github.com/htyao89/KgCoOp CODE=KgCoOp/ DASSL=Dassl.ProGrad.pytorch MODULE=kgcoop
             PACKAGES=tensorboard WILDS="" ;;
-    *) fail "unknown upstream '$1'; choose promptkd (the default) or kgcoop" ;;
+    clip_adapter) NAME=CLIP-Adapter URL=https://github.com/gaopengcuhk/CLIP-Adapter CODE="" DASSL="" MODULE=""
+                  PACKAGES=tensorboard WILDS="" ;;
+    *) fail "unknown upstream '$1'; choose promptkd (the default), kgcoop or clip_adapter" ;;
 esac
 DIR=${UPSTREAM_DIR:-.upstream/$NAME}
 URL=${UPSTREAM_URL:-$URL}
-MARKER=${CODE}trainers/$MODULE.py
+MARKER=${MODULE:+${CODE}trainers/$MODULE.py}
+MARKER=${MARKER:-clip_adapter.py}
 
 if [ ! -f "$DIR/$MARKER" ]; then
     if [ -e "$DIR" ] && [ -n "$(ls -A "$DIR")" ]; then
@@ -68,6 +74,10 @@ fi
 if [ -n "$WILDS" ] && ! has wilds; then
     "$PYTHON" -m pip install --quiet --no-deps "wilds==1.2.2" ||
         fail "pip could not install wilds==1.2.2 (no network?); install it with --no-deps by hand"
+fi
+if [ -z "$MODULE" ]; then
+    echo "upstream $NAME runs on the CoOp code base of the kgcoop checkout: bash bench/upstream_setup.sh kgcoop"
+    exit 0
 fi
 if ! out=$("$PYTHON" -c "import sys; sys.path[:0] = sys.argv[1:]; import dassl.engine, trainers.$MODULE" \
         "$DIR/$CODE" "$DIR/$DASSL" 2>&1 >/dev/null); then

@@ -56,8 +56,10 @@ PROTOCOL_ROLES = {"base2new": ("train_base", "test_base", "test_new"), "xd": ("t
 """The role folders of each protocol tree."""
 BASE2NEW_CLASSES = {"train_base": "base", "test_base": "base", "test_new": "novel"}
 """Base-to-novel role folder → the classes its test covers."""
-FINISH_SIGNAL = "Finish training"
-"""Dassl's end-of-training line: the final test follows it."""
+FINISH_SIGNALS = ("Finish training", "Finished training")
+"""Every end-of-training line of Dassl and its forks, the final test and an ``Elapsed:`` line after it: ``Finish
+training`` is ours and the Dassl of CoOp and PromptKD, ``Finished training`` Dassl.ProGrad's (KgCoOp, ProGrad) and
+that of PromptSRC and MaPLe."""
 RESULT_SIGNAL = "=> result"
 """Dassl's evaluator header, before the accuracy block of every evaluation."""
 TRAINING_LINE = "epoch ["
@@ -173,12 +175,14 @@ def metric_pattern(keyword: str) -> re.Pattern:
     return re.compile(rf"\* {re.escape(keyword)}: ([\.\deE+-]+)%")
 
 
-def logged_value(text: str, keyword: str = "accuracy", signal: str = FINISH_SIGNAL) -> float | None:
-    """The last ``* <keyword>: X%`` line after the ``signal`` line of a Dassl log (upstream parse_test_res's rule)."""
+def logged_value(text: str, keyword: str = "accuracy", signal: str | tuple[str, ...] = FINISH_SIGNALS) -> float | None:
+    """The last ``* <keyword>: X%`` line after a ``signal`` line (one of them) of a Dassl log (upstream
+    parse_test_res's rule)."""
+    signals = (signal,) if isinstance(signal, str) else signal
     pattern = metric_pattern(keyword)
     found, value = False, None
     for line in text.splitlines():
-        if line.strip() == signal:
+        if line.strip() in signals:
             found = True
         elif found and (m := pattern.search(line)):
             value = float(m.group(1))
@@ -212,9 +216,10 @@ def logged_config(text: str) -> dict[str, str]:
 
 
 def upstream_finished(log_text: str) -> bool:
-    """True for the log of a finished upstream (Dassl / CoOp / PromptKD) run: the accuracy block after
-    ``Finish training`` (a training run), or after ``=> result`` in a log without training lines (``--eval-only``)."""
-    if logged_value(log_text, signal=FINISH_SIGNAL) is not None:
+    """True for the log of a finished upstream (Dassl and its forks: CoOp, PromptKD, KgCoOp, PromptSRC, MaPLe) run:
+    the accuracy block after its end-of-training line (:data:`FINISH_SIGNALS`), or after ``=> result`` in a log
+    without training lines (``--eval-only``)."""
+    if logged_value(log_text) is not None:
         return True
     trained = any(line.startswith(TRAINING_LINE) for line in log_text.splitlines())
     return not trained and logged_value(log_text, signal=RESULT_SIGNAL) is not None

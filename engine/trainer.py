@@ -378,9 +378,10 @@ class SimpleTrainer(TrainerBase):
     CONFIG_KEYS: KeyTable = {}
     """The keys of ``TRAINER.<NS>``: key -> (default, rule); the project's config collects them from its trainers."""
     RECORDED_KEYS: tuple[str, ...] = ()
-    """The keys of ``TRAINER.<NS>`` that shape the model a run saves but that its tensors do not all say (a prompt
-    learner's words, token counts, class-token position, depth): a run that reads the model (``--eval-only``, a
-    plug-in: :meth:`plugged_run`) takes their values from what the run that saved it records (train.py)."""
+    """The keys of ``TRAINER.<NS>`` that shape the model a run saves but that its tensors do not all say (any such
+    setting: a prompt learner's words or class-token position, an adapter's residual ratio): a run that reads the
+    model (``--eval-only``, a plug-in: :meth:`plugged_run`) takes their values from what the run that saved it
+    records (train.py)."""
 
     @classmethod
     def plugged_run(cls, cfg) -> tuple[str, type] | None:

@@ -1,4 +1,4 @@
-"""Test helpers for the prompt learners (CoCoOp, MaPLe, IVLP, KgCoOp): tiny runs of their shipped configs, a
+"""Test helpers for the learners (CoCoOp, MaPLe, IVLP, KgCoOp, CLIP-Adapter): tiny runs of their shipped configs, a
 ViT-B/16-shaped CLIP without weights for parameter counts, and upstream's layout for their checkpoints."""
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from tests.helpers_run import train_argv
 from tests.helpers_upstream import write_dassl_checkpoint
 from trainers.catalog import METHODS
 
+EUROSAT_PROMPT = "a centered satellite photo of {}."
+"""CoOp's hand-crafted EuroSAT prompt (CLIP-Adapter's class side)."""
 BASE, NEW = [0, 1, 2], [3, 4]  # the tiny EuroSAT tree: 5 classes, base = the first ceil(5/2)
 SMALL_RUN = ["DATALOADER.TRAIN_X.BATCH_SIZE", "4", "DATALOADER.TEST.BATCH_SIZE", "8", "OPTIM.MAX_EPOCH", "1",
              "DATASET.NUM_SHOTS", "0"]  # beside TINY_RUN: small batches, one epoch, every train image
@@ -111,6 +113,24 @@ def deep_prompt_reference(model, text_prompts: list[torch.Tensor], vision_prompt
     return logits
 
 
+def adapter_reference(model, down: torch.Tensor, up: torch.Tensor, ratio: float):
+    """(class names, images) → τ·cos(mix(image), text): the image features of open_clip through the bottleneck in
+    float64 NumPy, ``ratio · relu(relu(f W1ᵀ) W2ᵀ) + (1 − ratio) · f``, against the frozen text features of the
+    EuroSAT prompt."""
+    w1, w2 = down.detach().double().numpy(), up.detach().double().numpy()
+
+    @torch.no_grad()
+    def logits(classnames: list[str], images: torch.Tensor) -> torch.Tensor:
+        prompts = [EUROSAT_PROMPT.format(name.replace("_", " ")) for name in classnames]
+        text = F.normalize(model.encode_text(clip.tokenize(prompts)), dim=-1)
+        f = model.encode_image(images).double().numpy()
+        mixed = ratio * np.maximum(np.maximum(f @ w1.T, 0) @ w2.T, 0) + (1 - ratio) * f
+        mixed /= np.linalg.norm(mixed, axis=1, keepdims=True)
+        return (model.logit_scale.exp().double() * torch.from_numpy(mixed) @ text.double().t()).float()
+
+    return logits
+
+
 def cocoop_reference(model, ctx: torch.Tensor, meta_net: list[tuple[torch.Tensor, torch.Tensor]]) -> Reference:
     """The paper's CoCoOp, image by image: f̂ = f(x)/|f(x)|, π = W2·ReLU(W1·f̂ + b1) + b2 (``meta_net`` = [(W1, b1),
     (W2, b2)]), prompt tokens ctx_m + π after SOS of "a photo of a <class>.", logits τ·cos(f(x), g(prompt_c))."""
@@ -152,17 +172,19 @@ def check_scores(tree: Tree, trainer, reference: Reference) -> None:
 
 def check_cross_entropy_step(tree: Tree, trainer, reference: Reference) -> dict[str, torch.Tensor]:
     """One training step on the base train images: its loss equals NumPy's cross-entropy of the reference logits,
-    the CLIP stays frozen and the optimiser holds exactly the prompt learner; returns the learner's state before."""
+    the CLIP stays frozen and the optimiser holds exactly the learned module (a prompt learner, an adapter); returns its
+    state before."""
     images, labels = load_images(tree, "train", BASE)
     expected = numpy_cross_entropy(reference(tree.classnames[:3], images), labels)
-    before = {k: v.clone() for k, v in trainer.prompt_learner.state_dict().items() if torch.is_tensor(v)}
+    learned = trainer.scoring.learned
+    before = {k: v.clone() for k, v in learned.state_dict().items() if torch.is_tensor(v)}
     trainer.batch_idx, trainer.num_batches = 0, 2
     summary = trainer.forward_backward(train_batch(images, labels))
     assert summary["loss"] == pytest.approx(expected, rel=1e-5) and set(summary) == {"loss", "acc"}
     assert not any(p.requires_grad for p in trainer.clip_model.parameters())
     optimised = {id(p) for group in trainer.get_optimizer(trainer.get_model_names()[0]).param_groups
                  for p in group["params"]}
-    assert optimised == {id(p) for p in trainer.prompt_learner.parameters()}
+    assert optimised == {id(p) for p in learned.parameters()}
     return before
 
 

@@ -63,6 +63,25 @@ Evaluate on the *test* set
 Elapsed: 0:03:12
 """
 
+FORK_FINISH_LINES = {"CoOp": "Finish training", "PromptKD": "Finish training", "KgCoOp": "Finished training",
+                     "PromptSRC": "Finished training", "MaPLe": "Finished training"}
+"""The end-of-training line of each upstream's Dassl: Dassl.pytorch's (CoOp, PromptKD) ``after_train``, and the one
+Dassl.ProGrad (KgCoOp) and the Dassl of PromptSRC and MaPLe print instead."""
+
+
+def fork_train_tail(fork: str, accuracy: float, total: int = 4200) -> str:
+    """The end of a finished training run's log.txt of upstream ``fork``, as its trainer and evaluator print it: the
+    last training line, the checkpoint, the end-of-training line, the final test's block (two decimals) and the elapsed
+    time."""
+    correct = round(total * accuracy / 100)
+    return (f"epoch [100/100] batch [5/5] time 0.120 (0.130) data 0.000 (0.010) loss 0.3521 (0.3700) acc 90.6250 "
+            f"(89.3750) lr 2.4674e-07 eta 0:00:00\n"
+            f"Checkpoint saved to output/base2new/train_base/eurosat/shots_16_8.0/{fork}/seed1/prompt_learner/"
+            f"model.pth.tar-100\n{FORK_FINISH_LINES[fork]}\nEvaluate on the *test* set\n=> result\n"
+            f"* total: {total:,}\n* correct: {correct:,}\n* accuracy: {accuracy:.2f}%\n* error: {100 - accuracy:.2f}%\n"
+            f"* macro_f1: {accuracy - 0.4:.2f}%\nElapsed: 0:06:41\n")
+
+
 # An upstream Dassl ``--eval-only`` log (a CoOp test_new run), as Dassl's train.py and evaluator print it: no training
 # lines, no "Finish training", the accuracy block after "=> result".
 UPSTREAM_EVAL_LOG = """Setting fixed seed: 1

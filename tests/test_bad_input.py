@@ -83,6 +83,31 @@ def _other_trainers_key(tmp, data, tree, clip_file, mp):
             "ignore it: set TRAINER.COOP.N_CTX instead, or run --trainer MaPLe")
 
 
+def _upstream_kgcoop_yaml(tmp, data, tree, clip_file, mp):
+    # upstream KgCoOp's trainer yaml keeps CoOp's namespace and says CTX_INIT: True for "a photo of a"
+    yaml = tmp / "upstream_kgcoop.yaml"
+    yaml.write_text("OPTIM:\n  NAME: \"sgd\"\n  MAX_EPOCH: 1\nTRAINER:\n  COOP:\n    CTX_INIT: True\n")
+    argv = train_argv("KgCoOp", None, data, tmp / "run", "DATASET.NUM_SHOTS", "2", backbone=clip_file)
+    return ([*argv[:argv.index("--output-dir")], "--config-file", str(yaml), *argv[argv.index("--output-dir"):]],
+            f"error: {yaml}: TRAINER.COOP.CTX_INIT is a key of CoOp, but KgCoOp reads TRAINER.KGCOOP and would ignore "
+            "it: set TRAINER.KGCOOP.CTX_INIT instead, or run --trainer CoOp (upstream's CTX_INIT True stands for its "
+            "words \"a photo of a\": give the words)")
+
+
+def _words_given_as_true(tmp, data, tree, clip_file, mp):
+    argv = train_argv("KgCoOp", "vit_b16_ep100_ctxv1", data, tmp / "run", "TRAINER.KGCOOP.CTX_INIT", "True",
+                      backbone=clip_file)
+    return argv, ("error: command-line opts: TRAINER.KGCOOP.CTX_INIT takes the words that start the prompt (str), not "
+                  "True (upstream's CTX_INIT True stands for its words \"a photo of a\": give the words)")
+
+
+def _adapter_without_bottleneck(tmp, data, tree, clip_file, mp):
+    argv = train_argv("CLIPAdapter", "vit_b16", data, tmp / "run", "TRAINER.CLIPADAPTER.REDUCTION", "64",
+                      backbone=clip_file)
+    return argv, ("error: TRAINER.CLIPADAPTER.REDUCTION is 64, more than the CLIP's feature width 32; use a reduction "
+                  "that leaves a bottleneck (upstream: 4)")
+
+
 def _missing_config(tmp, data, tree, clip_file, mp):
     argv = coop_argv(data, tmp / "run", clip_file)
     argv[argv.index("configs/trainers/CoOp/vit_b16_ctxv1.yaml")] = "configs/trainers/CoOp/vit_b16_ctxv9.yaml"
@@ -648,6 +673,9 @@ CASES = {
     "unknown dataset": (_unknown_dataset, ["log.txt"], False),
     "unknown config key": (_unknown_key, [], False),
     "key of another trainer": (_other_trainers_key, [], False),
+    "upstream KgCoOp's yaml (TRAINER.COOP.CTX_INIT True)": (_upstream_kgcoop_yaml, [], False),
+    "prompt words given as True": (_words_given_as_true, [], False),
+    "CLIP-Adapter reduction wider than the features": (_adapter_without_bottleneck, ["log.txt"], False),
     "missing config file": (_missing_config, [], False),
     "missing dataset folder": (_missing_dataset, ["log.txt"], False),
     "missing image": (_missing_image, ["log.txt"], False),

@@ -126,5 +126,5 @@ def test_a_method_is_found_by_every_name_the_tables_and_folders_give_it(name, me
 
 def test_a_trainer_of_several_methods_is_refused_naming_them():
     with pytest.raises(ValueError, match=r"^'PETRX' is the trainer of PETR\+KgCoOp, PETR\+CoCoOp, PETR\+MaPLe, "
-                                         r"PETR\+IVLP: name one of them$"):
+                                         r"PETR\+IVLP, PETR\+CLIP-Adapter: name one of them$"):
         find_method("PETRX")

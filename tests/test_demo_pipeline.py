@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -348,3 +349,15 @@ def test_a_signal_stops_the_demo_with_the_runners_line(quick_demo, tmp_path):
     assert "Traceback" not in err and ours[-1] == (
         "interrupted (SIGTERM): rerun the same command to continue (finished runs are skipped, interrupted ones "
         "resume)"), err[-3000:]
+
+
+def test_docs_count_the_runs_each_size_plans(tmp_path):
+    """docs/demo.md's run counts of ``make demo`` and ``make demo-full`` are those of their plans (a catalog row with
+    ``demo`` changes them) and it names every method of the full demo's base-to-novel sweep."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "demo.md"), encoding="utf-8") as f:
+        text = f.read()
+    for target, size in (("make demo", DEMO), ("make demo-full", FULL)):
+        found = re.search(rf"- `{target}`:.*?\((\d+) runs\)", text, re.S)
+        assert found and int(found.group(1)) == len(planned(tmp_path, size)), target
+    full = re.search(r"- `make demo-full`:(.*?)\(\d+ runs\)", text, re.S).group(1)
+    assert [m for m in FULL.methods if m not in DEMO.methods and not m.startswith("PETR+") and m not in full] == []

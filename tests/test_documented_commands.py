@@ -242,6 +242,9 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
     ("python -m pytest -q tests/bench/test_upstream_kgcoop.py", Elsewhere(
         "tests/bench/test_upstream_kgcoop.py::test_one_batch_equals_upstreams_own_code",
         "the tests it runs (make test-bench runs them; the comparisons skip without upstream's checkout)")),
+    ("python -m pytest -q tests/bench/test_upstream_clip_adapter.py", Elsewhere(
+        "tests/bench/test_upstream_clip_adapter.py::test_one_batch_equals_upstreams_own_trainer",
+        "the tests it runs (make test-bench runs them; the comparison skips without upstream's checkouts)")),
     # not run
     ("python3 -m venv .venv && . .venv/bin/activate", NotRun("install")),
     ("make install", NotRun("install")),
@@ -251,6 +254,8 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
     ("bash bench/upstream_setup.sh", NotRun("network", "clones upstream PromptKD and installs its packages")),
     ("bash bench/upstream_setup.sh kgcoop", NotRun("network", "clones upstream KgCoOp and installs "
                                                                       "tensorboard")),
+    ("bash bench/upstream_setup.sh kgcoop && bash bench/upstream_setup.sh clip_adapter", NotRun(
+        "network", "clones upstream KgCoOp and CLIP-Adapter and installs tensorboard")),
     ("python -m clip.download ViT-B/16 ViT-L/14", NotRun(
         "network", "downloads 1 GB into ~/.cache/clip (its --dry-run and offline lines: tests/test_fetch_clip.py)")),
     ("python -m clip.download ViT-B/16 ViT-L/14 --dir /shared/clip", NotRun(

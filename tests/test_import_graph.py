@@ -243,3 +243,14 @@ def test_trainers_parts_import_no_method_and_point_down():
     for imp in within:
         edges.setdefault(imp.importer, set()).add(imp.imported)
     list(TopologicalSorter(edges).static_order())  # raises CycleError naming the circle
+
+
+def test_the_routed_plug_ins_import_only_the_method_they_route_on():
+    """θ_u is a shared part (``trainers/prompting/unseen_branch.py``): PETR+X imports no method module (it reads X's
+    trainer through the registry), PETR+CoOp only CoOp, whose context is its seen branch."""
+    from trainers.catalog import TRAINERS
+
+    methods = set(TRAINERS.values())
+    imported = {(imp.importer, imp.imported) for imp in IMPORTS if imp.edge == ("trainers", "trainers")}
+    assert {b for a, b in imported if a == "trainers.petr_x" and b in methods} == set()
+    assert {b for a, b in imported if a == "trainers.petr_coop" and b in methods} == {"trainers.coop"}

@@ -21,7 +21,7 @@ from helpers_results import (
     upstream_cfg,
     write_results_json,
 )
-from helpers_upstream import UPSTREAM_KILLED_LOG, write_dassl_log
+from helpers_upstream import UPSTREAM_KILLED_LOG, fork_train_tail, write_dassl_log
 from scipy import stats
 
 import parse_test_res as ptr
@@ -111,6 +111,17 @@ def test_log_parsing_upstream_formats():
     assert value_from_log(log) == pytest.approx(80.3)
     engine_line = "Finish training\n=> result\n* accuracy: 75.25%\n"  # this project's engine prints two decimals
     assert value_from_log(engine_line) == pytest.approx(75.25)
+
+
+def test_default_mode_reads_an_upstream_kgcoop_tree(tmp_path, capsys):
+    """Upstream KgCoOp's train_base folder (``shots_16_<W>``, Dassl.ProGrad's ``Finished training`` logs) of seeds 1-3
+    at 46.00, 47.50 and 48.34: mean 47.28, population std sqrt(((-1.28)² + 0.22² + 1.06²) / 3) = 0.97."""
+    exp = tmp_path / "train_base" / "eurosat" / "shots_16_8.0" / "KgCoOp" / "vit_b16_ep100_ctxv1"
+    for seed, accuracy in zip((1, 2, 3), (46.0, 47.5, 48.34)):
+        (exp / f"seed{seed}").mkdir(parents=True)
+        (exp / f"seed{seed}" / "log.txt").write_text(fork_train_tail("KgCoOp", accuracy))
+    assert ptr.main([str(exp)]) == 0
+    assert "* accuracy: 47.28% +- 0.97% (population std (np.std), as upstream, n=3)" in capsys.readouterr().out
 
 
 def test_default_mode_upstream_example_both_conventions(tmp_path, capsys):

@@ -1,7 +1,7 @@
-"""PETR+X on finished CoCoOp, MaPLe and IVLP runs: the runs of their base-to-novel scripts, PETR+X's script on each,
-routed evaluations equal to ones recomputed in the test (θ_s from the papers' equations on open_clip with the run's
-checkpoint tensors, θ_u the template ensemble, the Mahalanobis rule); upstream-layout checkpoints of each scored as
-ours; parse_test_res.py and the tools on all these run folders."""
+"""PETR+X on finished CoCoOp, MaPLe, IVLP and CLIP-Adapter runs: the runs of their base-to-novel scripts, PETR+X's
+script on each, routed evaluations equal to ones recomputed in the test (θ_s from the papers' equations on open_clip
+with the run's checkpoint tensors, θ_u the template ensemble, the Mahalanobis rule); upstream-layout checkpoints of
+each scored as ours; parse_test_res.py and the tools on all these run folders."""
 from __future__ import annotations
 
 import shutil
@@ -13,7 +13,13 @@ import torch
 
 import train
 from engine import load_checkpoint
-from tests.helpers_baselines import cocoop_reference, deep_prompt_reference, frozen_clip_entries, maple_reference
+from tests.helpers_baselines import (
+    adapter_reference,
+    cocoop_reference,
+    deep_prompt_reference,
+    frozen_clip_entries,
+    maple_reference,
+)
 from tests.helpers_clip import rel_err
 from tests.helpers_datasets import load_images
 from tests.helpers_petr import write_eurosat
@@ -27,11 +33,12 @@ from tests.helpers_routed import (
     upstream_promptsrc_state,
 )
 from tests.helpers_upstream import write_dassl_checkpoint
+from trainers.catalog import method_name
 from trainers.routing.tuned import tuned_trainer
 
 LEARNERS = {"cocoop": ("CoCoOp", "vit_b16_c4_ep10_batch1_ctxv1"), "maple": ("MaPLe", "vit_b16_c2_ep5_batch4_2ctx"),
-            "ivlp": ("IVLP", "vit_b16_c2_ep20_batch4_4+4ctx")}
-"""Each prompt learner's script name: its trainer and the default config of scripts/<x>/base2new_train.sh."""
+            "ivlp": ("IVLP", "vit_b16_c2_ep20_batch4_4+4ctx"), "clip_adapter": ("CLIPAdapter", "vit_b16")}
+"""Each learner's script name: its trainer and the default config of scripts/<x>/base2new_train.sh."""
 
 
 def x_run(x: str) -> str:
@@ -55,6 +62,8 @@ def reference(x: str, state: dict):
     """(open_clip model) -> (class names, images) -> X's logits from the paper's equations with ``state``'s tensors
     (ours: keys as our learners save them)."""
     state = {k: v.float() for k, v in state.items() if torch.is_tensor(v)}
+    if x == "clip_adapter":
+        return lambda model: adapter_reference(model, state["fc.0.weight"], state["fc.2.weight"], 0.2)
     if x == "cocoop":
         meta_net = [(state[f"meta_net.{n}.weight"], state[f"meta_net.{n}.bias"]) for n in ("linear1", "linear2")]
         return lambda model: cocoop_reference(model, state["ctx"], meta_net)
@@ -105,6 +114,8 @@ def upstream_state(x: str, state: dict, model) -> tuple[dict, str]:
     """Our run's learned tensors in upstream's checkpoint layout of X (fp16, class-token buffers, frozen CLIP weights
     for the wrapper layouts) and the folder upstream saves it in."""
     learned = {k: v.half() for k, v in state.items() if torch.is_tensor(v)}
+    if x == "clip_adapter":
+        return learned, "clip_adapter"
     if x == "ivlp":
         text, vision = layers(state, "text_prompts.prompts."), layers(state, "vision_prompts.prompts.")
         return upstream_promptsrc_state(text, vision, text[0].shape[1]), "VLPromptLearner"
@@ -130,7 +141,8 @@ def test_upstream_checkpoints_score_as_the_papers_equations(runs, x, tmp_path, t
     shutil.copy(runs.root / x_run(x) / "log.txt", tmp_path / "upstream")  # Dassl's log: the config dump at its top
     args = train.build_parser().parse_args(["--trainer", "PETRX", "--config-file",
                                             "configs/trainers/PETRX/vit_b16.yaml", "MODEL.BACKBONE.NAME",
-                                            tiny_clip_file, "TRAINER.PETRX.TUNED_TRAINER", trainer])
+                                            tiny_clip_file, "TRAINER.PETRX.TUNED_TRAINER", trainer, "DATASET.NAME",
+                                            "EuroSAT"])
     model = tuned_trainer(trainer).tuned_model(tiny_clip, train.setup_cfg(args), str(tmp_path / "upstream" / folder /
                                                                             "model.pth.tar-5"), nullcontext)
     images, _ = load_images(runs.tree, "test", BASE + NEW)
@@ -144,5 +156,6 @@ def test_upstream_checkpoints_score_as_the_papers_equations(runs, x, tmp_path, t
 
 def test_tools_and_parse_test_res_read_the_prompt_learners_folders(runs, tmp_path, capsys):
     # one run per method: the table names each row by its method alone
-    check_analyses(runs.root, tmp_path, capsys, {"cocoop": "PETR+CoCoOp", "maple": "PETR+MaPLe", "ivlp": "PETR+IVLP"},
-                   plain=tuple((LEARNERS[x][0], x_run(x)) for x in LEARNERS))
+    check_analyses(runs.root, tmp_path, capsys, {"cocoop": "PETR+CoCoOp", "maple": "PETR+MaPLe", "ivlp": "PETR+IVLP",
+                                                  "clip_adapter": "PETR+CLIP-Adapter"},
+                   plain=tuple((method_name(LEARNERS[x][0]), x_run(x)) for x in LEARNERS))

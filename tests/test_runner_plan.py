@@ -343,7 +343,7 @@ def test_the_plan_says_why_a_job_has_no_projection(tmp_path, capsys):
 @pytest.mark.parametrize("args,message", [
     (["base2new", "--methods", "PETRXX"], f"error: unknown method 'PETRXX'; choose from {', '.join(METHODS)}\n"),
     (["base2new", "--methods", "PETRX"], "error: 'PETRX' is the trainer of PETR+KgCoOp, PETR+CoCoOp, PETR+MaPLe, "
-                                         "PETR+IVLP: name one of them\n"),
+                                         "PETR+IVLP, PETR+CLIP-Adapter: name one of them\n"),
     (["xd", "--methods", "CoOp"], "error: CoOp: no xd scripts; the xd protocol runs ZeroshotCLIP, PromptKD and PETR"),
     (["base2new", "--datasets", "eurosatt"], "error: unknown dataset 'eurosatt'; use one of: caltech101"),
     (["xd", "--source", "demonet"], "error: no default cross-dataset targets for source 'demonet': name them"),

@@ -19,9 +19,15 @@ from engine.config import get_cfg_default
 from engine.errors import ConfigError
 from engine.run_identity import IGNORED_KEYS, claim_run, data_digest, identity_differences, run_identity
 from engine.run_lock import RunLock, RunLockedError
-from engine.runs import run_dir, run_log, run_state, saved_model
+from engine.runs import logged_value, run_dir, run_log, run_state, saved_model
 from tests.helpers_run import HANG_GUARD_S, lock_held_elsewhere
-from tests.helpers_upstream import UPSTREAM_EVAL_LOG, UPSTREAM_KILLED_LOG, UPSTREAM_TRAIN_LOG
+from tests.helpers_upstream import (
+    FORK_FINISH_LINES,
+    UPSTREAM_EVAL_LOG,
+    UPSTREAM_KILLED_LOG,
+    UPSTREAM_TRAIN_LOG,
+    fork_train_tail,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RERUN = "log.txt-2024-05-02-10-11-12"
@@ -359,3 +365,15 @@ def test_image_digests_are_read_once_per_file_version(tmp_path, monkeypatch):
     os.mkfifo(tmp_path / "c" / "5.jpg")
     with pytest.raises(OSError, match="5.jpg is a FIFO, not a regular file; give images as regular files"):
         digests.file_digests([str(tmp_path / "c" / "5.jpg")])
+
+
+@pytest.mark.parametrize("fork", sorted(FORK_FINISH_LINES))
+def test_every_upstream_forks_finished_run_is_finished(tmp_path, fork):
+    """The end of a finished training run of each upstream's Dassl (``Finish training`` or ``Finished training``, the
+    final test, ``Elapsed:``) is a finished upstream run with its accuracy; cut before that line, it is resumable."""
+    tail = fork_train_tail(fork, 47.28)
+    pointer = {"prompt_learner/checkpoint": "model.pth.tar-100\n"}
+    assert run_state(_folder(tmp_path, "run", {"log.txt": tail, **pointer})) == "finished-upstream"
+    assert logged_value(tail) == 47.28 and logged_value(tail, "macro_f1") == 46.88
+    cut = tail[:tail.index(FORK_FINISH_LINES[fork])]
+    assert run_state(_folder(tmp_path, "cut", {"log.txt": cut, **pointer})) == "resumable"

@@ -13,6 +13,7 @@ import clip
 import train
 from tests.helpers_baselines import (
     BASE,
+    EUROSAT_PROMPT,
     MARKER,
     argv,
     built_trainer,
@@ -30,7 +31,6 @@ from tests.helpers_datasets import load_images, write_tree
 from trainers.kgcoop import KgCoOpPromptLearner
 
 CONFIG = "vit_b16_ep100_ctxv1"
-EUROSAT_PROMPT = "a centered satellite photo of {}."  # upstream KgCoOp's hand-crafted EuroSAT prompt
 
 
 def reference(model, ctx: torch.Tensor):

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from tests.helpers_run import HANG_GUARD_S, REPO, ScriptRunner
+from tests.helpers_upstream import fork_train_tail
 from trainers.catalog import METHODS
 
 EXTRA = "OPTIM.MAX_EPOCH 1 INPUT.SIZE (32,32)"
@@ -201,13 +202,38 @@ def test_coop_main_runs_each_seed(tmp_path):
         for seed, run in zip((1, 3), runs)]
 
 
+def test_petr_x_base2new_finds_upstream_kgcoops_folder(tmp_path):
+    """Upstream KgCoOp's script writes shots_16_<W>: the one such run of the seed is X's run (a note says so); two
+    (two weights) are one line naming both."""
+    runner, _, out, _ = setup(tmp_path)
+    tail = "KgCoOp/vit_b16_ep100_ctxv1/seed1"
+    upstream = f"{out}/base2new/train_base/eurosat/shots_16_8.0/{tail}"
+    os.makedirs(upstream)
+    with open(os.path.join(upstream, "log.txt"), "w") as f:
+        f.write(fork_train_tail("KgCoOp", 81.25))
+    done, commands = runner.record(["bash", "scripts/petr_x/base2new.sh", "kgcoop", "eurosat", "1"])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == (f"note: X's run is upstream's {upstream} (no "
+                                           f"{out}/base2new/train_base/eurosat/shots_16/{tail})")
+    assert [c[c.index("TRAINER.PETRX.TUNED_MODEL_DIR") + 1] for c in commands] == [upstream, upstream]
+    other = upstream.replace("shots_16_8.0", "shots_16_2.0")
+    os.makedirs(other)
+    done, _ = runner.record(["bash", "scripts/petr_x/base2new.sh", "kgcoop", "eurosat", "1"])
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"error: no KgCoOp run at {out}/base2new/train_base/eurosat/shots_16/{tail}; upstream's {other}, {upstream} "
+        "are several: train one with its base-to-novel script (same dataset, seed and SHOTS), or give its folder as "
+        "the fourth argument (X_RUN_DIR)"]
+
+
 def test_petr_x_base2new_routes_on_the_coop_run(tmp_path):
     runner, data, out, _ = setup(tmp_path)
     coop = f"{out}/base2new/train_base/imagenet/shots_16/CoOp/vit_b16_ep50_ctxv1/seed1"
     done, _ = runner.record(["bash", "scripts/petr_x/base2new.sh", "coop", "imagenet", "1"])
-    assert (done.returncode, done.stderr) == (2, f"error: no CoOp run at {coop}: train one with its base-to-novel "
-                                                 "script (same dataset, seed and SHOTS) or pass its folder as the "
-                                                 "fourth argument\n")
+    upstream = f"{out}/base2new/train_base/imagenet/shots_16_*/CoOp/vit_b16_ep50_ctxv1/seed1"
+    assert (done.returncode, done.stderr) == (2, f"error: no CoOp run at {coop} nor upstream's {upstream}: train one "
+                                                 "with its base-to-novel script (same dataset, seed and SHOTS), or "
+                                                 "give its folder as the fourth argument (X_RUN_DIR)\n")
     finished(coop)
     done, commands = runner.record(["bash", "scripts/petr_x/base2new.sh", "coop", "imagenet", "1"],
                                    {"TUNED_LOAD_EPOCH": "3"})

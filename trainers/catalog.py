@@ -40,20 +40,24 @@ class Method:
     shots: int = 0
     """Training images per class of its base-to-novel runs (0: every train image)."""
     learns: str = ""
-    """What a prompt learner's training learns, as its scripts' headers say it (``the coupled prompts``)."""
+    """What a learner's training learns, as its scripts' headers say it (``the coupled prompts``, ``the feature
+    adapter on the image features``)."""
     distilled: bool = False
     """Distils from the PromptSRC teacher."""
+    kd_at_test: bool = False
+    """A distilled method whose base-to-novel tests set KD_WEIGHT too and whose training leaves TEMPERATURE to its
+    config (PETR's scripts); otherwise the training alone sets both (PromptKD's)."""
     plugin_of: str = ""
     """The method whose finished run this training-free plug-in is evaluated on."""
     plugin_script: str = "plugin.sh"
     """The plug-in's script: ``plugin.sh DATASET SEED`` (PETR+CoOp), or PETR+X's ``base2new.sh X DATASET SEED
-    X_RUN_DIR`` (``trainer`` PETRX), which names the prompt learner it routes on."""
+    X_RUN_DIR`` (``trainer`` PETRX), which names the method it routes on."""
     dg_script: str = ""
     """Its domain-generalisation script per target: ``xd_test.sh`` evaluates the source-trained student,
     ``dg_train.sh`` trains on the target's images; empty for methods without one."""
     routable: bool = False
     """PETR+X routes on its finished runs (``scripts/petr_x/*.sh <scripts folder>``); its trainer class says how a
-    run is read (``TUNED_MODEL``, ``tuned_model``). A routable prompt learner of the ``learner`` family is also a
+    run is read (``TUNED_MODEL``, ``tuned_model``). A routable method of the ``learner`` family is also a
     method of the tables, ``PETR+<name>`` (:data:`PETR_X`)."""
     routed_config: str = ""
     """The config of the run PETR+X takes by default, when it is not its base-to-novel config (PromptSRC: its
@@ -99,6 +103,9 @@ ROWS = (
     Method("IVLP", "IVLP", "trainers.ivlp", "learner", "ivlp", "vit_b16_c2_ep20_batch4_4+4ctx",
            learner_xd_config="vit_b16_c2_ep20_batch4_4+4ctx", shots=16, learns="the vision and language prompts",
            routable=True, demo="full"),
+    Method("CLIP-Adapter", "CLIPAdapter", "trainers.clip_adapter", "learner", "clip_adapter", "vit_b16",
+           imagenet_config="vit_b16_ep50", learner_xd_config="vit_b16", shots=16,
+           learns="the feature adapter on the image features", routable=True, demo="full"),
     Method("PromptSRC", "PromptSRC", "trainers.promptsrc", "teacher", "teacher", "vit_l14_c2_ep20_batch8_4+4ctx",
            xd_config="vit_l14_c2_ep20_batch8_4+4ctx_cross_datasets", shots=16, routable=True,
            routed_config="vit_b16_c2_ep20_batch4_4+4ctx", demo="core"),
@@ -106,20 +113,20 @@ ROWS = (
            xd_config="vit_b16_c2_ep20_batch8_4+4ctx_cross_datasets", distilled=True, dg_script="xd_test.sh",
            default_sweep=2, fast=DISTILLED_FAST, demo="core"),
     Method("PETR", "PETR", "trainers.petr", "petr", "petr", "vit_b16_ep40_batch8_4ctx",
-           xd_config="vit_b16_ep40_batch8_4ctx_cross_datasets", distilled=True, dg_script="dg_train.sh", routes=True,
-           default_sweep=1, fast=DISTILLED_FAST, demo="core"),
+           xd_config="vit_b16_ep40_batch8_4ctx_cross_datasets", distilled=True, kd_at_test=True,
+           dg_script="dg_train.sh", routes=True, default_sweep=1, fast=DISTILLED_FAST, demo="core"),
     Method("PETR+CoOp", "PETRCoOp", "trainers.petr_coop", "petr_coop", "petr_coop", "vit_b16_ctxv1",
            imagenet_config="vit_b16_ep50_ctxv1", shots=16, plugin_of="CoOp", routes=True, default_sweep=4,
            fast=("bf16",), demo="core"),
 )
 """The methods, one row each (name, trainer, module, command family, scripts folder, base-to-novel config, ...), in
-the order of the tables: zero-shot CLIP, the prompt learners, the teacher, the distilled students, the plug-in."""
+the order of the tables: zero-shot CLIP, the learners, the teacher, the distilled students, the plug-in."""
 PETR_X_TRAINER = "PETRX"
 """The routing trainer of every PETR+X method (its rows are derived: :data:`PETR_X`)."""
 PETR_X = tuple(Method(f"PETR+{x.name}", PETR_X_TRAINER, "trainers.petr_x", "petr_x", "petr_x", "vit_b16",
                       shots=x.shots, plugin_of=x.name, plugin_script="base2new.sh", routes=True, demo=x.demo)
                for x in ROWS if x.routable and x.commands == "learner")
-"""PETR's routing on the finished runs of each routable prompt learner of the ``learner`` family (CoOp has its own
+"""PETR's routing on the finished runs of each routable method of the ``learner`` family (CoOp has its own
 routed method, PETR+CoOp; PromptSRC is the teacher, routed on through its scripts alone): one routing trainer,
 PETRX, whose runs keep ``<config>_<x>`` folders."""
 
@@ -131,7 +138,7 @@ ALIASES = {"clip": "ZeroshotCLIP"}
 """Other spellings (lower case) of the names in :data:`METHODS`, besides each method's trainer and scripts folder."""
 PETR_X_LEARNERS = {(m.name.lower() if m.commands == "teacher" else m.scripts): m
                    for m in sorted((m for m in ROWS if m.routable), key=lambda m: m.commands == "teacher")}
-"""The prompt learners PETR+X routes on, by the name its scripts take (the scripts folder; the teacher's by its
+"""The methods PETR+X routes on, by the name its scripts take (the scripts folder; the teacher's by its
 name, ``promptsrc``, last)."""
 TUNED_TRAINERS = tuple(dict.fromkeys(m.trainer for m in ROWS if m.routable))
 """The trainers whose runs PETR+X reads (``TRAINER.PETRX.TUNED_TRAINER``)."""

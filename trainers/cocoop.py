@@ -149,7 +149,7 @@ class CoCoOp(ClassScoring, ClipWeightsCheck, TrainerX):
         "CTX_INIT": ("", Text()),
         "PREC": ("fp16", PREC_RULE),
     }
-    PROMPTED = CoCoOpCLIP
+    SCORING_MODEL = CoCoOpCLIP
     RECORDED_KEYS = ("N_CTX", "CTX_INIT")
     TUNED_MODEL = MODEL_NAME
 

@@ -95,19 +95,28 @@ def check_namespaces(cfg: CN, given: Mapping[str, str]) -> None:
     name = cfg.TRAINER.NAME
     if name not in TRAINER_REGISTRY:
         return
-    running = TRAINER_REGISTRY.get(name)
-    borrowed = set(running.borrowed_keys(cfg))
-    owners = catalog_trainers()
+    borrowed = set(TRAINER_REGISTRY.get(name).borrowed_keys(cfg))
     for dotted, source in given.items():
-        parts = dotted.split(".")
-        if len(parts) != 3 or parts[0] != "TRAINER" or parts[1] not in owners or parts[1] == running.NS or \
-                dotted in borrowed:
-            continue
-        key = parts[2]
-        fix = f"set TRAINER.{running.NS}.{key} instead" if key in running.CONFIG_KEYS else "leave it out"
-        raise ConfigError(f"{source}: {dotted} is a key of {owners[parts[1]].__name__}, but {name} reads "
-                          f"TRAINER.{running.NS or '<none>'} and would ignore it: {fix}, or run "
-                          f"--trainer {owners[parts[1]].__name__}")
+        line = foreign_key_line(name, dotted, source) if dotted not in borrowed else ""
+        if line:
+            raise ConfigError(line)
+
+
+def foreign_key_line(name: str, dotted: str, source: str) -> str:
+    """The line refusing ``dotted`` (set by ``source``) when it is a key of another trainer's namespace than that of
+    the registered trainer ``name``, naming the key to set instead; "" otherwise."""
+    owners = catalog_trainers()
+    parts = dotted.split(".")
+    if name not in TRAINER_REGISTRY or len(parts) != 3 or parts[0] != "TRAINER" or parts[1] not in owners:
+        return ""
+    running = TRAINER_REGISTRY.get(name)
+    if parts[1] == running.NS:
+        return ""
+    key = parts[2]
+    fix = f"set TRAINER.{running.NS}.{key} instead" if key in running.CONFIG_KEYS else "leave it out"
+    owner = owners[parts[1]].__name__
+    return (f"{source}: {dotted} is a key of {owner}, but {name} reads TRAINER.{running.NS or '<none>'} and would "
+            f"ignore it: {fix}, or run --trainer {owner}")
 
 
 def follow_backbone(cfg: CN, given: Mapping[str, str]) -> str:

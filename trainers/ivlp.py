@@ -30,7 +30,7 @@ class VLPromptTrainer(ClassScoring, ClipWeightsCheck, TrainerX):
 
     DATA_ROLE = "standard"
     LEARNER = VLPromptLearner
-    PROMPTED = VLPromptCLIP
+    SCORING_MODEL = VLPromptCLIP
     RECORDED_KEYS = ("N_CTX_TEXT", "N_CTX_VISION", "CTX_INIT", "PROMPT_DEPTH_TEXT", "PROMPT_DEPTH_VISION")
     TUNED_MODEL = MODEL_NAME
 

@@ -150,7 +150,7 @@ class MaPLe(ClassScoring, ClipWeightsCheck, TrainerX):
         "PREC": ("fp16", PREC_RULE),
         "PROMPT_DEPTH": (9, Int(1)),  # deep text prompts coupled to the vision prompts in layers 0..PROMPT_DEPTH-1
     }
-    PROMPTED = MaPLeCLIP
+    SCORING_MODEL = MaPLeCLIP
     RECORDED_KEYS = ("N_CTX", "CTX_INIT", "PROMPT_DEPTH")
     TUNED_MODEL = MODEL_NAME
     TUNED_BORROWS = ("CTX_INIT",)

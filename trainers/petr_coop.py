@@ -23,9 +23,9 @@ from engine.schema import Int, KeyTable, Text
 
 from .coop import MODEL_NAME, CoOp, coop_text_features
 from .prompting.backbone import cosine_logits, load_backbone
+from .prompting.unseen_branch import ensemble_classifier
 from .routing.routed import ROUTER_KEYS, BranchScorer, RoutedTrainerMixin
 from .routing.tuned import run_checkpoint
-from .zeroshot import ensemble_classifier
 
 
 def coop_checkpoint_path(run_dir: str, epoch: int = 0) -> str:

@@ -1,15 +1,15 @@
-"""PETR+X: PETR's training-free routing on a finished run of any prompt learner X (``TRAINER.PETRX.TUNED_TRAINER``).
+"""PETR+X: PETR's training-free routing on a finished run of any tuned method X (``TRAINER.PETRX.TUNED_TRAINER``).
 
-θ_s is X's prediction with its learned prompts over every class of the task (X's trainer reads its run:
-``tuned_model``, ``trainers/routing/tuned.py``; the catalog's routable rows: CoOp, CoCoOp, MaPLe, IVLP, PromptSRC,
-...), θ_u the dataset's hand-crafted template ensemble on the frozen CLIP, and the router sees ``q̃ = [q_s, q_u]``.
-Nothing is trained: the run reads X's checkpoint from ``TUNED_MODEL_DIR`` (ours or upstream's, Dassl layout, through
-the engine's restricted loader), fits the router on ``router_x`` when it deploys, and evaluates. ``router_x`` holds
-X's training images when NUM_SHOTS and SEED are those of X's run (the base classes' few-shot images in base2novel,
-the source's in cross/dg), as PETR+CoOp's. An eval-only run (``--model-dir`` = that run's folder) reads its router,
-checked to have been fitted on the same X checkpoint (sha256 in ``router.json``); θ_s is read from
-``TUNED_MODEL_DIR`` again. X's run is checked against what it records (``trainers/prompting/tuned_run.py``): another
-trainer, dataset or CLIP is refused, an unfinished run or one that records neither is noted.
+θ_s is X's prediction with its learned weights over every class of the task (X's trainer reads its run: ``tuned_model``,
+``trainers/routing/tuned.py``; the catalog's routable rows: CoOp, CoCoOp, MaPLe, IVLP, CLIP-Adapter, PromptSRC, ...),
+θ_u the dataset's hand-crafted template ensemble on the frozen CLIP, and the router sees ``q̃ = [q_s, q_u]``. Nothing is
+trained: the run reads X's checkpoint from ``TUNED_MODEL_DIR`` (ours or upstream's, Dassl layout, through the engine's
+restricted loader), fits the router on ``router_x`` when it deploys, and evaluates. ``router_x`` holds X's training
+images when NUM_SHOTS and SEED are those of X's run (the base classes' few-shot images in base2novel, the source's in
+cross/dg), as PETR+CoOp's. An eval-only run (``--model-dir`` = that run's folder) reads its router, checked to have been
+fitted on the same X checkpoint (sha256 in ``router.json``); θ_s is read from ``TUNED_MODEL_DIR`` again. X's run is
+checked against what it records (``trainers/prompting/tuned_run.py``): another trainer, dataset or CLIP is refused, an
+unfinished run or one that records neither is noted.
 """
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from engine.schema import Choice, Int, KeyTable, Text
 from .catalog import TUNED_TRAINERS
 from .prompting.backbone import ClipWeightsCheck, cosine_logits, load_backbone
 from .prompting.tuned_run import TunedRun
+from .prompting.unseen_branch import ensemble_classifier
 from .routing.routed import ROUTER_KEYS, BranchScorer, RoutedTrainerMixin
 from .routing.tuned import borrowed_keys, run_checkpoint, tuned_trainer
-from .zeroshot import ensemble_classifier
 
 
 @TRAINER_REGISTRY.register()
@@ -50,7 +50,7 @@ class PETRX(RoutedTrainerMixin, ClipWeightsCheck, TrainerX):
 
     @classmethod
     def plugged_run(cls, cfg) -> tuple[str, type] | None:
-        """The tuned run (``TUNED_MODEL_DIR``), whose recorded prompt settings θ_s is read with."""
+        """The tuned run (``TUNED_MODEL_DIR``), whose recorded settings θ_s is read with."""
         ns = cfg.TRAINER.PETRX
         return (ns.TUNED_MODEL_DIR, tuned_trainer(ns.TUNED_TRAINER)) if ns.TUNED_MODEL_DIR else None
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import torch
 
 from clip.classifier import zeroshot_text_features
-from clip.model import CLIP
 from engine import TRAINER_REGISTRY, TrainerX
 from engine.precision import PREC_RULE
 from engine.schema import Choice, KeyTable
@@ -28,16 +27,6 @@ def templates_for(dataset_name: str, mode: str) -> list[str]:
     if mode == "select":
         return select_templates(dataset_name)
     raise ValueError(f"TRAINER.ZSCLIP.TEMPLATES is {mode!r}; choose one of {', '.join(TEMPLATE_MODES)}")
-
-
-def ensemble_classifier(clip_model: CLIP, dataset_name: str, classnames: list[str],
-                        device: torch.device | str) -> tuple[list[str], torch.Tensor]:
-    """The unseen branch θ_u of PETR+CoOp and PETR+X: the dataset's hand-crafted template ensemble on the frozen CLIP,
-    as (templates, text features [C, D]); run it under the trainer's autocast."""
-    templates = ensemble_templates(dataset_name)
-    print(f"Unseen branch θ_u: {len(templates)} hand-crafted template(s) of {dataset_name} on the frozen CLIP, "
-          f"{len(classnames)} classes")
-    return templates, zeroshot_text_features(clip_model, classnames, templates, device)
 
 
 @TRAINER_REGISTRY.register()

@@ -7,6 +7,7 @@ then makes its train.py runs through :class:`units.unit.Unit`. The run folders f
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -215,9 +216,9 @@ def distilled_b2n(u: Unit, args: list[str], test: bool) -> None:
     u.require_data()
     teacher = student_teacher(u, dataset, seed)
     alpha = kd_weight(dataset, u.env)
-    petr = u.trainer == "PETR"
-    kd = [u.key("KD_WEIGHT"), alpha] if petr or not test else []
-    temperature = [] if petr or test else [u.key("TEMPERATURE"), "1.0"]
+    both = u.method.kd_at_test
+    kd = [u.key("KD_WEIGHT"), alpha] if both or not test else []
+    temperature = [] if both or test else [u.key("TEMPERATURE"), "1.0"]
     model = u.run_dir("base2new/train_base", dataset, k, config, seed)
     if not test:
         ckpt = u.teacher_ckpt(*teacher)
@@ -533,10 +534,7 @@ def petr_x_b2n(u: Unit, args: list[str]) -> None:
     config, k = u.knob("CFG", u.method.config), shots(u)
     u.require_data()
     dataset_name(dataset)
-    x_dir = args[3] if len(args) == 4 and args[3] else u.run_dir("base2new/train_base", dataset, k, x_config, seed,
-                                                                  trainer=learner.trainer)
-    u.needs(os.path.isdir(x_dir), f"no {learner.trainer} run at {x_dir}: train one with its base-to-novel script (same "
-            "dataset, seed and SHOTS) or pass its folder as the fourth argument")
+    x_dir = args[3] if len(args) == 4 and args[3] else x_run_folder(u, learner.trainer, dataset, k, x_config, seed)
     base = u.run_dir("base2new/train_base", dataset, k, f"{config}_{tuned}", seed)
     new = u.run_dir("base2new/test_new", dataset, k, f"{config}_{tuned}", seed)
     routed = x_opts(u, learner, x_dir)
@@ -547,6 +545,23 @@ def petr_x_b2n(u: Unit, args: list[str]) -> None:
             f"router of {base}", dataset, new,
             ["--model-dir", base, "--eval-only", *classes, "new", "TRAINER.MODAL", "base2novel", *routed], config,
             seed)
+
+
+def x_run_folder(u: Unit, trainer: str, dataset: str, k: str, x_config: str, seed: str) -> str:
+    """The folder of X's base-to-novel run: its script's (``shots_<K>``), else the one upstream run beside it whose
+    shots folder carries a suffix (upstream KgCoOp's script writes ``shots_16_<W>``, W its loss weight); one line
+    naming the folders looked for and how to give one otherwise."""
+    ours = u.run_dir("base2new/train_base", dataset, k, x_config, seed, trainer=trainer)
+    if os.path.isdir(ours):
+        return ours
+    pattern = u.run_dir("base2new/train_base", dataset, f"{k}_*", x_config, seed, trainer=trainer)
+    upstream = sorted(path for path in glob.glob(pattern) if os.path.isdir(path))
+    if len(upstream) == 1:
+        print(f"note: X's run is upstream's {upstream[0]} (no {ours})", flush=True)
+        return upstream[0]
+    found = f"; upstream's {', '.join(upstream)} are several" if upstream else f" nor upstream's {pattern}"
+    raise UnitError(f"no {trainer} run at {ours}{found}: train one with its base-to-novel script (same dataset, "
+                    "seed and SHOTS), or give its folder as the fourth argument (X_RUN_DIR)")
 
 
 def petr_x_transfer(u: Unit, args: list[str], tree: str) -> None:

@@ -45,7 +45,7 @@ LEARNER: dict[str, Header] = {
         "Output: $OUTPUT_ROOT/dg/test/<target>/shots_{shots}/{trainer}/<cfg>/seed<S> (skipped when finished).",
     ),
 }
-"""The prompt learners (CoCoOp, MaPLe, IVLP)."""
+"""The learners trained on labelled shots (CoCoOp, MaPLe, IVLP, KgCoOp, CLIP-Adapter)."""
 
 COOP: dict[str, Header] = {
     "base2new_train": (
@@ -253,21 +253,22 @@ PETR_COOP: dict[str, Header] = {
 
 PETR_X: dict[str, Header] = {
     "base2new": (
-        "PETR+X base-to-novel: PETR's training-free routing on a finished base-to-novel run of prompt learner X. "
+        "PETR+X base-to-novel: PETR's training-free routing on a finished base-to-novel run of a tuned method X. "
         "θ_s = X's prediction over all classes, θ_u = the dataset's hand-crafted prompt ensemble; the router is fitted "
         "on X's SHOTS-shot base train images (same SEED), then the base classes and the novel classes are evaluated. "
         "Nothing is trained.",
         "Usage: DATA=/path/to/datasets bash scripts/{folder}/base2new.sh <x> <dataset> <seed> [X_RUN_DIR]",
         "x: {x_learners}. X_RUN_DIR: the folder of X's run, ours or upstream's (Dassl checkpoints in X's model "
         "folder); default: the folder of X's base-to-novel script, "
-        "$OUTPUT_ROOT/base2new/train_base/<dataset>/shots_{shots}/<X>/<X_CFG>/seed<S>, X_CFG by default: "
-        "{x_configs}. TUNED_LOAD_EPOCH picks X's epoch (default: the last saved).",
+        "$OUTPUT_ROOT/base2new/train_base/<dataset>/shots_{shots}/<X>/<X_CFG>/seed<S>, else the one upstream run in "
+        "shots_{shots}_*/ beside it (upstream KgCoOp's script writes shots_16_<W>), X_CFG by default: {x_configs}. "
+        "TUNED_LOAD_EPOCH picks X's epoch (default: the last saved).",
         "Outputs: $OUTPUT_ROOT/base2new/{{train_base,test_new}}/<dataset>/shots_{shots}/{trainer}/<CFG>_<x>/seed<S> "
         "(train.py skips a finished run of the same config). CFG (default {config}: one config for every X), SHOTS, "
         "BACKBONE and EXTRA_OPTS as in docs/usage.md.",
     ),
     "xd": (
-        "PETR+X cross-dataset: PETR's training-free routing on a finished run of prompt learner X trained on the "
+        "PETR+X cross-dataset: PETR's training-free routing on a finished run of a tuned method X trained on the "
         "source (ImageNet, SHOTS shots, all classes), evaluated on TARGET. θ_s = X's prediction over the target's "
         "classes, θ_u = the target's hand-crafted prompt ensemble; the router is fitted on X's training images (the "
         "source's SHOTS-shot train images of SEED) scored over the target's classes. Nothing is trained.",
@@ -286,7 +287,7 @@ PETR_X: dict[str, Header] = {
         "Output: $OUTPUT_ROOT/dg/train/<target>/shots_<SHOTS>/{trainer}/<CFG>_<x>/seed<S>.",
     ),
 }
-"""PETR+X (one scripts folder for every prompt learner X it routes on)."""
+"""PETR+X (one scripts folder for every method X it routes on)."""
 
 ZSCLIP: dict[str, Header] = {
     "base2new_test": (

@@ -124,7 +124,8 @@ def test_setup_refuses_a_folder_that_is_no_kgcoop_checkout(tmp_path):
 def test_setup_names_the_upstreams_it_knows(tmp_path):
     done = _setup(tmp_path, "kgcoop_v2")
     assert done.returncode == 2
-    assert done.stderr.splitlines() == ["error: unknown upstream 'kgcoop_v2'; choose promptkd (the default) or kgcoop"]
+    assert done.stderr.splitlines() == ["error: unknown upstream 'kgcoop_v2'; choose promptkd (the default), kgcoop or "
+                                        "clip_adapter"]
     assert not (tmp_path / "up").exists()
 
 

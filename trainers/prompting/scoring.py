@@ -1,13 +1,13 @@
-"""Scoring images over any class-name list with a trainer's learned prompts, evaluation and training through it.
+"""Scoring images over any class-name list with a trainer's learned module, evaluation and training through it.
 
-A prompt learner's parameters do not depend on the classes (only the class-name tokens do), so a trained run can
-score classes it never saw: the novel classes of base-to-novel, another dataset's classes, or every class of the task
-at once (PETR's routing on top of a prompt learner).
+Every method's model is a class scorer: the learned part (a prompt learner's context, an adapter's weights) does not
+depend on the classes, so a trained run scores classes it never saw: the novel classes of base-to-novel, another
+dataset's classes, or every class of the task at once (PETR's routing on top of it, PETR+X).
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +24,7 @@ ClassScorer = Callable[[torch.Tensor], torch.Tensor]
 
 
 class ClassScoringModel(Protocol):
-    """A model that scores images over any class-name list: a prompt-learner trainer, its ``PromptedCLIP``, or a
+    """A model that scores images over any class-name list: a ``ClassScoring`` trainer, its ``TunedCLIP``, or a
     finished run read by PETR+X (trainers/routing/tuned.py)."""
 
     def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
@@ -36,23 +36,48 @@ class ClassScoringModel(Protocol):
         ...
 
 
-class PromptedCLIP:
-    """A prompt learner on its frozen CLIP, scoring any class list: the one scoring path of a prompt-learner trainer
-    (its ``scoring``) and of that method's finished run as PETR+X's seen branch (trainers/routing/tuned.py).
+class TunedCLIP:
+    """A learned module on its frozen CLIP, scoring any class list: the one scoring path of a ``ClassScoring``
+    trainer (its ``scoring``) and of that method's finished run as PETR+X's seen branch (trainers/routing/tuned.py).
 
-    A method subclasses it with ``prompt_tokens`` and ``class_scorer``; gradients flow to the learner whenever they
-    are enabled (a finished run's learner is frozen by its loader).
+    A method subclasses it with ``class_scorer`` and ``from_checkpoint``; gradients flow to the learned module
+    whenever they are enabled (a finished run's module is frozen by its loader).
     """
 
-    def __init__(self, clip_model: CLIP, prompt_learner: nn.Module, autocast: Autocast):
-        self.clip_model, self.prompt_learner, self.autocast = clip_model, prompt_learner, autocast
-        self._tokens: tuple[tuple[str, ...], torch.Tensor] | None = None
+    def __init__(self, clip_model: CLIP, learned: nn.Module, autocast: Autocast):
+        self.clip_model, self.learned, self.autocast = clip_model, learned, autocast
 
     @classmethod
-    def frozen(cls, clip_model: CLIP, prompt_learner: nn.Module, autocast: Autocast) -> PromptedCLIP:
-        """A finished run's learner, frozen and on the CLIP's device, scoring as its trainer did."""
+    def frozen(cls, clip_model: CLIP, learned: nn.Module, autocast: Autocast, *more: Any) -> TunedCLIP:
+        """A finished run's learned module, frozen and on the CLIP's device, scoring as its trainer did (``more``:
+        what else the model's constructor takes, the class side's template say)."""
         device = clip_model.token_embedding.weight.device
-        return cls(clip_model, prompt_learner.requires_grad_(False).to(device), autocast)
+        return cls(clip_model, learned.requires_grad_(False).to(device), autocast, *more)
+
+    def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
+        """The function giving logits of images over ``classnames`` with the current weights (class side computed
+        now)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement class_scorer(classnames)")
+
+    @classmethod
+    def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast, ns: str) -> TunedCLIP:
+        """A finished run's module read from its checkpoint file ``path`` (ours or upstream's) and frozen on
+        ``clip_model``; what the tensors do not say comes from the run's record, else from ``cfg``'s
+        ``TRAINER.<ns>``."""
+        raise NotImplementedError(f"{cls.__name__} must implement from_checkpoint to be read as PETR+X's seen branch")
+
+
+class PromptedCLIP(TunedCLIP):
+    """A prompt learner on its frozen CLIP (``learned``, also ``prompt_learner``): a ``TunedCLIP`` whose class side
+    is the class names' prompts (``prompt_tokens``, kept per class list by ``class_tokens``)."""
+
+    def __init__(self, clip_model: CLIP, prompt_learner: nn.Module, autocast: Autocast):
+        super().__init__(clip_model, prompt_learner, autocast)
+        self._tokens: tuple[tuple[str, ...], torch.Tensor] | None = None
+
+    @property
+    def prompt_learner(self) -> nn.Module:
+        return self.learned
 
     def prompt_tokens(self, classnames: Sequence[str]) -> torch.Tensor:
         """Token ids [C, L] of the class prompts of ``classnames`` (their context positions take the prompts): the
@@ -66,18 +91,6 @@ class PromptedCLIP:
             device = self.clip_model.token_embedding.weight.device
             self._tokens = (key, self.prompt_tokens(classnames).to(device))
         return self._tokens[1]
-
-    def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:
-        """The function giving logits of images over ``classnames`` with the current prompts (class side computed
-        now)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement class_scorer(classnames)")
-
-    @classmethod
-    def from_checkpoint(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast, ns: str) -> PromptedCLIP:
-        """A finished run's learner read from its checkpoint file ``path`` (ours or upstream's) and frozen on
-        ``clip_model``; what the tensors do not say comes from the run's record, else from ``cfg``'s
-        ``TRAINER.<ns>``."""
-        raise NotImplementedError(f"{cls.__name__} must implement from_checkpoint to be read as PETR+X's seen branch")
 
 
 class CrossEntropyStep:
@@ -112,34 +125,39 @@ def checkpoint_context(state: dict, path: str, method: str) -> torch.Tensor:
 
 
 class ClassScoring(CrossEntropyStep):
-    """Mixin of the prompt-learner trainers: ``class_scorer(classnames)`` is their one scoring path, that of their
-    ``PROMPTED`` class on the trainer's CLIP and prompt learner (``scoring``).
+    """Mixin of the trainers whose model is a ``TunedCLIP``: ``class_scorer(classnames)`` is their one scoring path,
+    that of their ``SCORING_MODEL`` class on the trainer's CLIP and learned module (``scoring``, made by
+    ``scoring_model``).
 
     ``model_inference`` scores the dataset's classes (and so feeds the cross-entropy step); an evaluation builds the
-    scorer once in ``before_test`` (the prompts are fixed then, so the class-side work is done once) and drops it in
+    scorer once in ``before_test`` (the weights are fixed then, so the class-side work is done once) and drops it in
     ``after_test``.
     """
 
-    PROMPTED: type[PromptedCLIP] = PromptedCLIP
+    SCORING_MODEL: type[TunedCLIP] = PromptedCLIP
     TUNED_MODEL = ""
     """The model folder of its runs that PETR+X reads a checkpoint from (``<run>/<TUNED_MODEL>/model.pth.tar-<E>``)."""
     TUNED_BORROWS: tuple[str, ...] = ()
     """The keys of its namespace that ``tuned_model`` takes from the config (the rest come from the checkpoint's
     tensors and the run's record)."""
     eval_scorer: ClassScorer | None = None
-    _scoring: PromptedCLIP | None = None
+    _scoring: TunedCLIP | None = None
 
     @classmethod
-    def tuned_model(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast) -> PromptedCLIP:
-        """A finished run's checkpoint ``path`` as PETR+X's seen branch: ``PROMPTED.from_checkpoint``."""
-        return cls.PROMPTED.from_checkpoint(clip_model, cfg, path, autocast, cls.NS)
+    def tuned_model(cls, clip_model: CLIP, cfg, path: str, autocast: Autocast) -> TunedCLIP:
+        """A finished run's checkpoint ``path`` as PETR+X's seen branch: ``SCORING_MODEL.from_checkpoint``."""
+        return cls.SCORING_MODEL.from_checkpoint(clip_model, cfg, path, autocast, cls.NS)
+
+    def scoring_model(self) -> TunedCLIP:
+        """Its model on this trainer's CLIP and learned module (after ``build_model``): ``SCORING_MODEL`` on its
+        ``prompt_learner`` for a prompt learner; a method whose model takes more says so here."""
+        return self.SCORING_MODEL(self.clip_model, self.prompt_learner, self.autocast)
 
     @property
-    def scoring(self) -> PromptedCLIP:
-        """``PROMPTED`` on this trainer's ``clip_model`` and ``prompt_learner`` (made at first use, after
-        ``build_model``)."""
+    def scoring(self) -> TunedCLIP:
+        """``scoring_model()``, made at first use."""
         if self._scoring is None:
-            self._scoring = self.PROMPTED(self.clip_model, self.prompt_learner, self.autocast)
+            self._scoring = self.scoring_model()
         return self._scoring
 
     def class_scorer(self, classnames: Sequence[str]) -> ClassScorer:

@@ -124,7 +124,7 @@ class TunedRun:
 
 
 def learner_namespace(trainer: type) -> str:
-    """The config namespace holding the prompt settings of ``trainer``'s runs (its ``RECORDED_KEYS``): its
+    """The config namespace holding the recorded settings of ``trainer``'s runs (its ``RECORDED_KEYS``): its
     ``LEARNER_NS`` (PETR+CoOp's CoOp branch reads ``TRAINER.COOP``), else its own ``NS``."""
     return getattr(trainer, "LEARNER_NS", "") or trainer.NS
 
@@ -158,7 +158,8 @@ def typed_like(value: Any, like: Any, key: str, source: str) -> Any:
 
 def recorded_settings(run: TunedRun, ns: str, config: Mapping[str, Any], checkpoint: Mapping[str, Any] | None = None,
                       path: str = "") -> tuple[dict[str, Any], str]:
-    """The settings ``TRAINER.<ns>.<KEY>`` that shaped the prompts of ``run``, and the line to print ("" for none).
+    """The settings ``TRAINER.<ns>.<KEY>`` that shaped the model of ``run`` (its prompts, an adapter's ratio), and
+    the line to print ("" for none).
 
     ``config``: the keys the reader takes from a config, with its value (None: it has none); the run's recorded value
     replaces it, and the line names each that differs. ``checkpoint``: the keys read off the tensors of ``path``, which
@@ -185,7 +186,7 @@ def recorded_settings(run: TunedRun, ns: str, config: Mapping[str, Any], checkpo
 
 
 def recorded_config(cfg: CfgNode, model_dir: str = "") -> tuple[CfgNode, list[str]]:
-    """The config of a run that reads the prompts of finished runs, with the settings that shaped them as those runs
+    """The config of a run that reads the models of finished runs, with the settings that shaped them as those runs
     record them (:func:`recorded_settings`), and the lines saying which differ from ``cfg`` or that a run records no
     config. The runs: the one the trainer plugs in (its ``plugged_run``: PETR+CoOp's CoOp run, PETR+X's tuned run),
     then an ``--eval-only`` run's ``model_dir``; the settings: the ``RECORDED_KEYS`` of the trainer that made each, in

@@ -1,6 +1,6 @@
-"""PETR+X's seen branch: a finished run of a prompt learner X, read without training, scoring any class names.
+"""PETR+X's seen branch: a finished run of a tuned method X, read without training, scoring any class names.
 
-PETR+X asks of X what every prompt learner provides, a ``ClassScoringModel`` (trainers/prompting/scoring.py:
+PETR+X asks of X what every method's model provides, a ``ClassScoringModel`` (trainers/prompting/scoring.py:
 ``class_scorer(classnames)``). X's trainer class says how its runs are read (:class:`TunedTrainer`): the model
 folder its checkpoints are kept in (Dassl layout, ours and upstream's), the loader that builds that model from one
 checkpoint file, and the keys of its namespace that loader takes from the config. The catalog marks the trainers
