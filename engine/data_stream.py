@@ -139,8 +139,9 @@ class LoaderStream:
     def close(self) -> None:
         """Drop the current pass and shut its loader workers down now: left to the garbage collector (a run that
         ended on an error keeps the iterator in its traceback's reference cycle), their shutdown waits out
-        torch's 5 s join per worker, in a runner's warm worker too."""
+        torch's 5 s join per worker, in a runner's warm worker too. Persistent workers serve the next epoch's pass
+        (the loader keeps them): they end with the run (``engine.data_manager.close_loaders``)."""
         iterator, self._iterator = self._iterator, None
         shutdown = getattr(iterator, "_shutdown_workers", None)  # a multi-process iterator; torch's own close
-        if shutdown is not None:
+        if shutdown is not None and not self.loader.persistent_workers:
             shutdown()

@@ -26,24 +26,40 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from engine.preemption import end_workers
+from engine.preemption import end_workers, signal_handlers
 from runner import unit
 from runner.jobs import Job
 from runner.profiles import ask_torch, card_has_bf16
-from runner.schedule import Outcome
+from runner.schedule import STOP_SIGNALS, Outcome
 from units.facts import REPO
 
 T = TypeVar("T")
 STOP_WAIT_S = 30.0
 """When the runner is stopped: how long its warm workers (sent the same signal) have to end before they are
 killed."""
+
+
+HELD_SIGNALS = (signal.SIGINT, *STOP_SIGNALS)
+"""The signals that stop the runner (Ctrl-C, SIGTERM, SIGHUP), held back while it starts a warm worker."""
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold the stop signals back while the block runs, then deliver them: a warm worker is started inside
+    ``submit``, and a stop that interrupted the start before the new process read its start-up data made that process
+    print an ``EOFError`` traceback. Outside the main thread nothing changes (no handler runs there)."""
+    caught: list[int] = []
+    with signal_handlers(HELD_SIGNALS, lambda signum, frame: caught.append(signum)):
+        yield
+    for signum in caught:  # now to the handlers that were there before
+        signal.raise_signal(signum)
 
 
 def visible_gpus() -> list[str]:
@@ -142,13 +158,17 @@ class LocalExecutor:
         slot = next(s for s in self.pool if not s.busy)
         slot.busy = True
         attempt = f"local {slot.devices or 'CPU'} slot, warm worker"
-        return Running(slot, self._worker(slot).submit(_serve, job, log, attempt, self.has_bf16))
+        with signals_held():
+            future = self._worker(slot).submit(_serve, job, log, attempt, self.has_bf16)
+        return Running(slot, future)
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in the first slot's warm worker (started when need be) and its result: the runner's own work
         that imports torch (the ``--extra-opts`` check before the jobs, the report after them) costs no process of
         its own, and the imports it pays serve the sweep's runs. ``fn`` must be a module-level function."""
-        return self._worker(self.pool[0]).submit(fn, *args).result()
+        with signals_held():
+            future = self._worker(self.pool[0]).submit(fn, *args)
+        return future.result()
 
     def _worker(self, slot: Slot) -> ProcessPoolExecutor:
         if slot.warm is None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import pytest
 
 from analysis.stats import harmonic_mean
+from demo.pipeline import STUDENT_SHOTS
 from engine.utils import read_json
 from tests.helpers_docs import (
     DOC_FILES,
@@ -169,6 +170,8 @@ COMMANDS: list[tuple[str | re.Pattern, Check]] = [
         "Δ = row − paper:PromptKD (baseline: set with --baseline;"))),
     (TRAIN_PY, OnDemo(0, ("Run finished, skipping: {tmp}/output/base2new/train_base/demo_shapes_hard/shots_0/PETR/demo/"
                           "seed1",))),  # the script's run, so found finished
+    ("python -m demo.shapes --data data/demo", OnDemo(0, (  # make demo drew DemoShapesHard alone
+        re.compile(r"^Wrote \d+ images with split files to .*/demonet_sketch", re.M),))),
     (DG_TEACHER, OnDemo(0, ("Teacher published to {tmp}/teachers/DemoNet-xd",))),
     (DG_PETR, OnDemo(0, ("Training PETR (dg: DemoNet -> demonet_sketch, seed 1, 0 shots, α=1000.0)",))),
     # run here as written
@@ -620,6 +623,7 @@ def test_make_demo_prints_the_numbers_readme_quotes(made_demo, tmp_path):
     student, teacher = demo_clips(work)
     sweep_argv = ["base2new", "--config", "demo", "--data", str(work / "data" / "demo"), "--output-root", str(out),
                   "--teacher-dir", str(out / "teachers"), "--datasets", "demo_shapes_hard", "--seeds", "1",
+                  "--shots", str(STUDENT_SHOTS),
                   "--backbone", student, "--teacher-name", teacher]
     runner = subprocess.run([sys.executable, "-m", "runner", *sweep_argv], cwd=REPO,
                             env={**os.environ, "KD_WEIGHT": "100.0"}, capture_output=True, text=True,

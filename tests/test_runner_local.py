@@ -16,7 +16,7 @@ import pytest
 
 from engine.runs import run_state
 from runner.jobs import Job, command_line
-from runner.local import LocalExecutor
+from runner.local import LocalExecutor, signals_held
 from runner.schedule import run_plan
 from tests.helpers_datasets import write_tree
 from tests.helpers_jobs import Toy
@@ -117,13 +117,15 @@ def test_killing_the_runner_ends_every_process_it_started(tmp_path, tiny_clip_fi
     marker = uuid.uuid4().hex
     argv, env = fast_sweep(tmp_path, tiny_clip_file, tiny_teacher_clip_file, marker, 2, "OPTIM.MAX_EPOCH 100000")
     run = tmp_path / "out/base2new/train_base/eurosat/shots_0/PETR/vit_b16_ep40_batch8_4ctx/seed1"
-    runner = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    output = tmp_path / "runner.txt"
+    with open(output, "w") as out:
+        runner = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + HANG_GUARD_S
         while runner.poll() is None and time.monotonic() < deadline and not (
                 (run / "log.txt").exists() and "epoch [2/" in (run / "log.txt").read_text()):
             time.sleep(0.2)
-        assert runner.poll() is None, "the runner ended before its job trained"
+        assert runner.poll() is None, f"the runner ended before its job trained:\n{output.read_text()[-3000:]}"
     finally:
         runner.kill()
         runner.wait()
@@ -134,7 +136,7 @@ def test_killing_the_runner_ends_every_process_it_started(tmp_path, tiny_clip_fi
 LEAVING_RUNNER = """
 import sys
 from runner.jobs import Job
-from runner.local import LocalExecutor
+from runner.local import LocalExecutor, signals_held
 from runner.schedule import run_plan
 from tests.helpers_jobs import Sleeper, Toy
 
@@ -242,7 +244,7 @@ def test_a_sweep_whose_jobs_were_refused_publishes_no_stale_table(tmp_path, tiny
 WARM_RUNNER = """
 import sys
 from runner.jobs import Job
-from runner.local import LocalExecutor
+from runner.local import LocalExecutor, signals_held
 from runner.schedule import run_plan, stop_signal
 from units.call import TrainCall
 
@@ -318,3 +320,21 @@ def test_a_job_log_that_is_a_link_or_a_fifo_fails_its_job(tmp_path):
     assert report.failed["linked"].startswith(f"{logs / 'linked.log'} is a symbolic link, not a regular file; ")
     assert report.failed["fifo"].startswith(f"{logs / 'fifo.log'} is a FIFO, not a regular file; ")
     assert "kept" not in report.failed["linked"]  # its tail is not read through the link either
+
+
+def test_stop_signals_wait_until_a_warm_worker_has_started():
+    """A stop signal that arrives while the runner starts a warm worker reaches the runner's handler only after the
+    start (a start it interrupted left the new process without its start-up data: an EOFError traceback), and it is
+    not lost."""
+    seen = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    try:
+        with pytest.raises(KeyboardInterrupt):  # SIGINT's own handler, as the block ends
+            with signals_held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # a handler runs at the next bytecode boundary: here, were the signals not held
+                assert seen == []
+        assert seen == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
