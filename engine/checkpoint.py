@@ -10,6 +10,7 @@ import os
 import pickle
 import random
 import shutil
+import signal
 import warnings
 import zipfile
 from collections import OrderedDict
@@ -22,6 +23,7 @@ from torch import nn
 from .atomic import atomic_write, atomic_write_text
 from .errors import CorruptFileError, InputNotFoundError, InvalidInputError, first_line
 from .inputs import open_input
+from .preemption import SIGNALS, held
 from .restricted_pickle import dropped_entries, load_upstream_checkpoint, plain_entries
 from .run_files import file_kind, not_regular_error
 from .runs import POINTER_FILE, pointed_checkpoint
@@ -50,8 +52,12 @@ def check_plain(obj: Any, where: str = "checkpoint") -> None:
 
 
 def atomic_torch_save(obj: Any, fpath: str) -> None:
-    """``torch.save`` to a temporary file in the same folder, then rename it over ``fpath``."""
-    atomic_write(fpath, lambda f: torch.save(obj, f), binary=True)
+    """``torch.save`` to a temporary file in the same folder, then rename it over ``fpath``. Ctrl-C and the
+    preemption signals wait for the write (``preemption.held``): an exception raised inside torch's zip writer left it
+    half-written, and its close then failed with a RuntimeError (a traceback, exit status 1) instead of the
+    interrupt."""
+    with held((signal.SIGINT, *SIGNALS)):
+        atomic_write(fpath, lambda f: torch.save(obj, f), binary=True)
 
 
 def save_checkpoint(

@@ -74,6 +74,20 @@ def signal_handlers(signals: Iterable[int], handler: Callable[[int, object], Non
 
 
 @contextlib.contextmanager
+def held(signals: Iterable[int]) -> Iterator[None]:
+    """Inside: ``signals`` wait, and reach the handlers they had when the block ends, in the order they came: for work
+    a signal must not cut in half (a checkpoint being written, a worker process being started), whose exception
+    raised mid-way leaves a half-made file or process behind it. Outside the main thread nothing changes."""
+    caught: list[int] = []
+    try:
+        with signal_handlers(signals, lambda signum, frame: caught.append(signum)):
+            yield
+    finally:
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)
+
+
+@contextlib.contextmanager
 def handle_signals() -> Iterator[None]:
     """Inside: the preemption signals are requests (see the module docstring); SIGINT raises KeyboardInterrupt even
     when the process started with it ignored (a background job). Previous handlers are restored afterwards (after a

@@ -26,14 +26,14 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from engine.preemption import end_workers, signal_handlers
+from engine.preemption import end_workers, held
 from runner import unit
 from runner.jobs import Job
 from runner.profiles import ask_torch, card_has_bf16
@@ -47,19 +47,9 @@ killed."""
 
 
 HELD_SIGNALS = (signal.SIGINT, *STOP_SIGNALS)
-"""The signals that stop the runner (Ctrl-C, SIGTERM, SIGHUP), held back while it starts a warm worker."""
-
-
-@contextmanager
-def signals_held() -> Iterator[None]:
-    """Hold the stop signals back while the block runs, then deliver them: a warm worker is started inside
-    ``submit``, and a stop that interrupted the start before the new process read its start-up data made that process
-    print an ``EOFError`` traceback. Outside the main thread nothing changes (no handler runs there)."""
-    caught: list[int] = []
-    with signal_handlers(HELD_SIGNALS, lambda signum, frame: caught.append(signum)):
-        yield
-    for signum in caught:  # now to the handlers that were there before
-        signal.raise_signal(signum)
+"""The signals that stop the runner (Ctrl-C, SIGTERM, SIGHUP): held back while it starts a warm worker (``held``),
+since a stop that cut the start short, before the new process read its start-up data, made that process print an
+``EOFError`` traceback."""
 
 
 def visible_gpus() -> list[str]:
@@ -158,7 +148,7 @@ class LocalExecutor:
         slot = next(s for s in self.pool if not s.busy)
         slot.busy = True
         attempt = f"local {slot.devices or 'CPU'} slot, warm worker"
-        with signals_held():
+        with held(HELD_SIGNALS):
             future = self._worker(slot).submit(_serve, job, log, attempt, self.has_bf16)
         return Running(slot, future)
 
@@ -166,7 +156,7 @@ class LocalExecutor:
         """``fn(*args)`` in the first slot's warm worker (started when need be) and its result: the runner's own work
         that imports torch (the ``--extra-opts`` check before the jobs, the report after them) costs no process of
         its own, and the imports it pays serve the sweep's runs. ``fn`` must be a module-level function."""
-        with signals_held():
+        with held(HELD_SIGNALS):
             future = self._worker(self.pool[0]).submit(fn, *args)
         return future.result()
 

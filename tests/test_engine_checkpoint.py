@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import os
 import random
+import signal
 import stat
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import torch
 from torch import nn
 
 from engine import load_checkpoint, load_pretrained_weights, save_checkpoint, write_json
-from engine.checkpoint import get_rng_state, load_model_state, resume_from_checkpoint, set_rng_state
+from engine.checkpoint import atomic_torch_save, get_rng_state, load_model_state, resume_from_checkpoint, set_rng_state
 from engine.errors import CorruptFileError, InvalidInputError
 from engine.run_files import make_folder, writing_in
 from tests.helpers_run import HANG_GUARD_S, REPO
@@ -53,6 +54,25 @@ def test_failed_writes_leave_old_checkpoint_and_no_temp_files(tmp_path):
     assert sorted(os.listdir(d)) == ["checkpoint", "model.pth.tar-1", "model.pth.tar-2"]
     assert (d / "checkpoint").read_text().strip() == "model.pth.tar-1"
     assert torch.equal(load_checkpoint(str(d / "model.pth.tar-1"))["state_dict"]["w"], torch.ones(2))
+
+
+class _CtrlC:
+    """Pickled as an empty list, sending this process SIGINT while ``torch.save`` pickles it: Ctrl-C in mid-write."""
+
+    def __reduce__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        return list, ()
+
+
+def test_ctrl_c_during_a_checkpoint_write_comes_after_the_write(tmp_path):
+    """Ctrl-C (as a preemption signal) waits for the checkpoint being written: the file is complete and in place,
+    then the interrupt is raised; raised inside torch's zip writer it had left the writer half-done, whose close then
+    failed with a RuntimeError instead of the interrupt."""
+    path = tmp_path / "resume.pth.tar"
+    with pytest.raises(KeyboardInterrupt):
+        atomic_torch_save({"w": torch.arange(4.0), "hook": _CtrlC()}, str(path))
+    assert os.listdir(tmp_path) == ["resume.pth.tar"]  # no temporary file left
+    assert torch.equal(torch.load(path, weights_only=False)["w"], torch.arange(4.0))  # this test's own file
 
 
 def test_no_folder_inside_a_run_folder_is_entered_through_a_link(tmp_path):

@@ -14,9 +14,10 @@ import uuid
 
 import pytest
 
+from engine.preemption import held
 from engine.runs import run_state
 from runner.jobs import Job, command_line
-from runner.local import LocalExecutor, signals_held
+from runner.local import HELD_SIGNALS, LocalExecutor
 from runner.schedule import run_plan
 from tests.helpers_datasets import write_tree
 from tests.helpers_jobs import Toy
@@ -136,7 +137,7 @@ def test_killing_the_runner_ends_every_process_it_started(tmp_path, tiny_clip_fi
 LEAVING_RUNNER = """
 import sys
 from runner.jobs import Job
-from runner.local import LocalExecutor, signals_held
+from runner.local import HELD_SIGNALS, LocalExecutor
 from runner.schedule import run_plan
 from tests.helpers_jobs import Sleeper, Toy
 
@@ -244,7 +245,7 @@ def test_a_sweep_whose_jobs_were_refused_publishes_no_stale_table(tmp_path, tiny
 WARM_RUNNER = """
 import sys
 from runner.jobs import Job
-from runner.local import LocalExecutor, signals_held
+from runner.local import HELD_SIGNALS, LocalExecutor
 from runner.schedule import run_plan, stop_signal
 from units.call import TrainCall
 
@@ -330,7 +331,7 @@ def test_stop_signals_wait_until_a_warm_worker_has_started():
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
     try:
         with pytest.raises(KeyboardInterrupt):  # SIGINT's own handler, as the block ends
-            with signals_held():
+            with held(HELD_SIGNALS):
                 os.kill(os.getpid(), signal.SIGTERM)
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(0.05)  # a handler runs at the next bytecode boundary: here, were the signals not held
