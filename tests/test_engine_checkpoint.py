@@ -69,8 +69,12 @@ def test_ctrl_c_during_a_checkpoint_write_comes_after_the_write(tmp_path):
     then the interrupt is raised; raised inside torch's zip writer it had left the writer half-done, whose close then
     failed with a RuntimeError instead of the interrupt."""
     path = tmp_path / "resume.pth.tar"
-    with pytest.raises(KeyboardInterrupt):
-        atomic_torch_save({"w": torch.arange(4.0), "hook": _CtrlC()}, str(path))
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # pytest-xdist's workers ignore it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            atomic_torch_save({"w": torch.arange(4.0), "hook": _CtrlC()}, str(path))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert os.listdir(tmp_path) == ["resume.pth.tar"]  # no temporary file left
     assert torch.equal(torch.load(path, weights_only=False)["w"], torch.arange(4.0))  # this test's own file
 

@@ -329,6 +329,7 @@ def test_stop_signals_wait_until_a_warm_worker_has_started():
     not lost."""
     seen = []
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # pytest-xdist's workers ignore it
     try:
         with pytest.raises(KeyboardInterrupt):  # SIGINT's own handler, as the block ends
             with held(HELD_SIGNALS):
@@ -339,3 +340,4 @@ def test_stop_signals_wait_until_a_warm_worker_has_started():
         assert seen == [signal.SIGTERM]
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
