@@ -174,6 +174,8 @@ class SlurmExecutor:
                 self.record = json.load(f)
         self.inactive: dict[str, tuple[float, int]] = {}
         """Job id -> (when squeue first said it is not active, how many answers in a row said so)."""
+        self.lost: set[str] = set()
+        """Jobs :meth:`poll` found lost: a job run again is submitted anew, never followed to one of these."""
         self.jobs: dict[str, Job] = {}
 
     def describe(self) -> str:
@@ -181,7 +183,10 @@ class SlurmExecutor:
 
     def start(self, job: Job, log: str) -> submitit.SlurmJob:
         previous = self.record.get(job.name)
-        if previous and self.answered_states().get(previous) in ACTIVE_STATES:
+        # A job an earlier runner submitted is followed while SLURM still lists it, in whatever state: a requeue
+        # passes through inactive states for a moment (under load, long enough for one look), and poll() tells a lost
+        # job by three answers over a minute. One look at an inactive state made a rerun submit a requeued job again.
+        if previous and previous not in self.lost and previous in self.answered_states():
             tqdm.write(f"following SLURM job {previous} ({job.name}), submitted by an earlier run of the runner")
             self.jobs[previous] = job
             return submitit.SlurmJob(folder=os.path.join(self.folder, "%j"), job_id=previous)
@@ -223,6 +228,7 @@ class SlurmExecutor:
             since, looks = self.inactive.get(handle.job_id, (time.monotonic(), 0))
             self.inactive[handle.job_id] = since, looks + 1
             if looks + 1 >= LOST_AFTER_LOOKS and time.monotonic() - since >= LOST_AFTER_S:
+                self.lost.add(handle.job_id)
                 ended[handle] = self._lost(handle, state)
         return ended
 

@@ -91,7 +91,7 @@ def test_a_look_squeue_does_not_answer_is_no_evidence(tmp_path, monkeypatch):
     from runner.jobs import Job
 
     env = scripted_slurm(tmp_path, ["fail", "fail", "fail", "fail", "41 PENDING", "fail", "41 PREEMPTED",
-                                    "41 PREEMPTED", "fail", "41 PREEMPTED", "fail", "fail", "41 PENDING"])
+                                    "41 PREEMPTED", "fail", "41 PREEMPTED", "fail", "fail", "41 PREEMPTED"])
     monkeypatch.setenv("PATH", env["PATH"])
     monkeypatch.setattr(slurm, "LOST_AFTER_S", 0.0)
     run = tmp_path / "run"
@@ -106,7 +106,11 @@ def test_a_look_squeue_does_not_answer_is_no_evidence(tmp_path, monkeypatch):
     assert looks[:9] == [{}] * 9  # four unanswered, one active, then two inactive answers among unanswered looks
     outcome = looks[9][handle]  # the third inactive answer in a row
     assert outcome.status == 75 and outcome.reason.startswith("SLURM job 41 ended (PREEMPTED) without a result")
-    executor.record[job.name] = "41"
-    followed = executor.start(job, str(tmp_path / "job.log"))  # two unanswered looks, then "PENDING": follow it
+    # a rerun of the runner: two unanswered looks, then the job listed in an inactive state (a requeue passes through
+    # one): it follows the job, whose looks decide whether it is lost, instead of submitting it a second time
+    rerun = slurm.SlurmExecutor(str(tmp_path / "slurm"), gpus_per_job=0, poll_s=0.01)
+    rerun.record[job.name] = "41"
+    followed = rerun.start(job, str(tmp_path / "job.log"))
     assert followed.job_id == "41" and (tmp_path / "asked").read_text().splitlines()[-3:] == ["fail", "fail",
-                                                                                            "41 PENDING"]
+                                                                                            "41 PREEMPTED"]
+    assert "41" in executor.lost  # the runner that found it lost submits the job anew when it runs it again
