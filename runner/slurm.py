@@ -183,10 +183,11 @@ class SlurmExecutor:
 
     def start(self, job: Job, log: str) -> submitit.SlurmJob:
         previous = self.record.get(job.name)
-        # A job an earlier runner submitted is followed while SLURM still lists it, in whatever state: a requeue
-        # passes through inactive states for a moment (under load, long enough for one look), and poll() tells a lost
-        # job by three answers over a minute. One look at an inactive state made a rerun submit a requeued job again.
-        if previous and previous not in self.lost and previous in self.answered_states():
+        # A job an earlier runner submitted is followed while SLURM still lists it, in any state but cancelled (a
+        # user's scancel, after which a rerun means to submit it again): a requeue passes through inactive states for
+        # a moment (under load, long enough for one look), and poll() tells a lost job by three answers over a minute.
+        # One look at an inactive state made a rerun submit a requeued job a second time.
+        if previous and previous not in self.lost and self.answered_states().get(previous, "CANCELLED") != "CANCELLED":
             tqdm.write(f"following SLURM job {previous} ({job.name}), submitted by an earlier run of the runner")
             self.jobs[previous] = job
             return submitit.SlurmJob(folder=os.path.join(self.folder, "%j"), job_id=previous)
