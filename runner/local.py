@@ -24,6 +24,7 @@ import gc
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -68,7 +69,8 @@ IDLE = threading.Event()
 def _warm_up(devices: str | None, threads: int | None) -> None:
     """Worker initializer: a process group of its own (the runner passes signals on), the repository root
     (train.py's relative paths start there), the slot's GPUs and torch threads (``OMP_NUM_THREADS``, which torch reads
-    when the first run imports it, as do torchrun's processes), and the thread that ends the worker with the runner
+    when the first run imports it, as do torchrun's processes; ``torch.set_num_threads`` where the parent's main module,
+    imported again here by spawn, brought torch already), and the thread that ends the worker with the runner
     (:func:`_end_with_runner`). Nothing heavy is imported here: the first run pays torch's imports, and the worker
     keeps them for the next."""
     os.setpgrp()
@@ -77,6 +79,9 @@ def _warm_up(devices: str | None, threads: int | None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = devices
     if threads:
         os.environ["OMP_NUM_THREADS"] = str(threads)
+        torch = sys.modules.get("torch")
+        if torch is not None:  # imported already by the parent's main module, which spawn imports again (the demo)
+            torch.set_num_threads(threads)  # OpenMP read the variable when it loaded: a thread per core
     IDLE.set()
     threading.Thread(target=_end_with_runner, name="end-with-runner", daemon=True).start()
 

@@ -341,3 +341,33 @@ def test_stop_signals_wait_until_a_warm_worker_has_started():
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
+
+
+TORCH_FIRST = """
+import torch  # a main module that imports torch, as the demo's does: spawn imports it again in each warm worker
+torch.set_num_threads(3)
+
+from runner.local import LocalExecutor
+
+
+def threads() -> int:
+    return torch.get_num_threads()
+
+
+if __name__ == "__main__":
+    executor = LocalExecutor([], threads=1)
+    print(executor.call(threads))
+    executor.close()
+"""
+
+
+def test_a_slots_thread_count_holds_when_the_main_module_imported_torch(tmp_path):
+    """A warm worker of a program whose main module imports torch (spawn imports it again there, before the worker's
+    set-up) runs its slot's thread count: torch had read OMP_NUM_THREADS as it loaded (the demo's runs had a thread
+    per core, and the digits of another float order, unless the caller's environment set the variable)."""
+    script = tmp_path / "torch_first.py"
+    script.write_text(TORCH_FIRST)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    done = subprocess.run([sys.executable, str(script)], cwd=REPO, env={**env, "PYTHONPATH": REPO},
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert (done.returncode, done.stdout.strip()) == (0, "1"), done.stderr[-3000:]
