@@ -153,23 +153,22 @@ class LocalExecutor:
         slot = next(s for s in self.pool if not s.busy)
         slot.busy = True
         attempt = f"local {slot.devices or 'CPU'} slot, warm worker"
-        with held(HELD_SIGNALS):
-            future = self._worker(slot).submit(_serve, job, log, attempt, self.has_bf16)
-        return Running(slot, future)
+        return Running(slot, self._submit(slot, _serve, job, log, attempt, self.has_bf16))
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in the first slot's warm worker (started when need be) and its result: the runner's own work
         that imports torch (the ``--extra-opts`` check before the jobs, the report after them) costs no process of
         its own, and the imports it pays serve the sweep's runs. ``fn`` must be a module-level function."""
-        with held(HELD_SIGNALS):
-            future = self._worker(self.pool[0]).submit(fn, *args)
-        return future.result()
+        return self._submit(self.pool[0], fn, *args).result()
 
-    def _worker(self, slot: Slot) -> ProcessPoolExecutor:
+    def _submit(self, slot: Slot, fn: Callable[..., T], *args: Any) -> Future:
+        """``fn(*args)`` in ``slot``'s warm worker, which ``submit`` starts when there is none (with the stop signals
+        held: :data:`HELD_SIGNALS`)."""
         if slot.warm is None:
             slot.warm = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_warm_up,
                                             initargs=(slot.devices, self.threads))
-        return slot.warm
+        with held(HELD_SIGNALS):
+            return slot.warm.submit(fn, *args)
 
     def wait(self, handles: Sequence[Running], timeout: float) -> None:
         """Return as soon as a job's worker answers (a job ends the moment it does), or after ``timeout``."""

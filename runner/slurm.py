@@ -187,7 +187,8 @@ class SlurmExecutor:
         # user's scancel, after which a rerun means to submit it again): a requeue passes through inactive states for
         # a moment (under load, long enough for one look), and poll() tells a lost job by three answers over a minute.
         # One look at an inactive state made a rerun submit a requeued job a second time.
-        if previous and previous not in self.lost and self.answered_states().get(previous, "CANCELLED") != "CANCELLED":
+        state = self.answered_states().get(previous) if previous and previous not in self.lost else None
+        if state not in (None, "CANCELLED"):
             tqdm.write(f"following SLURM job {previous} ({job.name}), submitted by an earlier run of the runner")
             self.jobs[previous] = job
             return submitit.SlurmJob(folder=os.path.join(self.folder, "%j"), job_id=previous)
